@@ -1,0 +1,63 @@
+// VideoWriter: encode RGB float frames and mux them with the source's audio and subtitle packets
+// into a file that appears at its final path only when complete and verified.
+//
+// It writes to "<final>.partial" (hidden temp name in the same folder), copies audio/subtitle
+// packets from `source_path` (if any) interleaved by time, carries colour primaries/transfer/
+// matrix/range, the rotation display matrix and HDR side data from `source`, writes the trailer,
+// fsyncs, reopens the temp file to verify the video frame count, then renames it into place.
+// If anything fails (or the object is destroyed before finish()) the temp file is removed and no
+// file exists at the final path. Constructor opens or throws OutputError (kExitCantCreat for an
+// unwritable folder) / AvError. Move-only; one thread writes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "io/video_info.h"
+#include "io/video_reader.h"
+
+namespace wm::io {
+
+struct EncodeSettings {
+  std::string codec = "libx264";  // libx264 | ffv1 | prores_ks | any libav encoder name
+  int crf = 18;                   // libx264 only (ignored when < 0)
+  std::string preset = "medium";  // libx264 only
+  std::string pix_fmt;            // empty: yuv420p for 8-bit sources, yuv420p10le for >8-bit
+  int threads = 0;                // encoder threads, 0 = libav default
+  bool copy_audio = true;
+  bool copy_subtitles = true;
+};
+
+struct WriterConfig {
+  std::string path;         // final output path; container from the extension
+  int width = 0;            // encoded frame size
+  int height = 0;
+  Rational time_base;       // unit of VideoFrame::pts given to write()
+  Rational frame_rate;      // nominal rate (for the encoder's rate control and the container)
+  std::string source_path;  // file to copy audio/subtitles from; empty for none
+  VideoInfo source;         // colour/HDR/rotation metadata to carry (may be default)
+  EncodeSettings encode;
+};
+
+class VideoWriter {
+ public:
+  explicit VideoWriter(const WriterConfig& config);
+  ~VideoWriter();  // removes the temp file unless finish() succeeded
+  VideoWriter(VideoWriter&&) noexcept;
+  VideoWriter& operator=(VideoWriter&&) noexcept;
+
+  // Encodes one frame: `frame.image` is [3,1,height,width] RGB in [0,1] (values outside are
+  // clamped); `frame.pts` in config.time_base, strictly increasing.
+  void write(const VideoFrame& frame);
+  // Flushes the encoder, copies the remaining audio/subtitle packets, writes the trailer,
+  // fsyncs, verifies, renames to the final path. Returns the number of video frames written.
+  int64_t finish();
+  int64_t frames_written() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace wm::io

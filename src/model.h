@@ -1,0 +1,102 @@
+// The model interface every model implements: built-in upscalers, the Wan2.1 VAE, TorchScript.
+// A Model holds what is shared (weights, once per device); a ModelSession holds per-worker state
+// (causal caches). Both are torch-free at this level: input and output are Planar blocks
+// [C, T, H, W] of float32 on the host. Implementations live in src/models/ and are the only
+// files that include LibTorch.
+//
+// Threading: a Model is immutable after construction and may be shared by many sessions; a
+// ModelSession is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "src/base/planar.h"
+
+namespace wm {
+
+enum class Precision { kFloat32, kBFloat16, kFloat16 };
+const char* to_string(Precision p);
+
+struct Device {
+  enum class Kind { kCpu, kCuda } kind = Kind::kCpu;
+  int index = 0;
+  std::string str() const { return kind == Kind::kCpu ? "cpu" : "cuda:" + std::to_string(index); }
+};
+
+// What a job asks of a model (filled from the job file's `model:` map after validation).
+struct ModelConfig {
+  std::string kind = "lanczos";  // lanczos | bicubic | wan2.1-vae | torchscript
+  std::string task = "upscale";  // upscale | decode | encode  (what the model is used for)
+  int scale = 2;                 // built-in upscalers: 2, 3 or 4
+  std::string weights;           // path to weights (.safetensors, or .pt for torchscript)
+  Precision precision = Precision::kFloat32;
+  // Wan2.1 VAE architecture; defaults are the official checkpoint's.
+  int dim = 96;
+  int z_dim = 16;
+  std::vector<int> dim_mult = {1, 2, 4, 4};
+  int num_res_blocks = 2;
+  std::vector<bool> temporal_downsample = {false, true, true};
+  std::vector<double> latent_mean;  // empty: the official values
+  std::vector<double> latent_std;   // empty: the official values
+};
+
+// Facts a model declares; the scheduler plans tiles and slices from them.
+struct ModelTraits {
+  std::string name;
+  int in_channels = 3;
+  int out_channels = 3;
+  // Output spatial size = input size * scale_num / scale_den (VAE decode 8/1, encode 1/8).
+  int scale_num = 1;
+  int scale_den = 1;
+  // Input height and width must be multiples of this (VAE encode: 8). 1 = any size.
+  int size_multiple = 1;
+  // Spatial halo in input pixels a tile needs on each side. When `halo_exact`, a tile given this
+  // halo computes exactly the untiled values in its core; otherwise the halo is a recommended
+  // overlap and tiles are approximate (blended).
+  int halo = 0;
+  bool halo_exact = true;
+  // True when the model carries state across temporal slices: slices of one video must then be
+  // run in order on one session (per tile), starting with the slice that holds frame 0.
+  bool causal_state = false;
+  // Valid input frame counts are `frame_offset + frame_group * k` (Wan encode: 1 + 4k; others 1+1k).
+  int frame_group = 1;
+  int frame_offset = 0;
+  std::vector<Precision> precisions = {Precision::kFloat32};
+};
+
+// Where a block sits in its video; stateful sessions key their caches by tile_index.
+struct RunContext {
+  int64_t slice_index = 0;
+  bool first_slice = true;  // the slice holds sequence frame 0
+  bool last_slice = true;
+  int tile_index = 0;
+  int tiles = 1;
+};
+
+class ModelSession {
+ public:
+  virtual ~ModelSession() = default;
+  // Consumes `input` [in_channels, T, H, W] and returns [out_channels, T', H', W'] with
+  // T' = Model::output_frames(T) for a whole sequence, or the part of it this slice yields.
+  // Throws ModelError on failure.
+  virtual Planar run(Planar&& input, const RunContext& ctx) = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelTraits& traits() const = 0;
+  // Output frames for an input of `frames` frames given as one whole sequence.
+  virtual int64_t output_frames(int64_t frames) const { return frames; }
+  // A fresh per-worker state on `device`.
+  virtual std::unique_ptr<ModelSession> open_session(const Device& device) const = 0;
+};
+
+// Builds the model a config names. Throws ModelError (bad weights, bad config) or ConfigError.
+std::unique_ptr<Model> make_model(const ModelConfig& config, const Device& device);
+
+}  // namespace wm
