@@ -4,6 +4,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "src/model.h"
 
@@ -20,6 +22,14 @@ struct ResampleKernel {
   std::vector<std::vector<double>> weights;  // [scale][taps], each row sums to 1
 };
 ResampleKernel resample_kernel(const std::string& kind, int scale);
+// The two implementations behind the model (exposed for tests and benchmarks). Both edge-clamp.
+// resample_cpu: hand-written separable passes, threaded over rows; every output value is the
+// same sequence of float operations wherever its tile starts, so tiles reproduce the untiled
+// result bit for bit. resample_torch: the same filter as LibTorch convolutions (used on CUDA,
+// where cuDNN makes it fast); on this machine's CPU LibTorch it measured 10-40x slower.
+Planar resample_cpu(const ResampleKernel& kernel, Planar&& input);
+Planar resample_torch(const ResampleKernel& kernel, Planar&& input, const Device& device);
+
 // The kernel function itself (lanczos3 or bicubic a=-0.5) at distance x.
 double resample_weight(const std::string& kind, double x);
 

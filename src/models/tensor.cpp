@@ -1,6 +1,10 @@
 #include "src/models/tensor.h"
 
+#include <ATen/Parallel.h>
+
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "src/base/error.h"
 
@@ -24,6 +28,14 @@ Planar to_planar(const at::Tensor& t) {
   Planar out(int(x.size(0)), int(x.size(1)), int(x.size(2)), int(x.size(3)));
   std::memcpy(out.data.data(), x.data_ptr<float>(), out.data.size() * sizeof(float));
   return out;
+}
+
+void use_all_cpu_threads() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const int cores = int(std::thread::hardware_concurrency());
+    if (cores > at::get_num_threads()) at::set_num_threads(cores);
+  });
 }
 
 at::ScalarType to_scalar_type(Precision p) {

@@ -15,6 +15,8 @@ at::Tensor to_tensor(Planar&& p);
 Planar to_planar(const at::Tensor& t);
 at::ScalarType to_scalar_type(Precision p);
 at::Device to_device(const Device& d);
+// Lets LibTorch's CPU ops use every core (Debian's build starts with one thread). Idempotent.
+void use_all_cpu_threads();
 // Runs `fn`, converting c10::Error into ModelError with `what` as context.
 template <typename Fn>
 auto guarded(const char* what, Fn&& fn) -> decltype(fn());

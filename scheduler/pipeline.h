@@ -1,0 +1,80 @@
+// The per-job flow graph (oneTBB):
+//
+//   source (serial) ─► limiter (tokens) ─► tiler (serial) ─► model workers (one per session)
+//     ─► blender (serial) ─► sequencer (slice order) ─► sink (serial) ─┐
+//          ▲────────────────────── token returned ◄──────────────────────┘
+//
+// Stages talk only through the graph. The limiter caps the slices in flight, so memory is
+// bounded by `tokens` slices whatever the video length. An exception in any node cancels the
+// graph and is rethrown by run_pipeline() after the graph has drained.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "src/base/planar.h"
+#include "src/geometry.h"
+#include "src/model.h"
+
+namespace wm::sched {
+
+struct FrameMeta {
+  int64_t index = 0;  // frame index in the source
+  int64_t pts = 0;    // in the source's time base
+  int64_t duration = 0;
+};
+
+// One temporal slice on its way through the graph.
+struct SliceWork {
+  int64_t index = 0;
+  bool first = true;  // holds sequence frame 0
+  bool last = false;
+  Planar input;                   // [C, T, H, W] model input (padding frames included)
+  std::vector<FrameMeta> frames;  // the real frames of this slice (without padding)
+  int padded = 0;                 // frames appended by repeating the last one
+};
+
+struct SliceResult {
+  int64_t index = 0;
+  bool first = true;
+  bool last = false;
+  Planar output;                  // [C', T', H', W'] blended model output
+  std::vector<FrameMeta> frames;  // metadata of the input frames of the slice
+  int padded = 0;
+};
+
+// Produces slices in order; called from one thread at a time. Returns false when done.
+class SliceSource {
+ public:
+  virtual ~SliceSource() = default;
+  virtual bool next(SliceWork& out) = 0;
+};
+
+// Consumes results in slice order; called from one thread at a time.
+class SliceSink {
+ public:
+  virtual ~SliceSink() = default;
+  virtual void write(SliceResult&& result) = 0;
+};
+
+struct PipelineOptions {
+  int tokens = 3;                             // slices in flight
+  TilePlan tiles;                             // spatial plan (one tile = whole frame)
+  const std::atomic<bool>* cancel = nullptr;  // set → the source stops with wm::Cancelled
+};
+
+// Runs the graph until the source is exhausted. `sessions` are the model workers (one per
+// device/stream); a model with causal state gets exactly one so slices run in order.
+void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>>& sessions,
+                  SliceSink& sink, const PipelineOptions& options);
+
+// Copies the window of `tile` out of a slice input [C,T,H,W].
+Planar crop_window(const Planar& input, const TileRect& tile);
+// Adds the part of `tile_output` (the model output of the tile's window) that covers the tile's
+// region into `out`, weighted by the plan's blend weights.
+void blend_tile(const TilePlan& plan, const TileRect& tile, const Planar& tile_output, Planar& out);
+
+}  // namespace wm::sched

@@ -1,0 +1,43 @@
+// Progress: a live bar on a TTY (frames, fps, ETA, current file), plain lines otherwise, or
+// farm lines ("Progress: N%", Deadline's convention). Thread-safe: the sink stage calls add().
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <string>
+
+namespace wm::sched {
+
+enum class ProgressStyle { kAuto, kBar, kPlain, kFarm, kNone };
+
+class Progress {
+ public:
+  explicit Progress(ProgressStyle style = ProgressStyle::kAuto, std::FILE* out = stderr);
+  // Starts a new file; `frames_total` may be 0 when unknown.
+  void begin(const std::string& label, int64_t frames_total);
+  void add(int64_t frames);
+  // Ends the current file (prints a final line on a TTY).
+  void end();
+  int64_t frames() const;
+  double seconds() const;
+
+ private:
+  void draw(bool force);
+  using Clock = std::chrono::steady_clock;
+  mutable std::mutex mutex_;
+  ProgressStyle style_;
+  std::FILE* out_;
+  std::string label_;
+  int64_t total_ = 0;
+  int64_t done_ = 0;
+  int last_percent_ = -1;
+  Clock::time_point start_;
+  Clock::time_point last_draw_;
+};
+
+// Peak resident set size of this process, MiB.
+double peak_rss_mib();
+
+}  // namespace wm::sched

@@ -1,0 +1,60 @@
+// The batch runner: runs job files in order, each job over all its inputs, and turns every
+// failure into an outcome (state, one-line error, exit code) instead of an escaping exception.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "scheduler/progress.h"
+#include "src/job_spec.h"
+
+namespace wm::sched {
+
+struct RunOptions {
+  ProgressStyle progress = ProgressStyle::kAuto;
+  bool keep_going = true;   // process the remaining inputs after a failure
+  std::string report_path;  // JSON summary (one object per job) when not empty
+  const std::atomic<bool>* cancel = nullptr;
+  // Farm chunk restriction (frames [first, end) of each input); end < 0: to the end.
+  int64_t first_frame = 0;
+  int64_t end_frame = -1;
+};
+
+enum class InputState { kDone, kSkipped, kFailed };
+const char* to_string(InputState s);
+
+struct InputOutcome {
+  std::string input;
+  std::string output;
+  InputState state = InputState::kDone;
+  int exit_code = 0;
+  std::string error;  // one line, names the file
+  int64_t frames = 0;
+  double seconds = 0;
+};
+
+struct JobOutcome {
+  std::string job;
+  std::string file;
+  std::string task;
+  std::vector<InputOutcome> inputs;
+  int64_t frames = 0;
+  double seconds = 0;
+  double peak_rss_mib = 0;
+  int exit_code = 0;  // first failure's code, 0 when all done or skipped
+};
+
+// Runs one validated job; never throws wm::Error (failures are in the outcome).
+JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& progress);
+
+// Loads and validates every job file first (a bad file stops everything before any work, exit
+// 65), then runs them in order. Returns the process exit code: 0, or the first failure's code.
+int run_job_files(const std::vector<std::string>& files, const RunOptions& options,
+                  std::vector<JobOutcome>* outcomes = nullptr);
+
+// Writes the outcomes as JSON (atomically: temp file, fsync, rename).
+void write_report(const std::string& path, const std::vector<JobOutcome>& outcomes);
+
+}  // namespace wm::sched

@@ -1,0 +1,129 @@
+#include "scheduler/tasks.h"
+
+#include "io/video_reader.h"
+#include "io/video_writer.h"
+#include "parallel/devices.h"
+#include "scheduler/video_stages.h"
+#include "src/base/error.h"
+#include "src/base/log.h"
+
+namespace wm::sched {
+
+ModelSet::ModelSet(const ModelConfig& config, const std::string& devices,
+                   const std::vector<int>& ids)
+    : devices_(parallel::resolve_devices(devices, ids)) {
+  for (const Device& d : devices_) models_.push_back(make_model(config, d));
+}
+
+std::vector<std::unique_ptr<ModelSession>> ModelSet::open_sessions() const {
+  std::vector<std::unique_ptr<ModelSession>> sessions;
+  const size_t n = traits().causal_state ? 1 : models_.size();
+  for (size_t i = 0; i < n; ++i) sessions.push_back(models_[i]->open_session(devices_[i]));
+  return sessions;
+}
+
+TilePlan plan_job_tiles(const JobSpec& job, const ModelTraits& traits, int width, int height) {
+  const TilingSpec& t = job.tiling;
+  const bool tiled = t.enabled && !t.automatic;
+  try {
+    return plan_tiles(width, height, tiled ? t.tile_width : 0, tiled ? t.tile_height : 0, t.overlap,
+                      traits.halo, traits.scale_num, traits.scale_den, traits.size_multiple,
+                      /*feather=*/!traits.halo_exact);
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(job.file, job.line, "tiling", e.what());
+  }
+}
+
+namespace {
+
+io::EncodeSettings encode_settings(const EncodeSpec& spec) {
+  io::EncodeSettings s;
+  s.codec = spec.codec;
+  s.crf = spec.crf;
+  s.preset = spec.preset;
+  s.pix_fmt = spec.pix_fmt;
+  s.threads = spec.threads;
+  s.copy_audio = spec.copy_audio;
+  s.copy_subtitles = spec.copy_subtitles;
+  return s;
+}
+
+// Encoders for 4:2:0 / 4:2:2 need even sizes; an odd size loses its last row/column.
+void even_size(const std::string& pix_fmt, int& width, int& height) {
+  const bool is444 = pix_fmt.find("444") != std::string::npos || pix_fmt.rfind("gbr", 0) == 0 ||
+                     pix_fmt.rfind("rgb", 0) == 0;
+  if (is444) return;
+  width &= ~1;
+  if (pix_fmt.find("422") == std::string::npos) height &= ~1;
+}
+
+// Video in, video out, same frame count and timing: the built-in upscalers and any other
+// frame-to-frame model.
+class UpscaleRunner : public TaskRunner {
+ public:
+  explicit UpscaleRunner(const JobSpec& job)
+      : job_(job), models_(job.model, job.devices, job.device_ids) {}
+
+  int64_t process(const std::string& input, const std::string& output, const RunOptions& options,
+                  Progress& progress) override {
+    io::ReaderOptions reader_options;
+    reader_options.max_error_rate = job_.max_error_rate;
+    io::VideoReader reader(input, reader_options);
+    const io::VideoInfo& info = reader.info();
+    const ModelTraits& traits = models_.traits();
+
+    PipelineOptions pipeline;
+    pipeline.tokens = job_.tokens;
+    pipeline.cancel = options.cancel;
+    pipeline.tiles = plan_job_tiles(job_, traits, info.width, info.height);
+
+    io::WriterConfig config;
+    config.path = output;
+    config.width = pipeline.tiles.out_width();
+    config.height = pipeline.tiles.out_height();
+    even_size(job_.encode.pix_fmt, config.width, config.height);
+    if (config.width != pipeline.tiles.out_width() ||
+        config.height != pipeline.tiles.out_height()) {
+      log::get("job:" + job_.name)
+          ->warn("{}: output {}x{} cropped to {}x{} for the encoder's chroma subsampling", output,
+                 pipeline.tiles.out_width(), pipeline.tiles.out_height(), config.width,
+                 config.height);
+    }
+    config.time_base = info.time_base;
+    config.frame_rate = info.frame_rate;
+    config.source_path = input;
+    config.source = info;
+    config.encode = encode_settings(job_.encode);
+    io::VideoWriter writer(config);
+
+    const SliceRule rule =
+        make_slice_rule(job_.slice_frames, traits.frame_group, traits.frame_offset);
+    VideoSliceSource source(reader, rule, {}, options.first_frame, options.end_frame);
+    VideoFileSink sink(writer, config.width, config.height, /*same_timing=*/true, {}, &progress);
+    auto sessions = models_.open_sessions();
+
+    progress.begin(input, info.frames_estimate);
+    run_pipeline(source, sessions, sink, pipeline);
+    const int64_t written = writer.finish();
+    progress.end();
+    if (written != source.frames_read()) {
+      throw Error(output + ": wrote " + std::to_string(written) + " frames but read " +
+                      std::to_string(source.frames_read()),
+                  kExitSoftware);
+    }
+    return written;
+  }
+
+ private:
+  JobSpec job_;
+  ModelSet models_;
+};
+
+}  // namespace
+
+std::unique_ptr<TaskRunner> make_task_runner(const JobSpec& job) {
+  if (job.task == Task::kUpscale) return std::make_unique<UpscaleRunner>(job);
+  return make_latent_task_runner(job);
+}
+
+}  // namespace wm::sched

@@ -1,0 +1,52 @@
+// Task runners: what a job does with each input (upscale, decode_latents, encode_latents,
+// reconstruct). A runner is built once per job (models loaded once) and processes inputs one
+// after another.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "scheduler/pipeline.h"
+#include "scheduler/progress.h"
+#include "scheduler/runner.h"
+#include "src/geometry.h"
+#include "src/job_spec.h"
+#include "src/model.h"
+
+namespace wm::sched {
+
+class TaskRunner {
+ public:
+  virtual ~TaskRunner() = default;
+  // Processes `input` into `output` (the output path has been checked). Returns the frames
+  // written. Throws wm::Error; leaves no file at `output` on failure.
+  virtual int64_t process(const std::string& input, const std::string& output,
+                          const RunOptions& options, Progress& progress) = 0;
+};
+
+std::unique_ptr<TaskRunner> make_task_runner(const JobSpec& job);
+
+// The models of a job, one per device, and their sessions.
+class ModelSet {
+ public:
+  ModelSet(const ModelConfig& config, const std::string& devices, const std::vector<int>& ids);
+  const Model& model() const { return *models_.front(); }
+  const ModelTraits& traits() const { return models_.front()->traits(); }
+  // Fresh sessions for one input: one per device, or a single one for causal models.
+  std::vector<std::unique_ptr<ModelSession>> open_sessions() const;
+  const std::vector<Device>& devices() const { return devices_; }
+
+ private:
+  std::vector<Device> devices_;
+  std::vector<std::unique_ptr<Model>> models_;
+};
+
+// The tile plan a job asks for on an input of width×height (input pixels of the model).
+TilePlan plan_job_tiles(const JobSpec& job, const ModelTraits& traits, int width, int height);
+
+// Implemented in task_latents.cpp.
+std::unique_ptr<TaskRunner> make_latent_task_runner(const JobSpec& job);
+
+}  // namespace wm::sched

@@ -1,0 +1,122 @@
+#include "scheduler/video_stages.h"
+
+#include <cstring>
+
+#include "src/base/error.h"
+
+namespace wm::sched {
+
+VideoSliceSource::VideoSliceSource(io::VideoReader& reader, const SliceRule& rule, ValueMap map,
+                                   int64_t first_frame, int64_t end_frame)
+    : reader_(reader), rule_(rule), map_(map), end_frame_(end_frame) {
+  if (first_frame > 0) reader_.seek_to_frame(first_frame);
+}
+
+bool VideoSliceSource::fetch(io::VideoFrame& frame) {
+  if (have_lookahead_) {
+    frame = std::move(lookahead_);
+    have_lookahead_ = false;
+    return true;
+  }
+  if (!reader_.read(frame)) return false;
+  if (end_frame_ >= 0 && frame.index >= end_frame_) return false;
+  return true;
+}
+
+bool VideoSliceSource::next(SliceWork& out) {
+  const int want = next_index_ == 0 ? rule_.first_frames : rule_.slice_frames;
+  std::vector<io::VideoFrame> frames;
+  frames.reserve(want);
+  io::VideoFrame frame;
+  while (int(frames.size()) < want && fetch(frame)) frames.push_back(std::move(frame));
+  if (frames.empty()) return false;
+  // Look one frame ahead so the slice knows whether it is the last.
+  if (fetch(lookahead_)) {
+    have_lookahead_ = true;
+  }
+  out.index = next_index_;
+  out.first = next_index_ == 0;
+  out.last = !have_lookahead_;
+  const int real = int(frames.size());
+  out.padded = 0;
+  if (out.last) out.padded = int(pad_frames(real, rule_.group, out.first ? rule_.offset : 0));
+  const Planar& first = frames.front().image;
+  const int c = first.channels, h = first.height, w = first.width;
+  out.input = Planar(c, real + out.padded, h, w);
+  out.frames.clear();
+  for (int t = 0; t < real + out.padded; ++t) {
+    const Planar& img = frames[std::min(t, real - 1)].image;
+    for (int ch = 0; ch < c; ++ch) {
+      const float* src = img.plane(ch, 0);
+      float* dst = out.input.plane(ch, t);
+      if (map_.scale == 1.0f && map_.bias == 0.0f) {
+        std::memcpy(dst, src, sizeof(float) * img.plane_size());
+      } else {
+        for (size_t i = 0; i < img.plane_size(); ++i) dst[i] = src[i] * map_.scale + map_.bias;
+      }
+    }
+  }
+  for (const io::VideoFrame& f : frames) out.frames.push_back({f.index, f.pts, f.duration});
+  frames_read_ += real;
+  ++next_index_;
+  return true;
+}
+
+Planar extract_frame(const Planar& block, int t, int height, int width, ValueMap map) {
+  Planar img(block.channels, 1, height, width);
+  const bool identity = map.scale == 1.0f && map.bias == 0.0f;
+  for (int c = 0; c < block.channels; ++c) {
+    const float* src = block.plane(c, t);
+    float* dst = img.plane(c, 0);
+    for (int y = 0; y < height; ++y) {
+      const float* s = src + size_t(y) * block.width;
+      float* d = dst + size_t(y) * width;
+      if (identity) {
+        std::memcpy(d, s, sizeof(float) * width);
+      } else {
+        for (int x = 0; x < width; ++x) d[x] = (s[x] - map.bias) / map.scale;
+      }
+    }
+  }
+  return img;
+}
+
+VideoFileSink::VideoFileSink(io::VideoWriter& writer, int width, int height, bool same_timing,
+                             ValueMap map, Progress* progress)
+    : writer_(writer),
+      width_(width),
+      height_(height),
+      same_timing_(same_timing),
+      map_(map),
+      progress_(progress) {}
+
+void VideoFileSink::write(SliceResult&& result) {
+  const Planar& out = result.output;
+  int frames = out.frames;
+  if (same_timing_) {
+    if (frames != int(result.frames.size()) + result.padded) {
+      throw Error("model returned " + std::to_string(frames) + " frames for a slice of " +
+                      std::to_string(result.frames.size() + result.padded),
+                  kExitSoftware);
+    }
+    frames = int(result.frames.size());
+  }
+  for (int t = 0; t < frames; ++t) {
+    io::VideoFrame f;
+    if (same_timing_) {
+      f.index = result.frames[t].index;
+      f.pts = result.frames[t].pts;
+      f.duration = result.frames[t].duration;
+    } else {
+      f.index = written_;
+      f.pts = next_pts_++;
+      f.duration = 1;
+    }
+    f.image = extract_frame(out, t, height_, width_, map_);
+    writer_.write(f);
+    ++written_;
+  }
+  if (progress_) progress_->add(frames);
+}
+
+}  // namespace wm::sched

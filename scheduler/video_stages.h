@@ -1,0 +1,68 @@
+// Graph endpoints backed by video files: a source that cuts decoded frames into slices, and a
+// sink that encodes the frames of each finished slice.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "io/video_reader.h"
+#include "io/video_writer.h"
+#include "scheduler/pipeline.h"
+#include "scheduler/progress.h"
+
+namespace wm::sched {
+
+// Maps stored pixel values on the way in (x * scale + bias) and out ((y - bias) / scale), e.g.
+// [0,1] ↔ [-1,1] for the VAE.
+struct ValueMap {
+  float scale = 1.0f;
+  float bias = 0.0f;
+};
+
+// Cuts frames [first_frame, end_frame) of a reader into slices under `rule`, padding the last
+// slice by repeating its last frame when the rule's grouping requires it.
+class VideoSliceSource : public SliceSource {
+ public:
+  VideoSliceSource(io::VideoReader& reader, const SliceRule& rule, ValueMap map = {},
+                   int64_t first_frame = 0, int64_t end_frame = -1);
+  bool next(SliceWork& out) override;
+  int64_t frames_read() const { return frames_read_; }
+
+ private:
+  bool fetch(io::VideoFrame& frame);
+  io::VideoReader& reader_;
+  SliceRule rule_;
+  ValueMap map_;
+  int64_t end_frame_;
+  int64_t next_index_ = 0;
+  int64_t frames_read_ = 0;
+  bool have_lookahead_ = false;
+  io::VideoFrame lookahead_;
+};
+
+// Writes each output frame of each slice. With `same_timing`, output frame i of a slice takes
+// the pts of input frame i (models that keep the frame count); otherwise pts are generated as
+// consecutive ticks from 0 in the writer's time base. Padding frames are dropped.
+class VideoFileSink : public SliceSink {
+ public:
+  VideoFileSink(io::VideoWriter& writer, int width, int height, bool same_timing, ValueMap map = {},
+                Progress* progress = nullptr);
+  void write(SliceResult&& result) override;
+  int64_t frames_written() const { return written_; }
+
+ private:
+  io::VideoWriter& writer_;
+  int width_;
+  int height_;
+  bool same_timing_;
+  ValueMap map_;
+  Progress* progress_;
+  int64_t written_ = 0;
+  int64_t next_pts_ = 0;
+};
+
+// Copies frame t of `block` [C,T,H,W] into a [C,1,h,w] image (top-left crop when h,w smaller),
+// mapping values back through `map`.
+Planar extract_frame(const Planar& block, int t, int height, int width, ValueMap map = {});
+
+}  // namespace wm::sched

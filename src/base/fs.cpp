@@ -1,0 +1,86 @@
+#include "src/base/fs.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "src/base/error.h"
+
+namespace wm::fs {
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+int exit_code_for_errno(int err) {
+  return (err == EACCES || err == EPERM || err == EROFS || err == ENOENT || err == ENOTDIR)
+             ? kExitCantCreat
+             : kExitIoErr;
+}
+
+}  // namespace
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw OutputError(path + ": cannot open for fsync: " + errno_text());
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  // Some filesystems refuse fsync on folders (EINVAL); the data itself was synced already.
+  if (rc != 0 && err != EINVAL) throw OutputError(path + ": fsync failed: " + std::strerror(err));
+}
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  const std::string temp = path + ".partial";
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    throw OutputError(path + ": cannot create: " + std::strerror(err), exit_code_for_errno(err));
+  }
+  size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      ::unlink(temp.c_str());
+      throw OutputError(path + ": write failed: " + std::strerror(err));
+    }
+    done += size_t(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    throw OutputError(path + ": fsync failed: " + std::strerror(err));
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(temp.c_str());
+    throw OutputError(path + ": rename failed: " + std::strerror(err));
+  }
+  fsync_path(parent_dir(path));
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {
+  }, sb{};
+  if (::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0) return false;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+void make_dirs(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw OutputError(dir + ": cannot create output folder: " + ec.message(), kExitCantCreat);
+}
+
+std::string parent_dir(const std::string& path) {
+  const std::string parent = std::filesystem::path(path).parent_path().string();
+  return parent.empty() ? "." : parent;
+}
+
+}  // namespace wm::fs

@@ -1,0 +1,82 @@
+// A job file, validated. `load_job_file` reads a YAML job, checks every key (unknown keys, wrong
+// types, missing fields, bad values) before any work starts, and throws ConfigError
+// ("FILE:LINE: KEY: problem", exit 65) on the first problem. The full format, with an example
+// for every key, is docs/job-format.md.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "src/model.h"
+
+namespace wm {
+
+enum class OnExists { kFail, kSkip, kOverwrite };
+enum class Task { kUpscale, kDecodeLatents, kEncodeLatents, kReconstruct };
+const char* to_string(Task t);
+const char* to_string(OnExists o);
+
+struct EncodeSpec {
+  std::string codec = "libx264";  // libx264 | libx265 | ffv1 | prores_ks | any libav encoder
+  int crf = 18;
+  std::string preset = "medium";
+  std::string pix_fmt;  // empty: follow the source (yuv420p, or yuv420p10le for >8-bit)
+  bool copy_audio = true;
+  bool copy_subtitles = true;
+  int threads = 0;
+};
+
+struct TilingSpec {
+  bool enabled = false;    // false: whole frames ("tiling: none")
+  bool automatic = false;  // "tiling: auto": sized from free memory
+  int tile_width = 0;      // input pixels
+  int tile_height = 0;
+  int overlap = 0;  // input pixels shared by neighbouring tiles (>= model halo for exactness)
+};
+
+struct JobSpec {
+  std::string file;  // the job file as given
+  std::string dir;   // its folder, absolute: relative paths in the job resolve against it
+  int line = 0;      // first line of this job in the file
+  std::string name;  // `job:` or the file's stem
+  Task task = Task::kUpscale;
+  std::vector<std::string> inputs;  // as written; may hold globs (resolved relative to dir)
+  std::vector<int> input_lines;     // 1-based line of each entry of `inputs`, for errors
+  std::string output;               // template: {stem} {ext} {job} {dir}
+  OnExists on_exists = OnExists::kFail;
+  ModelConfig model;
+  std::string devices = "cpu";  // cpu | auto | list ("list": the GPU indices are in device_ids)
+  std::vector<int> device_ids;
+  TilingSpec tiling;
+  int slice_frames = 16;  // frames (latent frames for decode_latents) per temporal slice
+  int tokens = 3;         // slices in flight (bounds memory)
+  EncodeSpec encode;
+  double fps = 0;  // decode_latents: output frame rate (0: from the file, else 16)
+  std::string input_tensor = "latent";  // decode_latents / encode_latents with .safetensors input
+  double max_error_rate = 0.0;          // tolerated fraction of undecodable packets
+};
+
+// Loads every job in `path` (one YAML document per job; `---` separates several).
+std::vector<JobSpec> load_job_file(const std::string& path);
+// Parses YAML text; `path` names it in errors and anchors relative paths.
+std::vector<JobSpec> parse_job_text(const std::string& text, const std::string& path);
+
+// Expands `{stem}`, `{ext}`, `{job}`, `{dir}` (the input's folder) in `output_template` for one
+// input; the result is resolved against job_dir when relative. Unknown placeholders throw.
+// `{stem}` is the input's file name without extension, `{ext}` its extension with the dot,
+// `{dir}` its absolute folder (allowed only at the start of the template); `{{` and `}}` are
+// literal braces. A relative input_path is taken relative to job_dir. Throws wm::Error
+// (kExitDataErr) for an unknown placeholder, an unmatched brace, or an output that would be the
+// input file itself. The result is lexically normalised.
+std::string expand_output(const std::string& output_template, const std::string& input_path,
+                          const std::string& job_name, const std::string& job_dir);
+
+// The input files of a job: each entry of `inputs` resolved against `dir`; a glob (POSIX glob(3):
+// `*`, `?`, `[...]`) expands to the files it matches (folders left out), sorted by name; entries
+// keep their order and a file named twice appears once. A literal path that does not exist is
+// kept (the runner reports it as a missing input). A glob that matches no file throws wm::Error
+// (kExitNoInput): "FILE:LINE: input: no file matches 'clips/*.mp4'".
+std::vector<std::string> expand_inputs(const JobSpec& job);
+
+}  // namespace wm
