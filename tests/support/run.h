@@ -1,0 +1,26 @@
+// Running the real binaries from tests (wmbatch, ffmpeg): fork/exec, output captured.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace wm::test {
+
+struct CommandResult {
+  int exit_code = -1;  // exit status, or 128+signal when killed
+  std::string output;  // stdout and stderr together
+};
+
+// Runs argv[0] (searched in PATH) with the arguments; blocks until it exits.
+CommandResult run_command(const std::vector<std::string>& argv);
+
+// build/wmbatch of this build tree.
+std::string wmbatch_path();
+
+void write_text(const std::string& path, const std::string& content);
+std::string read_text(const std::string& path);
+bool exists(const std::string& path);
+// Files in `dir` (names only), sorted.
+std::vector<std::string> list_dir(const std::string& dir);
+
+}  // namespace wm::test
