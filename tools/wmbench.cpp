@@ -1,1 +1,28 @@
-int main() { return 0; }
+// wmbench: benchmarks that print JSON. Speed and memory targets are checked here, not in tests.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "io/av_log.h"
+#include "tools/bench.h"
+
+namespace {
+const char* kUsage =
+    "wmbench BENCH [options]   (each prints one JSON object on stdout)\n"
+    "  upscale      wmbatch's upscale job vs the ffmpeg CLI on the same clip\n"
+    "  vae-decode   Wan2.1 VAE decode speed and peak memory (random weights)\n"
+    "  BENCH --help for its options\n";
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help")) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 64 : 0;
+  }
+  wm::io::install_av_log();
+  const std::string bench = argv[1];
+  if (bench == "upscale") return bench_upscale(argc - 2, argv + 2);
+  if (bench == "vae-decode") return bench_vae_decode(argc - 2, argv + 2);
+  std::fprintf(stderr, "wmbench: unknown benchmark '%s'\n%s", bench.c_str(), kUsage);
+  return 64;
+}
