@@ -1,0 +1,891 @@
+// Job files: YAML text → validated JobSpec. Each document is checked key by key in the order of
+// JobSpec's fields; the first problem throws ConfigError with the line of the offending node.
+#include "src/job_spec.h"
+
+#include <fnmatch.h>
+#include <glob.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <locale>
+#include <map>
+#include <new>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "src/base/error.h"
+
+namespace wm {
+
+const char* to_string(Task t) {
+  switch (t) {
+    case Task::kUpscale:
+      return "upscale";
+    case Task::kDecodeLatents:
+      return "decode_latents";
+    case Task::kEncodeLatents:
+      return "encode_latents";
+    case Task::kReconstruct:
+      return "reconstruct";
+  }
+  return "?";
+}
+
+const char* to_string(OnExists o) {
+  switch (o) {
+    case OnExists::kFail:
+      return "fail";
+    case OnExists::kSkip:
+      return "skip";
+    case OnExists::kOverwrite:
+      return "overwrite";
+  }
+  return "?";
+}
+
+const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::kFloat32:
+      return "fp32";
+    case Precision::kBFloat16:
+      return "bf16";
+    case Precision::kFloat16:
+      return "fp16";
+  }
+  return "?";
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Known keys of each map; `path` is the map's dotted prefix ("" for the top level).
+struct KeyTable {
+  std::string path;
+  std::vector<std::string> keys;
+};
+
+const KeyTable kTopKeys{
+    "",
+    {"job", "task", "input", "output", "on_exists", "model", "precision", "devices", "tiling",
+     "slice_frames", "tokens", "encode", "fps", "input_tensor", "max_error_rate"}};
+const KeyTable kModelKeys{"model",
+                          {"kind", "scale", "weights", "dim", "z_dim", "dim_mult", "num_res_blocks",
+                           "temporal_downsample", "latent_mean", "latent_std"}};
+const KeyTable kTilingKeys{"tiling", {"tile", "tile_width", "tile_height", "overlap"}};
+const KeyTable kEncodeKeys{"encode",
+                           {"codec", "crf", "preset", "pix_fmt", "audio", "subtitles", "threads"}};
+const KeyTable* const kAllTables[] = {&kTopKeys, &kModelKeys, &kTilingKeys, &kEncodeKeys};
+
+const char* const kVaeOnlyKeys[] = {
+    "dim",         "z_dim",     "dim_mult", "num_res_blocks", "temporal_downsample",
+    "latent_mean", "latent_std"};
+const char* const kX264Presets[] = {"ultrafast", "superfast", "veryfast", "faster",   "fast",
+                                    "medium",    "slow",      "slower",   "veryslow", "placebo"};
+
+// Placeholders of output templates.
+const char* const kPlaceholders[] = {"stem", "ext", "job", "dir"};
+
+// --- small text helpers -------------------------------------------------------------------------
+
+// Edit distance with adjacent transpositions (optimal string alignment), case-insensitive.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  const auto low = [](char c) {
+    return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  };
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = low(a[i - 1]) == low(b[j - 1]) ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && low(a[i - 1]) == low(b[j - 2]) && low(a[i - 2]) == low(b[j - 1])) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// Close enough to be a typo of `known`: one edit for short words, two for longer ones.
+bool is_typo_of(const std::string& word, const std::string& known) {
+  const size_t limit = known.size() <= 4 ? 1 : 2;
+  return edit_distance(word, known) <= limit;
+}
+
+std::optional<std::string> closest(const std::string& word, const std::vector<std::string>& known) {
+  std::optional<std::string> best;
+  size_t best_distance = 0;
+  for (const auto& k : known) {
+    if (!is_typo_of(word, k)) continue;
+    const size_t dist = edit_distance(word, k);
+    if (!best || dist < best_distance) {
+      best = k;
+      best_distance = dist;
+    }
+  }
+  return best;
+}
+
+// "a, b or c"
+std::string one_of(const std::vector<std::string>& words) {
+  std::string out;
+  for (size_t i = 0; i < words.size(); ++i) {
+    if (i > 0) out += i + 1 == words.size() ? " or " : ", ";
+    out += words[i];
+  }
+  return out;
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+bool has_glob_chars(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+// Lexically normal, without a trailing separator (except for "/").
+std::string normal_path(const fs::path& p) {
+  fs::path n = p.lexically_normal();
+  if (!n.has_filename() && n.has_parent_path() && n != n.root_path()) n = n.parent_path();
+  return n.string();
+}
+
+std::string resolve_path(const std::string& dir, const std::string& p) {
+  const fs::path path(p);
+  return normal_path(path.is_absolute() ? path : fs::path(dir) / path);
+}
+
+std::string absolute_dir(const std::string& dir) {
+  return normal_path(fs::absolute(dir.empty() ? fs::path(".") : fs::path(dir)));
+}
+
+// `pattern` resolved against `dir`, with the glob characters of `dir` itself escaped.
+std::string glob_pattern(const std::string& dir, const std::string& pattern) {
+  std::string escaped;
+  for (char c : dir) {
+    if (c == '*' || c == '?' || c == '[' || c == '\\') escaped += '\\';
+    escaped += c;
+  }
+  return resolve_path(escaped, pattern);
+}
+
+// --- output templates ---------------------------------------------------------------------------
+
+struct TemplateResult {
+  std::string text;
+  std::string error;           // empty: expanded
+  std::set<std::string> used;  // placeholders that occur
+};
+
+// Expands `{name}` with value(name); `{{` and `}}` are literal braces; `{dir}` only at the start.
+TemplateResult expand_template(const std::string& tmpl,
+                               const std::function<std::string(const std::string&)>& value) {
+  TemplateResult r;
+  for (size_t i = 0; i < tmpl.size(); ++i) {
+    const char c = tmpl[i];
+    if (c == '}') {
+      if (i + 1 < tmpl.size() && tmpl[i + 1] == '}') {
+        r.text += '}';
+        ++i;
+        continue;
+      }
+      r.error = "unmatched '}' (write }} for a literal brace)";
+      return r;
+    }
+    if (c != '{') {
+      r.text += c;
+      continue;
+    }
+    if (i + 1 < tmpl.size() && tmpl[i + 1] == '{') {
+      r.text += '{';
+      ++i;
+      continue;
+    }
+    const size_t close = tmpl.find('}', i + 1);
+    if (close == std::string::npos) {
+      r.error = "unmatched '{' (write {{ for a literal brace)";
+      return r;
+    }
+    const std::string name = tmpl.substr(i + 1, close - i - 1);
+    const auto* known = std::find(std::begin(kPlaceholders), std::end(kPlaceholders), name);
+    if (known == std::end(kPlaceholders)) {
+      r.error = "unknown placeholder {" + name + "} (known: {stem} {ext} {job} {dir})";
+      return r;
+    }
+    if (name == "dir" && i != 0) {
+      r.error = "{dir} may only start the template (it is an absolute folder)";
+      return r;
+    }
+    r.used.insert(name);
+    r.text += value(name);
+    i = close;
+  }
+  return r;
+}
+
+// expand_output without the "is the input itself" check; returns the expansion or an error.
+TemplateResult expand_output_path(const std::string& tmpl, const std::string& input_path,
+                                  const std::string& job_name, const std::string& job_dir) {
+  const std::string dir = absolute_dir(job_dir);
+  const fs::path input(resolve_path(dir, input_path));
+  TemplateResult r = expand_template(tmpl, [&](const std::string& name) -> std::string {
+    if (name == "stem") return input.stem().string();
+    if (name == "ext") return input.extension().string();
+    if (name == "job") return job_name;
+    return normal_path(input.parent_path());  // "dir"
+  });
+  if (r.error.empty()) r.text = resolve_path(dir, r.text);
+  return r;
+}
+
+// --- reading YAML nodes -------------------------------------------------------------------------
+
+// A value found in a map: the node, its dotted key, the 1-based line to report, and the file.
+struct Field {
+  YAML::Node node;
+  std::string key;
+  int line = 0;
+  const std::string* file = nullptr;
+};
+
+[[noreturn]] void fail(const Field& f, const std::string& problem) {
+  throw ConfigError(*f.file, f.line, f.key, problem);
+}
+
+int line_of(const YAML::Node& node, int fallback) {
+  const YAML::Mark mark = node.Mark();
+  // yaml-cpp marks an empty value with the next token's position, and an alias with its
+  // anchor's: neither is where the user looks.
+  if (node.IsNull() || mark.is_null() || mark.line + 1 < fallback) return fallback;
+  return mark.line + 1;
+}
+
+// Short description of a node for "(got ...)": one line, quoted text for scalars.
+std::string got(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Scalar: {
+      std::string s = n.Scalar();
+      const size_t cut = std::min(s.find('\n'), size_t{40});
+      if (cut < s.size()) s = s.substr(0, cut) + "...";
+      return (n.Tag() == "!" ? "the string '" : "'") + s + "'";
+    }
+    default:
+      return "nothing";
+  }
+}
+
+// Quoted and block scalars are strings even when they look like numbers.
+bool is_plain_scalar(const YAML::Node& n) { return n.IsScalar() && n.Tag() != "!"; }
+
+std::string get_string(const Field& f) {
+  if (!f.node.IsScalar()) fail(f, "must be a string (got " + got(f.node) + ")");
+  if (f.node.Scalar().empty()) fail(f, "must not be empty");
+  return f.node.Scalar();
+}
+
+long long get_int(const Field& f, long long min, long long max) {
+  long long v = 0;
+  const std::string& s = f.node.IsScalar() ? f.node.Scalar() : std::string();
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (!is_plain_scalar(f.node) || s.empty() || ec != std::errc() || end != s.data() + s.size()) {
+    fail(f, "must be an integer (got " + got(f.node) + ")");
+  }
+  if (v < min) fail(f, "must be at least " + std::to_string(min) + " (got " + s + ")");
+  if (v > max) fail(f, "must be at most " + std::to_string(max) + " (got " + s + ")");
+  return v;
+}
+
+int get_int_in(const Field& f, const std::vector<int>& allowed) {
+  const long long v = get_int(f, std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
+  if (std::find(allowed.begin(), allowed.end(), v) == allowed.end()) {
+    std::vector<std::string> words;
+    for (int a : allowed) words.push_back(std::to_string(a));
+    fail(f, "must be " + one_of(words) + " (got " + std::to_string(v) + ")");
+  }
+  return static_cast<int>(v);
+}
+
+std::string fmt_number(double v) {
+  std::ostringstream out;
+  out.imbue(std::locale::classic());
+  out << v;
+  return out.str();
+}
+
+struct NumberRange {
+  double min;
+  double max;
+  bool min_exclusive = false;
+};
+
+double get_number(const Field& f, NumberRange range) {
+  double v = 0;
+  bool ok = is_plain_scalar(f.node) && !f.node.Scalar().empty();
+  if (ok) {
+    std::istringstream in(f.node.Scalar());
+    in.imbue(std::locale::classic());
+    in >> v;
+    ok = !in.fail() && in.peek() == std::char_traits<char>::eof() && std::isfinite(v);
+  }
+  if (!ok) fail(f, "must be a number (got " + got(f.node) + ")");
+  const std::string text = f.node.Scalar();
+  if (range.min_exclusive && v <= range.min) {
+    fail(f, "must be greater than " + fmt_number(range.min) + " (got " + text + ")");
+  }
+  if (v < range.min) fail(f, "must be at least " + fmt_number(range.min) + " (got " + text + ")");
+  if (v > range.max) fail(f, "must be at most " + fmt_number(range.max) + " (got " + text + ")");
+  return v;
+}
+
+bool get_bool(const Field& f) {
+  bool v = false;
+  if (!is_plain_scalar(f.node) || !YAML::convert<bool>::decode(f.node, v)) {
+    fail(f, "must be true or false (got " + got(f.node) + ")");
+  }
+  return v;
+}
+
+// One of a few words, e.g. on_exists; suggests the closest on a typo.
+template <typename T>
+T get_enum(const Field& f, const std::vector<std::pair<std::string, T>>& choices) {
+  std::vector<std::string> words;
+  for (const auto& c : choices) words.push_back(c.first);
+  if (f.node.IsScalar()) {
+    for (const auto& c : choices) {
+      if (c.first == f.node.Scalar()) return c.second;
+    }
+  }
+  std::string problem = "must be " + one_of(words) + " (got " + got(f.node);
+  if (f.node.IsScalar()) {
+    if (auto guess = closest(f.node.Scalar(), words)) problem += "; did you mean `" + *guess + "`?";
+  }
+  fail(f, problem + ")");
+}
+
+// The elements of a list, each with its own key ("model.dim_mult[2]") and line.
+std::vector<Field> get_list(const Field& f, size_t min_size, size_t max_size) {
+  if (!f.node.IsSequence()) fail(f, "must be a list (got " + got(f.node) + ")");
+  if (f.node.size() < min_size) {
+    fail(f, min_size == 1 ? "must not be empty"
+                          : "must have at least " + std::to_string(min_size) + " entries");
+  }
+  if (f.node.size() > max_size) {
+    fail(f, "must have at most " + std::to_string(max_size) + " entries (got " +
+                std::to_string(f.node.size()) + ")");
+  }
+  std::vector<Field> out;
+  for (size_t i = 0; i < f.node.size(); ++i) {
+    const YAML::Node item = f.node[i];
+    out.push_back({item, f.key + "[" + std::to_string(i) + "]", line_of(item, f.line), f.file});
+  }
+  return out;
+}
+
+// A map's entries after checking every key: a scalar, known to `table`, not repeated.
+class MapView {
+ public:
+  MapView(const Field& map, const KeyTable& table) : map_(map) {
+    if (!map.node.IsMap()) fail(map, "must be a map of keys (got " + got(map.node) + ")");
+    for (const auto& kv : map.node) {
+      const int key_line = line_of(kv.first, map.line);
+      const std::string name = kv.first.IsScalar() ? kv.first.Scalar() : "";
+      const std::string path = table.path.empty() ? name : table.path + "." + name;
+      const Field key_field{kv.first, path, key_line, map.file};
+      if (!kv.first.IsScalar())
+        fail({kv.first, table.path, key_line, map.file}, "keys must be words");
+      if (std::find(table.keys.begin(), table.keys.end(), name) == table.keys.end()) {
+        fail(key_field, "unknown key" + suggestion(name, table));
+      }
+      // A value is reported at its key's line: that is where a block map or list starts.
+      const auto [it, fresh] = fields_.emplace(name, Field{kv.second, path, key_line, map.file});
+      if (!fresh)
+        fail(key_field, "repeated key (first at line " + std::to_string(it->second.line) + ")");
+    }
+  }
+
+  const Field* find(const std::string& key) const {
+    const auto it = fields_.find(key);
+    return it == fields_.end() ? nullptr : &it->second;
+  }
+  const Field& require(const std::string& key) const {
+    const Field* f = find(key);
+    if (!f) fail(absent(key), "required");
+    return *f;
+  }
+  // A stand-in for a key that is not there, for errors about its absence (the map's line).
+  Field absent(const std::string& key) const {
+    return {YAML::Node(), map_.key.empty() ? key : map_.key + "." + key, map_.line, map_.file};
+  }
+  int line() const { return map_.line; }
+
+ private:
+  // " (did you mean `x`?)": a typo of a key of this map, else a key of another map.
+  static std::string suggestion(const std::string& name, const KeyTable& table) {
+    if (auto guess = closest(name, table.keys)) return " (did you mean `" + *guess + "`?)";
+    for (const KeyTable* other : kAllTables) {
+      if (other == &table) continue;
+      if (auto guess = closest(name, other->keys)) {
+        if (other->path.empty()) return " (did you mean top-level `" + *guess + "`?)";
+        return " (did you mean `" + other->path + "." + *guess + "`?)";
+      }
+    }
+    std::string known;
+    for (const auto& k : table.keys) known += (known.empty() ? "" : ", ") + k;
+    return " (known keys: " + known + ")";
+  }
+
+  Field map_;
+  std::map<std::string, Field> fields_;
+};
+
+// --- one job ------------------------------------------------------------------------------------
+
+const std::vector<std::pair<std::string, Task>> kTasks = {{"upscale", Task::kUpscale},
+                                                          {"decode_latents", Task::kDecodeLatents},
+                                                          {"encode_latents", Task::kEncodeLatents},
+                                                          {"reconstruct", Task::kReconstruct}};
+const std::vector<std::pair<std::string, OnExists>> kOnExists = {
+    {"fail", OnExists::kFail}, {"skip", OnExists::kSkip}, {"overwrite", OnExists::kOverwrite}};
+const std::vector<std::pair<std::string, Precision>> kPrecisions = {
+    {"fp32", Precision::kFloat32}, {"bf16", Precision::kBFloat16}, {"fp16", Precision::kFloat16}};
+const std::vector<std::pair<std::string, std::string>> kModelKinds = {
+    {"lanczos", "lanczos"},
+    {"bicubic", "bicubic"},
+    {"wan2.1-vae", "wan2.1-vae"},
+    {"torchscript", "torchscript"}};
+const std::vector<std::pair<std::string, bool>> kCopyOrNone = {{"copy", true}, {"none", false}};
+
+// Model kinds each task can run.
+std::vector<std::string> kinds_for(Task task) {
+  switch (task) {
+    case Task::kUpscale:
+      return {"lanczos", "bicubic", "torchscript"};
+    case Task::kDecodeLatents:
+    case Task::kEncodeLatents:
+      return {"wan2.1-vae", "torchscript"};
+    case Task::kReconstruct:
+      return {"wan2.1-vae"};
+  }
+  return {};
+}
+
+class JobParser {
+ public:
+  JobParser(const Field& doc, const std::string& default_name) : top_(doc, kTopKeys) {
+    job_.file = *doc.file;
+    job_.dir = absolute_dir(fs::path(*doc.file).parent_path().string());
+    job_.line = doc.line;
+    job_.name = default_name;
+  }
+
+  JobSpec parse() {
+    if (const Field* f = top_.find("job")) {
+      job_.name = get_string(*f);
+      if (job_.name.find_first_of("/\\") != std::string::npos) fail(*f, "must not contain '/'");
+    }
+    if (const Field* f = top_.find("task")) job_.task = get_enum(*f, kTasks);
+    parse_inputs(top_.require("input"));
+    parse_output(top_.require("output"));
+    if (const Field* f = top_.find("on_exists")) job_.on_exists = get_enum(*f, kOnExists);
+    parse_model();
+    if (const Field* f = top_.find("precision")) job_.model.precision = get_enum(*f, kPrecisions);
+    if (const Field* f = top_.find("devices")) parse_devices(*f);
+    if (const Field* f = top_.find("tiling")) parse_tiling(*f);
+    if (const Field* f = top_.find("slice_frames")) job_.slice_frames = get_int(*f, 1, 1 << 20);
+    if (const Field* f = top_.find("tokens")) job_.tokens = get_int(*f, 1, 1024);
+    if (const Field* f = top_.find("encode")) parse_encode(*f);
+    if (const Field* f = top_.find("fps")) {
+      only_for_tasks(*f, {Task::kDecodeLatents});
+      job_.fps = get_number(*f, {0, 1000, true});
+    }
+    if (const Field* f = top_.find("input_tensor")) {
+      only_for_tasks(*f, {Task::kDecodeLatents, Task::kEncodeLatents});
+      job_.input_tensor = get_string(*f);
+    }
+    if (const Field* f = top_.find("max_error_rate")) job_.max_error_rate = get_number(*f, {0, 1});
+    return job_;
+  }
+
+  const Field* name_field() const { return top_.find("job"); }
+
+ private:
+  void only_for_tasks(const Field& f, const std::vector<Task>& tasks) const {
+    if (std::find(tasks.begin(), tasks.end(), job_.task) != tasks.end()) return;
+    std::vector<std::string> names;
+    for (Task t : tasks) names.push_back(to_string(t));
+    fail(f, "applies only to task " + one_of(names) + " (task is " + to_string(job_.task) + ")");
+  }
+
+  void parse_inputs(const Field& f) {
+    if (f.node.IsSequence()) {
+      for (const Field& item : get_list(f, 1, 100000)) {
+        job_.inputs.push_back(get_string(item));
+        job_.input_lines.push_back(item.line);
+      }
+    } else if (f.node.IsScalar()) {
+      job_.inputs.push_back(get_string(f));
+      job_.input_lines.push_back(f.line);
+    } else {
+      fail(f, "must be a file, a glob or a list of them (got " + got(f.node) + ")");
+    }
+  }
+
+  void parse_output(const Field& f) {
+    const std::string tmpl = get_string(f);
+    const TemplateResult check = expand_template(tmpl, [](const std::string&) { return "x"; });
+    if (!check.error.empty()) fail(f, check.error);
+    const bool several = job_.inputs.size() > 1 ||
+                         std::any_of(job_.inputs.begin(), job_.inputs.end(), has_glob_chars);
+    if (several && !check.used.count("stem")) {
+      fail(f, "must contain {stem} when input names several files (they would all write one file)");
+    }
+    if (job_.task == Task::kEncodeLatents) {
+      if (!ends_with(tmpl, ".safetensors")) fail(f, "must end with .safetensors (latents)");
+    } else {
+      if (ends_with(tmpl, ".safetensors") ||
+          (job_.task == Task::kDecodeLatents && ends_with(tmpl, "{ext}"))) {
+        fail(f, std::string("must name a video file such as {stem}.mp4 (task ") +
+                    to_string(job_.task) + " writes video)");
+      }
+      const TemplateResult sample = expand_template(tmpl, [](const std::string& name) {
+        return name == "ext" ? std::string(".mkv") : name == "dir" ? std::string("/d") : "x";
+      });
+      if (!fs::path(sample.text).has_extension()) {
+        fail(f, "needs a file extension, which picks the container (e.g. {stem}.mp4)");
+      }
+    }
+    // Expanding with the pattern itself as the input finds outputs that overwrite an input
+    // (`{dir}/{stem}{ext}`) or that a later run would take as inputs (`*.mp4` → `{stem}_x2.mp4`).
+    for (size_t i = 0; i < job_.inputs.size(); ++i) {
+      const std::string input = resolve_path(job_.dir, job_.inputs[i]);
+      const std::string out = expand_output_path(tmpl, input, job_.name, job_.dir).text;
+      const std::string where =
+          "'" + job_.inputs[i] + "' (line " + std::to_string(job_.input_lines[i]) + ")";
+      if (out == input) fail(f, "would overwrite input " + where);
+      const std::string pattern = glob_pattern(job_.dir, job_.inputs[i]);
+      if (has_glob_chars(job_.inputs[i]) &&
+          fnmatch(pattern.c_str(), out.c_str(), FNM_PATHNAME | FNM_PERIOD) == 0) {
+        fail(f, "outputs would match input " + where + "; write them to another folder");
+      }
+    }
+    job_.output = tmpl;
+  }
+
+  void parse_model() {
+    ModelConfig& m = job_.model;
+    switch (job_.task) {
+      case Task::kUpscale:
+        m.task = "upscale";
+        break;
+      case Task::kDecodeLatents:
+        m.task = "decode";
+        break;
+      // reconstruct: the runner builds the decoder from the same config.
+      case Task::kEncodeLatents:
+      case Task::kReconstruct:
+        m.task = "encode";
+        break;
+    }
+    const std::vector<std::string> kinds = kinds_for(job_.task);
+    const Field* f = top_.find("model");
+    if (!f) {
+      if (std::find(kinds.begin(), kinds.end(), m.kind) == kinds.end()) {
+        fail(top_.absent("model"), std::string("required for task ") + to_string(job_.task) +
+                                       " (kind " + one_of(kinds) + ")");
+      }
+      return;
+    }
+    const MapView model(*f, kModelKeys);
+    const Field* kind = model.find("kind");
+    if (kind) m.kind = get_enum(*kind, kModelKinds);
+    if (std::find(kinds.begin(), kinds.end(), m.kind) == kinds.end()) {
+      fail(kind ? *kind : model.absent("kind"), std::string("task ") + to_string(job_.task) +
+                                                    " needs kind " + one_of(kinds) + " (got " +
+                                                    m.kind + ")");
+    }
+    const bool builtin = m.kind == "lanczos" || m.kind == "bicubic";
+    const bool vae = m.kind == "wan2.1-vae";
+
+    if (const Field* s = model.find("scale")) {
+      if (!builtin) fail(*s, "applies only to kind lanczos or bicubic");
+      m.scale = get_int_in(*s, {2, 3, 4});
+    }
+    if (const Field* w = model.find("weights")) {
+      if (builtin) fail(*w, "applies only to kind wan2.1-vae or torchscript");
+      const std::string weights = get_string(*w);
+      if (vae && !ends_with(weights, ".safetensors")) {
+        fail(*w, "must be a .safetensors file (convert the official .pth first)");
+      }
+      m.weights = resolve_path(job_.dir, weights);
+    } else if (!builtin) {
+      fail(model.absent("weights"), "required for kind " + m.kind);
+    }
+    for (const char* key : kVaeOnlyKeys) {
+      const Field* k = model.find(key);
+      if (k && !vae) fail(*k, "applies only to kind wan2.1-vae");
+    }
+    if (vae) parse_vae(model);
+  }
+
+  void parse_vae(const MapView& model) {
+    ModelConfig& m = job_.model;
+    if (const Field* f = model.find("dim")) m.dim = get_int(*f, 1, 4096);
+    if (const Field* f = model.find("z_dim")) m.z_dim = get_int(*f, 1, 1024);
+    if (const Field* f = model.find("num_res_blocks")) m.num_res_blocks = get_int(*f, 1, 64);
+    const Field* mult = model.find("dim_mult");
+    if (mult) {
+      m.dim_mult.clear();
+      for (const Field& item : get_list(*mult, 1, 8)) m.dim_mult.push_back(get_int(item, 1, 64));
+    }
+    const Field* down = model.find("temporal_downsample");
+    if (down) {
+      m.temporal_downsample.clear();
+      for (const Field& item : get_list(*down, 0, 8))
+        m.temporal_downsample.push_back(get_bool(item));
+    }
+    if (m.temporal_downsample.size() + 1 != m.dim_mult.size()) {
+      const std::string steps = std::to_string(m.dim_mult.size() - 1);
+      if (!down) {
+        fail(*mult, "model.temporal_downsample needs " + steps + " entries to match; set it");
+      }
+      fail(*down, "needs " + steps + " entries, one per step between dim_mult levels (got " +
+                      std::to_string(m.temporal_downsample.size()) + ")");
+    }
+
+    const auto stats = [&](const char* key, bool positive) {
+      std::vector<double> values;
+      const Field* f = model.find(key);
+      if (!f) return values;
+      const auto items = get_list(*f, 1, 1024);
+      for (const Field& item : items) {
+        values.push_back(get_number(item, {positive ? 0.0 : -1e30, 1e30, positive}));
+      }
+      if (static_cast<int>(values.size()) != m.z_dim) {
+        fail(*f, "needs z_dim = " + std::to_string(m.z_dim) + " numbers (got " +
+                     std::to_string(values.size()) + ")");
+      }
+      return values;
+    };
+    m.latent_mean = stats("latent_mean", false);
+    m.latent_std = stats("latent_std", true);
+    if (m.z_dim != 16 && (m.latent_mean.empty() || m.latent_std.empty())) {
+      fail(*model.find("z_dim"),
+           "the official latent_mean and latent_std have 16 channels; give both for this z_dim");
+    }
+  }
+
+  void parse_devices(const Field& f) {
+    if (f.node.IsScalar() && (f.node.Scalar() == "cpu" || f.node.Scalar() == "auto")) {
+      job_.devices = f.node.Scalar();
+      return;
+    }
+    if (!f.node.IsSequence()) {
+      fail(f, "must be cpu, auto or a list of GPU indices like [0, 1] (got " + got(f.node) + ")");
+    }
+    job_.devices = "list";
+    for (const Field& item : get_list(f, 1, 1024)) {
+      const int id = get_int(item, 0, 1023);
+      if (std::find(job_.device_ids.begin(), job_.device_ids.end(), id) != job_.device_ids.end()) {
+        fail(item, "GPU " + std::to_string(id) + " is listed twice");
+      }
+      job_.device_ids.push_back(id);
+    }
+  }
+
+  void parse_tiling(const Field& f) {
+    TilingSpec& t = job_.tiling;
+    if (f.node.IsScalar() && f.node.Scalar() == "none") return;
+    if (f.node.IsScalar() && f.node.Scalar() == "auto") {
+      t.enabled = t.automatic = true;
+      return;
+    }
+    if (!f.node.IsMap()) {
+      fail(f,
+           "must be none, auto or a map like {tile: 512, overlap: 16} (got " + got(f.node) + ")");
+    }
+    const MapView tiling(f, kTilingKeys);
+    const int max_tile = 1 << 16;
+    const Field* tile = tiling.find("tile");
+    const Field* width = tiling.find("tile_width");
+    const Field* height = tiling.find("tile_height");
+    if (tile) {
+      if (width || height)
+        fail(width ? *width : *height, "give either tile or tile_width/tile_height");
+      t.tile_width = t.tile_height = get_int(*tile, 1, max_tile);
+    } else if (width || height) {
+      if (!width) fail(tiling.absent("tile_width"), "required with tiling.tile_height");
+      if (!height) fail(tiling.absent("tile_height"), "required with tiling.tile_width");
+      t.tile_width = get_int(*width, 1, max_tile);
+      t.tile_height = get_int(*height, 1, max_tile);
+    } else {
+      fail(tiling.absent("tile"), "required (or tile_width and tile_height)");
+    }
+    t.enabled = true;
+    if (const Field* o = tiling.find("overlap")) {
+      t.overlap = get_int(*o, 0, max_tile);
+      const int smallest = std::min(t.tile_width, t.tile_height);
+      if (t.overlap >= smallest) {
+        fail(*o, "must be less than the tile size " + std::to_string(smallest) + " (got " +
+                     std::to_string(t.overlap) + ")");
+      }
+    }
+    // The Wan encoder takes frames whose sides are multiples of 8.
+    const bool vae_encode = job_.model.kind == "wan2.1-vae" && job_.model.task == "encode";
+    if (vae_encode && (t.tile_width % 8 || t.tile_height % 8)) {
+      const Field& bad = tile ? *tile : t.tile_width % 8 ? *width : *height;
+      fail(bad, "must be a multiple of 8 for wan2.1-vae encoding (got " + bad.node.Scalar() + ")");
+    }
+  }
+
+  void parse_encode(const Field& f) {
+    if (job_.task == Task::kEncodeLatents) {
+      fail(f, "applies only to tasks that write video (encode_latents writes latents)");
+    }
+    EncodeSpec& e = job_.encode;
+    const MapView encode(f, kEncodeKeys);
+    const auto word = [](const Field& field, const char* chars, const char* example) {
+      const std::string s = get_string(field);
+      if (s.find_first_not_of(chars) != std::string::npos) {
+        fail(field, std::string("must be a libav name like ") + example + " (got '" + s + "')");
+      }
+      return s;
+    };
+    const char* const kNameChars =
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
+    if (const Field* c = encode.find("codec")) e.codec = word(*c, kNameChars, "libx264");
+    if (const Field* c = encode.find("crf")) e.crf = get_int(*c, 0, 51);
+    if (const Field* p = encode.find("preset")) {
+      if (e.codec == "libx264" || e.codec == "libx265") {
+        std::vector<std::pair<std::string, std::string>> presets;
+        for (const char* name : kX264Presets) presets.emplace_back(name, name);
+        e.preset = get_enum(*p, presets);
+      } else {
+        e.preset = get_string(*p);  // other encoders name their presets differently
+      }
+    }
+    if (const Field* p = encode.find("pix_fmt")) e.pix_fmt = word(*p, kNameChars, "yuv420p10le");
+    if (const Field* a = encode.find("audio")) e.copy_audio = get_enum(*a, kCopyOrNone);
+    if (const Field* s = encode.find("subtitles")) e.copy_subtitles = get_enum(*s, kCopyOrNone);
+    if (const Field* t = encode.find("threads")) e.threads = get_int(*t, 0, 1024);
+  }
+
+  MapView top_;
+  JobSpec job_;
+};
+
+}  // namespace
+
+std::vector<JobSpec> parse_job_text(const std::string& text, const std::string& path) {
+  std::vector<YAML::Node> all;
+  try {
+    all = YAML::LoadAll(text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(path, e.mark.is_null() ? 1 : e.mark.line + 1, "", "invalid YAML: " + e.msg);
+  }
+  // Empty documents (a stray `---`, a file of comments) are not jobs. (Copied, not erased:
+  // assigning a YAML::Node rebinds the node it refers to, so std::remove_if would corrupt them.)
+  std::vector<YAML::Node> docs;
+  for (const YAML::Node& d : all) {
+    if (!d.IsNull()) docs.push_back(d);
+  }
+  if (docs.empty()) throw ConfigError(path, 1, "", "no job in file (it is empty)");
+
+  std::string stem = fs::path(path).stem().string();
+  if (stem.empty()) stem = "job";
+  std::vector<JobSpec> jobs;
+  std::map<std::string, int> name_lines;
+  for (size_t i = 0; i < docs.size(); ++i) {
+    const int line = docs[i].Mark().is_null() ? 1 : docs[i].Mark().line + 1;
+    const Field doc{docs[i], "", line, &path};
+    if (!docs[i].IsMap()) fail(doc, "a job must be a map of keys (got " + got(docs[i]) + ")");
+    JobParser parser(doc, docs.size() == 1 ? stem : stem + "-" + std::to_string(i + 1));
+    jobs.push_back(parser.parse());
+    const auto [it, fresh] = name_lines.emplace(jobs.back().name, line);
+    if (!fresh) {
+      const Field* name = parser.name_field();
+      fail(name ? *name : doc, "job name '" + it->first + "' is also used by the job at line " +
+                                   std::to_string(it->second));
+    }
+  }
+  return jobs;
+}
+
+std::vector<JobSpec> load_job_file(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    throw Error(path + ": cannot open job file: " + std::strerror(EISDIR), kExitNoInput);
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open job file: " + std::strerror(errno), kExitNoInput);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw Error(path + ": cannot read job file: " + std::strerror(errno), kExitNoInput);
+  return parse_job_text(text.str(), path);
+}
+
+std::string expand_output(const std::string& output_template, const std::string& input_path,
+                          const std::string& job_name, const std::string& job_dir) {
+  const TemplateResult r = expand_output_path(output_template, input_path, job_name, job_dir);
+  if (!r.error.empty()) {
+    throw Error("output template '" + output_template + "': " + r.error, kExitDataErr);
+  }
+  if (r.text == resolve_path(absolute_dir(job_dir), input_path)) {
+    throw Error("output '" + r.text + "' would overwrite its input", kExitDataErr);
+  }
+  return r.text;
+}
+
+std::vector<std::string> expand_inputs(const JobSpec& job) {
+  std::vector<std::string> files;
+  std::set<std::string> seen;
+  const auto add = [&](const std::string& file) {
+    if (seen.insert(file).second) files.push_back(file);
+  };
+  for (size_t i = 0; i < job.inputs.size(); ++i) {
+    const std::string& pattern = job.inputs[i];
+    const std::string path = resolve_path(job.dir, pattern);
+    std::error_code ec;
+    // A file whose name holds glob characters ("take[1].mp4") is taken as named.
+    if (!has_glob_chars(pattern) || fs::exists(path, ec)) {
+      add(path);
+      continue;
+    }
+    const int line = i < job.input_lines.size() ? job.input_lines[i] : job.line;
+    const std::string where = job.file + ":" + std::to_string(line) + ": input: ";
+    glob_t found{};
+    const int rc =
+        glob(glob_pattern(job.dir, pattern).c_str(), GLOB_MARK | GLOB_NOSORT, nullptr, &found);
+    std::vector<std::string> matches;
+    for (size_t k = 0; rc == 0 && k < found.gl_pathc; ++k) {
+      const std::string match = found.gl_pathv[k];
+      if (!ends_with(match, "/")) matches.push_back(match);  // GLOB_MARK marks folders
+    }
+    globfree(&found);
+    if (rc == GLOB_NOSPACE) throw std::bad_alloc();
+    if (rc == GLOB_ABORTED) {
+      throw Error(where + "cannot read the folders of '" + pattern + "'", kExitNoInput);
+    }
+    if (matches.empty()) throw Error(where + "no file matches '" + pattern + "'", kExitNoInput);
+    std::sort(matches.begin(), matches.end());
+    for (const auto& m : matches) add(m);
+  }
+  return files;
+}
+
+}  // namespace wm
