@@ -25,15 +25,18 @@ struct VideoInfo {
   Rational frame_rate;          // average frame rate (0/1 when unknown)
   int64_t frames_estimate = 0;  // nb_frames or duration*rate; 0 when unknown
   double duration_seconds = 0;
-  int64_t start_pts = 0;
+  int64_t start_pts = 0;         // pts of the first frame in presentation order (stream start_time)
+  Rational sample_aspect_ratio;  // 0/1 when unknown
   // Colour description as libav enum values (AVColorPrimaries, AVColorTransferCharacteristic,
   // AVColorSpace, AVColorRange). 2 = unspecified.
   int color_primaries = 2;
   int color_trc = 2;
   int colorspace = 2;
   int color_range = 0;
-  double rotation_degrees = 0;           // from the display matrix, counter-clockwise
-  std::vector<uint8_t> display_matrix;   // raw AV_PKT_DATA_DISPLAYMATRIX (36 bytes) or empty
+  // av_display_rotation_get() of the display matrix: counter-clockwise degrees, so a phone's
+  // portrait video ("rotate=90", shown turned 90° clockwise) has -90.
+  double rotation_degrees = 0;
+  std::vector<uint8_t> display_matrix;     // raw AV_PKT_DATA_DISPLAYMATRIX (36 bytes) or empty
   std::vector<uint8_t> mastering_display;  // raw AVMasteringDisplayMetadata or empty
   std::vector<uint8_t> content_light;      // raw AVContentLightMetadata or empty
   int audio_streams = 0;

@@ -1,7 +1,20 @@
 // VideoReader: demux + decode the best video stream of a file into RGB float frames.
 // Constructor opens or throws (InputError with kExitNoInput for a missing/unreadable file,
-// InputError kExitDataErr for no video stream / unsupported codec, AvError otherwise).
-// Move-only. Not thread-safe: one thread reads.
+// InputError kExitDataErr for no video stream / unsupported codec / a file libav cannot open or
+// probe, e.g. an mp4 cut before its moov box, AvError otherwise). Every message is one line that
+// starts with the path. Move-only. Not thread-safe: one thread reads.
+//
+// Colour: frames are converted with the stream's YUV matrix and range; when the matrix is
+// unspecified, BT.709 is assumed for height >= 720 and BT.601 below, and an unspecified range is
+// limited ("tv") for YUV (see io/pixel_convert.h; VideoWriter applies the same rule).
+//
+// Truncation: a file that ends early is an InputError (kExitDataErr) "PATH: truncated or corrupt
+// (...)": when libav cannot open it, when the demuxer reports a read error, when a packet fails to
+// decode beyond ReaderOptions::max_error_rate, or at the end of a read from the start when more
+// than one frame is missing: fewer packets than the declared frame count (mp4/mov), or the video
+// ending more than 1.5 frame durations before its declared end (Matroska per-track DURATION tag,
+// stream duration; the file duration only when the file has no other stream).
+// Files that declare neither (e.g. MPEG-TS) are checked by decode errors alone.
 #pragma once
 
 #include <cstdint>
@@ -14,16 +27,18 @@
 namespace wm::io {
 
 struct VideoFrame {
-  int64_t index = 0;     // 0-based decode-order index of the frame (presentation order)
+  int64_t index = 0;     // 0-based index in presentation order, counted from the stream start
   int64_t pts = 0;       // in VideoInfo::time_base (best-effort timestamp, never AV_NOPTS_VALUE)
   int64_t duration = 0;  // in time_base, 0 when unknown
   Planar image;          // [3, 1, height, width], RGB in [0, 1] (full range), source colour matrix
+                         // (planes R, G, B)
 };
 
 struct ReaderOptions {
   // Tolerated fraction of packets that fail to decode before the file counts as corrupt.
   double max_error_rate = 0.0;
-  int threads = 0;  // decoder threads, 0 = libav default
+  int threads = 0;          // decoder threads, 0 = one per core (libav's "auto")
+  int convert_threads = 0;  // swscale slice threads for the RGB conversion, 0 = one per core
 };
 
 class VideoReader {
@@ -36,10 +51,22 @@ class VideoReader {
   const VideoInfo& info() const;
   // Decodes the next frame into `out`. Returns false at end of stream. Throws InputError naming
   // the file when the stream is corrupt or truncated beyond the tolerated error rate.
+  // out.image's buffer is reused when it already has the frame's shape (pass the same VideoFrame
+  // back to avoid a large allocation per frame).
   bool read(VideoFrame& out);
   // Seeks so that the next read() returns the first frame with index >= `frame_index`
   // (decodes from the preceding keyframe and discards). Used by chunked farm runs.
+  // Constant-rate streams (r_frame_rate == avg_frame_rate) seek by pts: index =
+  // round((pts - start_pts) / frame duration), checked for every frame from the landing keyframe
+  // up to the target; any frame off that grid or out of sequence (a variable-rate stream whose
+  // container declares a constant rate) redoes the seek by decoding from the start. Other
+  // streams always decode from the start and count. Limit: a declared-constant-rate stream that
+  // has gaps only before the landing keyframe gets pts-based indices there.
+  // Seeking resets the end-of-stream truncation check (done only for reads from the start).
   void seek_to_frame(int64_t frame_index);
+  // Frames returned by read() so far, and packets that failed to decode (tolerated ones).
+  int64_t frames_read() const;
+  int64_t decode_errors() const;
 
  private:
   struct Impl;

@@ -8,6 +8,19 @@
 // If anything fails (or the object is destroyed before finish()) the temp file is removed and no
 // file exists at the final path. Constructor opens or throws OutputError (kExitCantCreat for an
 // unwritable folder) / AvError. Move-only; one thread writes.
+//
+// Colour: RGB is converted with the source's YUV matrix; when that is unspecified, BT.709 for
+// an output height >= 720 and BT.601 below (the rule VideoReader uses to read the output back).
+// The output carries the source's primaries/transfer/matrix tags as they are; the range is the
+// source's, or limited ("tv") when unspecified, and is tagged.
+// pix_fmt: the setting, else yuv420p (8-bit source) / yuv420p10le (deeper); when the encoder
+// cannot take the default, its nearest supported format (an explicit unsupported pix_fmt is an
+// error). Streams the container cannot hold (e.g. subrip in mp4) are skipped with a warning.
+// The display matrix is carried as stream side data (mp4/mov write it; libavformat 5.1's
+// Matroska muxer does not), as are mastering display / content light metadata. Stream tags
+// (language, ...) of copied streams and the source's file-level tags are copied too.
+// Errors: OutputError kExitCantCreat when the folder is missing or unwritable or the container
+// cannot hold the codec; OutputError kExitIoErr when a write, fsync, verify or rename fails.
 #pragma once
 
 #include <cstdint>
@@ -24,14 +37,15 @@ struct EncodeSettings {
   int crf = 18;                   // libx264 only (ignored when < 0)
   std::string preset = "medium";  // libx264 only
   std::string pix_fmt;            // empty: yuv420p for 8-bit sources, yuv420p10le for >8-bit
-  int threads = 0;                // encoder threads, 0 = libav default
+  int threads = 0;                // encoder threads, 0 = auto (one per core; x264's auto)
+  int convert_threads = 0;        // swscale slice threads for RGB→YUV, 0 = one per core
   bool copy_audio = true;
   bool copy_subtitles = true;
 };
 
 struct WriterConfig {
-  std::string path;         // final output path; container from the extension
-  int width = 0;            // encoded frame size
+  std::string path;  // final output path; container from the extension
+  int width = 0;     // encoded frame size
   int height = 0;
   Rational time_base;       // unit of VideoFrame::pts given to write()
   Rational frame_rate;      // nominal rate (for the encoder's rate control and the container)

@@ -1,0 +1,63 @@
+// Pixel-format conversion between libav frames and Planar RGB float, with the colour matrix and
+// range rule shared by VideoReader and VideoWriter (so a round trip uses the same matrix twice).
+//
+// Colour matrix rule: the frame's AVColorSpace when it names a YUV matrix libswscale knows
+// (BT.709, FCC, BT.601 625/525, SMPTE 240M, BT.2020); when it is unspecified (or reserved,
+// YCgCo, ...) BT.709 for height >= 720 and BT.601 below, the same guess players make.
+// Range: the frame's AVColorRange; unspecified means limited ("tv") for YUV, full for RGB/JPEG.
+//
+// YUV goes through libswscale's frame API with slice threads; RGB and gray sources are read
+// sample by sample (exact; libswscale would pass them through its 15-bit internal YUV). Internal to
+// io/ (libav types). Not thread-safe: one converter per thread.
+#pragma once
+
+#include <string>
+
+#include "io/av_handles.h"
+#include "src/base/planar.h"
+
+namespace wm::io {
+
+// The AVColorSpace value actually used to convert YUV of this height (see the rule above).
+int effective_colorspace(int colorspace, int height);
+// True when the pixel format stores RGB (or gray) rather than YUV; no matrix applies.
+bool is_rgb_format(AVPixelFormat format);
+// Bits per component of the format's first component (8 for yuv420p, 10 for yuv420p10le).
+int format_bit_depth(AVPixelFormat format);
+
+// swscale flags for the two directions. Same-size conversions: the filter only resamples chroma.
+// See the .cpp for the measured costs behind these choices.
+extern const int kDecodeSwsFlags;
+extern const int kEncodeSwsFlags;
+
+// Decoded frame (any format libswscale reads) → Planar [3,1,H,W] RGB float in [0,1].
+class FrameToPlanar {
+ public:
+  // threads: swscale slice threads, 0 = one per core.
+  explicit FrameToPlanar(int threads = 0) : threads_(threads) {}
+  // Converts `frame` into `out`, reusing out's buffer when it already has the right shape.
+  // Rebuilds the scaler when the frame's size, format, matrix or range changes.
+  void convert(const AVFrame& frame, Planar& out);
+
+ private:
+  SwsContextPtr sws_;
+  int width_ = 0, height_ = 0, format_ = -1, colorspace_ = -1, range_ = -1;
+  int threads_;
+};
+
+// Planar [3,1,H,W] RGB float (clamped to [0,1]) → frame of a fixed size and pixel format.
+class PlanarToFrame {
+ public:
+  // colorspace/range: the tags the output carries (the rule above picks the matrix used when the
+  // colorspace is unspecified). Throws AvError when libswscale cannot convert to `format`.
+  PlanarToFrame(int width, int height, AVPixelFormat format, int colorspace, int range,
+                int threads = 0);
+  // `out` must have width/height/format set and buffers allocated (writable).
+  void convert(const Planar& in, AVFrame& out);
+
+ private:
+  SwsContextPtr sws_;
+  int width_, height_;
+};
+
+}  // namespace wm::io

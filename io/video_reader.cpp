@@ -1,0 +1,416 @@
+#include "io/video_reader.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "io/av_handles.h"
+#include "io/av_log.h"
+#include "io/pixel_convert.h"
+#include "src/base/error.h"
+#include "src/base/log.h"
+
+extern "C" {
+#include <libavutil/display.h>
+#include <libavutil/pixdesc.h>
+}
+
+namespace wm::io {
+namespace {
+
+Rational to_rational(AVRational q) { return Rational{q.num, q.den}; }
+
+std::vector<uint8_t> stream_side_data(const AVStream* stream, AVPacketSideDataType type) {
+  size_t size = 0;
+  const uint8_t* data = av_stream_get_side_data(stream, type, &size);
+  if (!data || size == 0) return {};
+  return std::vector<uint8_t>(data, data + size);
+}
+
+// Matroska's per-track "DURATION" tag ("HH:MM:SS.nnnnnnnnn"), written by libavformat's muxer
+// into the header at finish, so it survives when the end of the file is cut off.
+double tag_duration_seconds(const AVStream* stream) {
+  const AVDictionaryEntry* entry = av_dict_get(stream->metadata, "DURATION", nullptr, 0);
+  if (!entry) return -1;
+  int hours = 0, minutes = 0;
+  double seconds = 0;
+  if (std::sscanf(entry->value, "%d:%d:%lf", &hours, &minutes, &seconds) != 3) return -1;
+  return hours * 3600.0 + minutes * 60.0 + seconds;
+}
+
+// The video stream to decode: libav's pick unless it is cover art; otherwise the largest video.
+int pick_video_stream(AVFormatContext* format) {
+  auto usable = [&](int i) {
+    const AVStream* s = format->streams[i];
+    return s->codecpar->codec_type == AVMEDIA_TYPE_VIDEO &&
+           !(s->disposition & AV_DISPOSITION_ATTACHED_PIC);
+  };
+  const int best = av_find_best_stream(format, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+  if (best >= 0 && usable(best)) return best;
+  int chosen = -1;
+  int64_t chosen_area = -1;
+  for (unsigned i = 0; i < format->nb_streams; ++i) {
+    if (!usable(int(i))) continue;
+    const AVCodecParameters* par = format->streams[i]->codecpar;
+    const int64_t area = int64_t(par->width) * par->height;
+    if (area > chosen_area) chosen = int(i), chosen_area = area;
+  }
+  return chosen;
+}
+
+}  // namespace
+
+struct VideoReader::Impl {
+  std::string path;
+  ReaderOptions options;
+  std::shared_ptr<spdlog::logger> log;
+  FormatInputPtr format;
+  AVStream* stream = nullptr;
+  int stream_index = -1;
+  CodecContextPtr decoder;
+  PacketPtr packet = make_packet();
+  FramePtr frame = make_frame();
+  FrameToPlanar converter;
+  VideoInfo info;
+
+  int64_t frame_duration = 0;  // nominal, in time_base; 0 when the rate is unknown
+  bool constant_rate = false;
+
+  // Decode state.
+  int64_t next_index = 0;
+  int64_t discard_below = 0;    // frames with a smaller index are decoded and dropped (seek)
+  bool index_from_pts = false;  // frames derive (and check) their index from pts (after a seek)
+  int64_t seek_target = 0;
+  int64_t last_pts = AV_NOPTS_VALUE;
+  int64_t last_duration = 0;
+  bool demux_eof = false;
+  bool from_start = true;  // every packet since the stream start went through the decoder
+  int64_t packets = 0;
+  int64_t errors = 0;
+  int64_t frames_read = 0;
+
+  Impl(const std::string& p, const ReaderOptions& o)
+      : path(p), options(o), converter(o.convert_threads) {
+    install_av_log();
+    open_file();
+    open_decoder();
+    fill_info();
+    log = wm::log::get("dec:" + info.codec);
+    log->debug("{}: {}x{} {} {} fps, ~{} frames, time base {}/{}", path, info.width, info.height,
+               info.pix_fmt, info.frame_rate.value(), info.frames_estimate, info.time_base.num,
+               info.time_base.den);
+  }
+
+  [[noreturn]] void corrupt(const std::string& detail) const {
+    throw InputError(path + ": truncated or corrupt (" + detail + ")", kExitDataErr);
+  }
+
+  void open_file() {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      throw InputError(path + ": " + std::strerror(errno), kExitNoInput);
+    }
+    if (S_ISDIR(st.st_mode)) throw InputError(path + ": is a directory", kExitNoInput);
+    if (::access(path.c_str(), R_OK) != 0) {
+      throw InputError(path + ": " + std::strerror(errno), kExitNoInput);
+    }
+    AVFormatContext* raw = nullptr;
+    int rc = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);
+    if (rc < 0) {
+      if (rc == AVERROR(ENOENT) || rc == AVERROR(EACCES) || rc == AVERROR(EPERM)) {
+        throw InputError(path + ": " + av_error_string(rc), kExitNoInput);
+      }
+      corrupt("cannot open: " + av_error_string(rc));
+    }
+    format.reset(raw);
+    rc = avformat_find_stream_info(format.get(), nullptr);
+    if (rc < 0) corrupt("cannot read stream info: " + av_error_string(rc));
+    stream_index = pick_video_stream(format.get());
+    if (stream_index < 0) throw InputError(path + ": no video stream", kExitDataErr);
+    stream = format->streams[stream_index];
+    // Only the video stream is demuxed into packets; the writer reads audio on its own.
+    for (unsigned i = 0; i < format->nb_streams; ++i) {
+      if (int(i) != stream_index) format->streams[i]->discard = AVDISCARD_ALL;
+    }
+  }
+
+  void open_decoder() {
+    const AVCodec* codec = avcodec_find_decoder(stream->codecpar->codec_id);
+    if (!codec) {
+      throw InputError(
+          path + ": no decoder for video codec " + avcodec_get_name(stream->codecpar->codec_id),
+          kExitDataErr);
+    }
+    decoder.reset(avcodec_alloc_context3(codec));
+    if (!decoder) throw std::bad_alloc();
+    av_check(avcodec_parameters_to_context(decoder.get(), stream->codecpar),
+             "avcodec_parameters_to_context", path);
+    decoder->pkt_timebase = stream->time_base;
+    decoder->thread_count = options.threads;
+    decoder->thread_type = FF_THREAD_FRAME | FF_THREAD_SLICE;
+    const int rc = avcodec_open2(decoder.get(), codec, nullptr);
+    if (rc < 0) {
+      throw InputError(path + ": cannot open " + codec->name + " decoder: " + av_error_string(rc),
+                       kExitDataErr);
+    }
+  }
+
+  void fill_info() {
+    const AVCodecParameters* par = stream->codecpar;
+    info.path = path;
+    info.width = par->width;
+    info.height = par->height;
+    const auto pix_fmt = AVPixelFormat(par->format);
+    if (const char* name = av_get_pix_fmt_name(pix_fmt)) info.pix_fmt = name;
+    info.bit_depth = pix_fmt == AV_PIX_FMT_NONE ? 8 : format_bit_depth(pix_fmt);
+    info.codec = avcodec_get_name(par->codec_id);
+    info.time_base = to_rational(stream->time_base);
+    AVRational rate = stream->avg_frame_rate;
+    if (rate.num <= 0 || rate.den <= 0) rate = stream->r_frame_rate;
+    if (rate.num > 0 && rate.den > 0) info.frame_rate = to_rational(rate);
+    info.start_pts = stream->start_time != AV_NOPTS_VALUE ? stream->start_time : 0;
+    if (stream->duration != AV_NOPTS_VALUE && stream->duration > 0) {
+      info.duration_seconds = stream->duration * av_q2d(stream->time_base);
+    } else if (tag_duration_seconds(stream) > 0) {
+      info.duration_seconds = tag_duration_seconds(stream);
+    } else if (format->duration != AV_NOPTS_VALUE && format->duration > 0) {
+      info.duration_seconds = double(format->duration) / AV_TIME_BASE;
+    }
+    if (stream->nb_frames > 0) {
+      info.frames_estimate = stream->nb_frames;
+    } else if (info.frame_rate.num > 0) {
+      info.frames_estimate = std::llround(info.duration_seconds * info.frame_rate.value());
+    }
+    info.color_primaries = par->color_primaries;
+    info.color_trc = par->color_trc;
+    info.colorspace = par->color_space;
+    info.color_range = par->color_range;
+    info.sample_aspect_ratio = to_rational(par->sample_aspect_ratio);
+    info.display_matrix = stream_side_data(stream, AV_PKT_DATA_DISPLAYMATRIX);
+    if (info.display_matrix.size() >= 9 * sizeof(int32_t)) {
+      const double angle =
+          av_display_rotation_get(reinterpret_cast<const int32_t*>(info.display_matrix.data()));
+      info.rotation_degrees = std::isnan(angle) ? 0.0 : angle + 0.0;  // + 0.0: no "-0"
+    }
+    info.mastering_display = stream_side_data(stream, AV_PKT_DATA_MASTERING_DISPLAY_METADATA);
+    info.content_light = stream_side_data(stream, AV_PKT_DATA_CONTENT_LIGHT_LEVEL);
+    for (unsigned i = 0; i < format->nb_streams; ++i) {
+      const AVMediaType type = format->streams[i]->codecpar->codec_type;
+      if (type == AVMEDIA_TYPE_AUDIO) ++info.audio_streams;
+      if (type == AVMEDIA_TYPE_SUBTITLE) ++info.subtitle_streams;
+    }
+
+    if (rate.num > 0 && rate.den > 0) {
+      frame_duration = av_rescale_q(1, av_inv_q(rate), stream->time_base);
+      // Variable-rate files declare an average rate that differs from the real base rate.
+      const AVRational r = stream->r_frame_rate;
+      constant_rate = frame_duration > 0 && r.num > 0 && r.den > 0 &&
+                      std::fabs(av_q2d(r) / av_q2d(rate) - 1.0) < 1e-3;
+    }
+  }
+
+  void count_error(int rc, const char* what) {
+    ++errors;
+    const double allowed =
+        options.max_error_rate * double(std::max<int64_t>(packets, info.frames_estimate));
+    if (double(errors) > allowed) {
+      corrupt(std::string(what) + " at frame " + std::to_string(next_index) + ": " +
+              av_error_string(rc));
+    }
+    log->warn("{}: {} at frame {}: {} (tolerated, {} so far)", path, what, next_index,
+              av_error_string(rc), errors);
+  }
+
+  // At end of stream: compare what was decoded with what the container declared.
+  void check_complete() {
+    if (double(errors) > options.max_error_rate * double(packets)) {
+      corrupt(std::to_string(errors) + " of " + std::to_string(packets) +
+              " packets failed to decode");
+    }
+    if (!from_start) return;
+    if (stream->nb_frames > 0) {
+      if (stream->nb_frames - packets > 1) {
+        corrupt("read " + std::to_string(packets) + " of " + std::to_string(stream->nb_frames) +
+                " declared frames");
+      }
+      return;
+    }
+    if (last_pts == AV_NOPTS_VALUE) {
+      if (info.frames_estimate > 1) corrupt("no frame could be decoded");
+      return;
+    }
+    const double tb = av_q2d(stream->time_base);
+    double declared_end = -1;  // absolute time where the video should end, in seconds
+    if (const double tag = tag_duration_seconds(stream); tag > 0) {
+      declared_end = tag;
+    } else if (stream->duration != AV_NOPTS_VALUE && stream->duration > 0) {
+      declared_end = (info.start_pts + stream->duration) * tb;
+    } else if (format->duration != AV_NOPTS_VALUE && format->duration > 0 &&
+               format->duration_estimation_method != AVFMT_DURATION_FROM_BITRATE &&
+               format->nb_streams == 1) {
+      const int64_t start = format->start_time != AV_NOPTS_VALUE ? format->start_time : 0;
+      declared_end = double(start + format->duration) / AV_TIME_BASE;
+    }
+    if (declared_end < 0) return;
+    const int64_t step = frame_duration > 0 ? frame_duration : std::max<int64_t>(last_duration, 1);
+    const double decoded_end = (last_pts + std::max(last_duration, step)) * tb;
+    if (declared_end - decoded_end > 1.5 * step * tb) {
+      char detail[160];
+      std::snprintf(detail, sizeof(detail),
+                    "video ends at %.3f s of %.3f s declared, after %lld frames", decoded_end,
+                    declared_end, static_cast<long long>(next_index));
+      corrupt(detail);
+    }
+  }
+
+  // Seeks the demuxer to `timestamp` (backward, to a keyframe) and resets the decoder.
+  void seek_demuxer(int64_t timestamp) {
+    int rc = av_seek_frame(format.get(), stream_index, timestamp, AVSEEK_FLAG_BACKWARD);
+    if (rc < 0 && timestamp <= info.start_pts) {
+      rc = avformat_seek_file(format.get(), -1, INT64_MIN, INT64_MIN, INT64_MIN, 0);
+    }
+    av_check(rc, "av_seek_frame", path, kExitDataErr);
+    avcodec_flush_buffers(decoder.get());
+    demux_eof = false;
+    last_pts = AV_NOPTS_VALUE;
+    last_duration = 0;
+  }
+
+  void rewind_and_discard(int64_t target) {
+    seek_demuxer(info.start_pts);
+    next_index = 0;
+    discard_below = target;
+    index_from_pts = false;
+    from_start = true;
+    packets = 0;
+    errors = 0;
+  }
+
+  void seek_to_frame(int64_t target) {
+    target = std::max<int64_t>(target, 0);
+    if (target == 0 || !constant_rate) return rewind_and_discard(target);
+    seek_demuxer(info.start_pts + target * frame_duration);
+    discard_below = target;
+    seek_target = target;
+    index_from_pts = true;
+    from_start = false;
+  }
+
+  // Receives decoded frames until one is due (index >= discard_below); false at end of stream.
+  bool next_frame() {
+    for (;;) {
+      int rc = avcodec_receive_frame(decoder.get(), frame.get());
+      if (rc == 0) {
+        if (accept_frame()) return true;
+        av_frame_unref(frame.get());
+        continue;
+      }
+      if (rc == AVERROR_EOF) return false;
+      if (rc != AVERROR(EAGAIN)) {
+        count_error(rc, "decode error");
+        continue;
+      }
+      if (demux_eof) return false;  // draining never asks for input; do not spin if it does
+      rc = av_read_frame(format.get(), packet.get());
+      if (rc == AVERROR_EOF) {
+        demux_eof = true;
+        // The flush is accepted even when an error of an earlier packet is reported with it.
+        rc = avcodec_send_packet(decoder.get(), nullptr);
+        if (rc < 0 && rc != AVERROR_EOF) count_error(rc, "decode error");
+        continue;
+      }
+      if (rc < 0) {
+        corrupt("read error after frame " + std::to_string(next_index) + ": " +
+                av_error_string(rc));
+      }
+      if (packet->stream_index != stream_index) {
+        av_packet_unref(packet.get());
+        continue;
+      }
+      ++packets;
+      const bool damaged = packet->flags & AV_PKT_FLAG_CORRUPT;
+      rc = avcodec_send_packet(decoder.get(), packet.get());
+      av_packet_unref(packet.get());
+      if (rc < 0 && rc != AVERROR_EOF)
+        count_error(rc, "decode error");
+      else if (damaged)
+        count_error(AVERROR_INVALIDDATA, "damaged packet");
+    }
+  }
+
+  // Gives the decoded frame its pts and index; false when it is to be discarded.
+  bool accept_frame() {
+    if ((frame->flags & AV_FRAME_FLAG_CORRUPT) || frame->decode_error_flags) {
+      count_error(AVERROR_INVALIDDATA, "corrupt frame");
+    }
+    int64_t duration = frame->pkt_duration > 0 ? frame->pkt_duration : frame_duration;
+    int64_t pts = frame->best_effort_timestamp;
+    if (pts == AV_NOPTS_VALUE) {
+      pts =
+          last_pts == AV_NOPTS_VALUE
+              ? info.start_pts + next_index * frame_duration
+              : last_pts + std::max<int64_t>(last_duration > 0 ? last_duration : frame_duration, 1);
+    } else if (last_pts != AV_NOPTS_VALUE && pts <= last_pts) {
+      // Writers need strictly increasing pts; a broken stream repeats or reorders them.
+      const int64_t fixed = last_pts + std::max<int64_t>(last_duration, 1);
+      log->warn("{}: frame {} pts {} not after {}; using {}", path, next_index, pts, last_pts,
+                fixed);
+      pts = fixed;
+    }
+    frame->best_effort_timestamp = pts;
+    if (index_from_pts) {
+      // After a pts seek, every frame up to the target must sit on the constant-rate grid at
+      // the index it is counted as; a container that declares a constant rate for a variable-rate
+      // stream fails this, and the seek is redone by decoding from the start.
+      const int64_t offset = pts - info.start_pts;
+      const int64_t index = (offset + frame_duration / 2) / frame_duration;
+      const bool on_grid =
+          offset >= 0 && std::llabs(offset - index * frame_duration) <= frame_duration / 4;
+      const bool first = last_pts == AV_NOPTS_VALUE;
+      if (!on_grid || (first && index > seek_target) || (!first && index != next_index)) {
+        log->debug("{}: seek to frame {}: pts {} is not frame {}; decoding from the start", path,
+                   seek_target, pts, first ? index : next_index);
+        rewind_and_discard(seek_target);
+        return false;
+      }
+      next_index = index;
+      if (index >= seek_target) index_from_pts = false;
+    }
+    last_pts = pts;
+    last_duration = duration;
+    const int64_t index = next_index++;
+    return index >= discard_below;
+  }
+
+  bool read(VideoFrame& out) {
+    if (!next_frame()) {
+      check_complete();
+      return false;
+    }
+    out.index = next_index - 1;
+    out.pts = frame->best_effort_timestamp;
+    out.duration = last_duration;
+    converter.convert(*frame, out.image);
+    av_frame_unref(frame.get());
+    ++frames_read;
+    return true;
+  }
+};
+
+VideoReader::VideoReader(const std::string& path, const ReaderOptions& options)
+    : impl_(std::make_unique<Impl>(path, options)) {}
+VideoReader::~VideoReader() = default;
+VideoReader::VideoReader(VideoReader&&) noexcept = default;
+VideoReader& VideoReader::operator=(VideoReader&&) noexcept = default;
+
+const VideoInfo& VideoReader::info() const { return impl_->info; }
+bool VideoReader::read(VideoFrame& out) { return impl_->read(out); }
+void VideoReader::seek_to_frame(int64_t frame_index) { impl_->seek_to_frame(frame_index); }
+int64_t VideoReader::frames_read() const { return impl_->frames_read; }
+int64_t VideoReader::decode_errors() const { return impl_->errors; }
+
+}  // namespace wm::io

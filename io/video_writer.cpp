@@ -1,0 +1,492 @@
+#include "io/video_writer.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "io/av_handles.h"
+#include "io/av_log.h"
+#include "io/pixel_convert.h"
+#include "src/base/error.h"
+#include "src/base/log.h"
+
+extern "C" {
+#include <libavutil/opt.h>
+#include <libavutil/pixdesc.h>
+}
+
+namespace wm::io {
+namespace {
+
+AVRational to_av(Rational q) { return AVRational{q.num, q.den}; }
+bool valid(Rational q) { return q.num > 0 && q.den > 0; }
+
+std::string parent_folder(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+bool is_creation_error(int err) {
+  return err == EACCES || err == EPERM || err == ENOENT || err == ENOTDIR || err == EROFS ||
+         err == EISDIR;
+}
+
+// Adds `bytes` as stream side data of `type` (libavformat takes ownership of a copy).
+void add_side_data(AVStream* stream, AVPacketSideDataType type, const std::vector<uint8_t>& bytes) {
+  if (bytes.empty()) return;
+  uint8_t* data = av_stream_new_side_data(stream, type, bytes.size());
+  if (!data) throw std::bad_alloc();
+  std::memcpy(data, bytes.data(), bytes.size());
+}
+
+}  // namespace
+
+struct VideoWriter::Impl {
+  WriterConfig config;
+  std::string final_path;
+  std::string temp_path;
+  std::shared_ptr<spdlog::logger> log;
+
+  FormatOutputPtr output;
+  AVStream* video_stream = nullptr;
+  CodecContextPtr encoder;
+  std::unique_ptr<PlanarToFrame> converter;
+  FramePtr frame = make_frame();
+  PacketPtr packet = make_packet();
+
+  // Audio/subtitle stream copy from the source: one packet read ahead.
+  FormatInputPtr source;
+  std::vector<int> stream_map;  // source stream index → output stream index, -1 = not copied
+  PacketPtr source_packet = make_packet();
+  bool source_pending = false;
+  bool source_done = true;
+
+  int64_t frames = 0;
+  int64_t video_packets = 0;
+  int64_t last_pts = AV_NOPTS_VALUE;
+  bool temp_exists = false;
+  bool finished = false;
+
+  explicit Impl(const WriterConfig& c) : config(c), final_path(c.path) {
+    install_av_log();
+    temp_path = final_path + ".partial";
+    if (config.width <= 0 || config.height <= 0 || !valid(config.time_base)) {
+      throw Error(final_path + ": writer needs a size and a time base", kExitSoftware);
+    }
+    check_folder();
+    AVFormatContext* raw = nullptr;
+    int rc = avformat_alloc_output_context2(&raw, nullptr, nullptr, final_path.c_str());
+    if (rc < 0 || !raw) {
+      throw OutputError(final_path + ": no container format for this file name extension",
+                        kExitCantCreat);
+    }
+    output.reset(raw);
+    open_encoder();
+    add_video_stream();
+    open_source();
+    open_file();
+  }
+
+  ~Impl() { discard(); }
+
+  // Frees the muxer and removes the temp file (used on every path that does not finish).
+  void discard() noexcept {
+    output.reset();
+    if (temp_exists) {
+      ::unlink(temp_path.c_str());
+      temp_exists = false;
+    }
+  }
+
+  [[noreturn]] void write_failed(const std::string& what, int rc) const {
+    throw OutputError(final_path + ": " + what + ": " + av_error_string(rc), kExitIoErr);
+  }
+
+  void check_folder() const {
+    const std::string folder = parent_folder(final_path);
+    struct stat st {};
+    if (::stat(folder.c_str(), &st) != 0) {
+      throw OutputError(final_path + ": output folder " + folder + ": " + std::strerror(errno),
+                        kExitCantCreat);
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      throw OutputError(final_path + ": output folder " + folder + " is not a directory",
+                        kExitCantCreat);
+    }
+    if (::access(folder.c_str(), W_OK | X_OK) != 0) {
+      throw OutputError(
+          final_path + ": output folder " + folder + " is not writable: " + std::strerror(errno),
+          kExitCantCreat);
+    }
+  }
+
+  AVPixelFormat choose_pix_fmt(const AVCodec* codec) const {
+    const EncodeSettings& settings = config.encode;
+    if (!settings.pix_fmt.empty()) {
+      const AVPixelFormat wanted = av_get_pix_fmt(settings.pix_fmt.c_str());
+      if (wanted == AV_PIX_FMT_NONE) {
+        throw OutputError(final_path + ": unknown pix_fmt " + settings.pix_fmt, kExitDataErr);
+      }
+      if (codec->pix_fmts) {
+        bool supported = false;
+        for (const AVPixelFormat* p = codec->pix_fmts; *p != AV_PIX_FMT_NONE; ++p) {
+          supported = supported || *p == wanted;
+        }
+        if (!supported) {
+          throw OutputError(final_path + ": encoder " + codec->name + " does not support pix_fmt " +
+                                settings.pix_fmt,
+                            kExitDataErr);
+        }
+      }
+      return wanted;
+    }
+    const AVPixelFormat wanted =
+        config.source.bit_depth > 8 ? AV_PIX_FMT_YUV420P10LE : AV_PIX_FMT_YUV420P;
+    if (!codec->pix_fmts) return wanted;
+    const AVPixelFormat nearest =
+        avcodec_find_best_pix_fmt_of_list(codec->pix_fmts, wanted, 0, nullptr);
+    return nearest == AV_PIX_FMT_NONE ? codec->pix_fmts[0] : nearest;
+  }
+
+  void open_encoder() {
+    const EncodeSettings& settings = config.encode;
+    const AVCodec* codec = avcodec_find_encoder_by_name(settings.codec.c_str());
+    if (!codec || codec->type != AVMEDIA_TYPE_VIDEO) {
+      throw OutputError(final_path + ": no video encoder named " + settings.codec, kExitDataErr);
+    }
+    const int fits = avformat_query_codec(output->oformat, codec->id, FF_COMPLIANCE_NORMAL);
+    if (fits == 0) {
+      throw OutputError(final_path + ": container " + output->oformat->name + " cannot hold " +
+                            codec->name + " video",
+                        kExitCantCreat);
+    }
+    log = wm::log::get(std::string("enc:") + codec->name);
+    encoder.reset(avcodec_alloc_context3(codec));
+    if (!encoder) throw std::bad_alloc();
+    AVCodecContext* enc = encoder.get();
+    const AVPixelFormat pix_fmt = choose_pix_fmt(codec);
+    const bool rgb = is_rgb_format(pix_fmt);
+    const VideoInfo& src = config.source;
+    enc->codec_type = AVMEDIA_TYPE_VIDEO;
+    enc->width = config.width;
+    enc->height = config.height;
+    enc->pix_fmt = pix_fmt;
+    enc->time_base = to_av(config.time_base);
+    if (valid(config.frame_rate)) enc->framerate = to_av(config.frame_rate);
+    if (valid(src.sample_aspect_ratio)) enc->sample_aspect_ratio = to_av(src.sample_aspect_ratio);
+    enc->color_primaries = AVColorPrimaries(src.color_primaries);
+    enc->color_trc = AVColorTransferCharacteristic(src.color_trc);
+    enc->colorspace = rgb ? AVCOL_SPC_RGB : AVColorSpace(src.colorspace);
+    if (rgb) {
+      enc->color_range = AVCOL_RANGE_JPEG;
+    } else {
+      enc->color_range = src.color_range == AVCOL_RANGE_JPEG ? AVCOL_RANGE_JPEG : AVCOL_RANGE_MPEG;
+    }
+    enc->thread_count = settings.threads;
+    if (output->oformat->flags & AVFMT_GLOBALHEADER) enc->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+
+    AVDictionary* raw_options = nullptr;
+    // crf/preset apply to encoders that have them (libx264, libx265); others ignore them.
+    if (codec->priv_class) {
+      const void* klass = &codec->priv_class;
+      if (settings.crf >= 0 &&
+          av_opt_find(const_cast<void*>(klass), "crf", nullptr, 0, AV_OPT_SEARCH_FAKE_OBJ)) {
+        av_dict_set(&raw_options, "crf", std::to_string(settings.crf).c_str(), 0);
+      }
+      if (!settings.preset.empty() &&
+          av_opt_find(const_cast<void*>(klass), "preset", nullptr, 0, AV_OPT_SEARCH_FAKE_OBJ)) {
+        av_dict_set(&raw_options, "preset", settings.preset.c_str(), 0);
+      }
+    }
+    std::unique_ptr<AVDictionary, AvDictionaryDeleter> options(raw_options);
+    raw_options = options.release();
+    const int rc = avcodec_open2(enc, codec, &raw_options);
+    options.reset(raw_options);
+    if (rc < 0) {
+      throw AvError(final_path + ": cannot open encoder " + codec->name + " (" +
+                        av_get_pix_fmt_name(pix_fmt) + "): " + av_error_string(rc),
+                    rc, "avcodec_open2", kExitDataErr);
+    }
+    for (const AVDictionaryEntry* e = nullptr;
+         (e = av_dict_get(options.get(), "", e, AV_DICT_IGNORE_SUFFIX));) {
+      log->warn("{}: encoder option {}={} not used", final_path, e->key, e->value);
+    }
+    converter =
+        std::make_unique<PlanarToFrame>(config.width, config.height, pix_fmt, enc->colorspace,
+                                        enc->color_range, settings.convert_threads);
+    frame->format = pix_fmt;
+    frame->width = config.width;
+    frame->height = config.height;
+    av_check(av_frame_get_buffer(frame.get(), 0), "av_frame_get_buffer", final_path, kExitSoftware);
+    log->debug("{}: {} {}x{} {} time base {}/{}", final_path, codec->name, config.width,
+               config.height, av_get_pix_fmt_name(pix_fmt), enc->time_base.num, enc->time_base.den);
+  }
+
+  void add_video_stream() {
+    video_stream = avformat_new_stream(output.get(), nullptr);
+    if (!video_stream) throw std::bad_alloc();
+    av_check(avcodec_parameters_from_context(video_stream->codecpar, encoder.get()),
+             "avcodec_parameters_from_context", final_path, kExitSoftware);
+    video_stream->time_base = encoder->time_base;
+    if (valid(config.frame_rate)) video_stream->avg_frame_rate = to_av(config.frame_rate);
+    video_stream->sample_aspect_ratio = encoder->sample_aspect_ratio;
+    const VideoInfo& src = config.source;
+    add_side_data(video_stream, AV_PKT_DATA_DISPLAYMATRIX, src.display_matrix);
+    add_side_data(video_stream, AV_PKT_DATA_MASTERING_DISPLAY_METADATA, src.mastering_display);
+    add_side_data(video_stream, AV_PKT_DATA_CONTENT_LIGHT_LEVEL, src.content_light);
+  }
+
+  void open_source() {
+    const EncodeSettings& settings = config.encode;
+    if (config.source_path.empty() || !(settings.copy_audio || settings.copy_subtitles)) return;
+    AVFormatContext* raw = nullptr;
+    int rc = avformat_open_input(&raw, config.source_path.c_str(), nullptr, nullptr);
+    if (rc < 0) {
+      const bool missing = rc == AVERROR(ENOENT) || rc == AVERROR(EACCES);
+      throw InputError(config.source_path + ": " + av_error_string(rc),
+                       missing ? kExitNoInput : kExitDataErr);
+    }
+    source.reset(raw);
+    rc = avformat_find_stream_info(source.get(), nullptr);
+    if (rc < 0) {
+      throw InputError(config.source_path + ": cannot read stream info: " + av_error_string(rc),
+                       kExitDataErr);
+    }
+    stream_map.assign(source->nb_streams, -1);
+    for (unsigned i = 0; i < source->nb_streams; ++i) {
+      AVStream* in = source->streams[i];
+      const AVCodecParameters* par = in->codecpar;
+      const bool audio = par->codec_type == AVMEDIA_TYPE_AUDIO && settings.copy_audio;
+      const bool subtitle = par->codec_type == AVMEDIA_TYPE_SUBTITLE && settings.copy_subtitles;
+      in->discard = AVDISCARD_ALL;
+      if (!audio && !subtitle) continue;
+      const char* name = avcodec_get_name(par->codec_id);
+      // 1: yes, 0: no, < 0: the muxer cannot tell (let it try).
+      if (avformat_query_codec(output->oformat, par->codec_id, FF_COMPLIANCE_NORMAL) == 0) {
+        log->warn("{}: skipping {} stream #{} ({}): container {} cannot hold it", final_path,
+                  audio ? "audio" : "subtitle", i, name, output->oformat->name);
+        continue;
+      }
+      AVStream* out = avformat_new_stream(output.get(), nullptr);
+      if (!out) throw std::bad_alloc();
+      av_check(avcodec_parameters_copy(out->codecpar, par), "avcodec_parameters_copy", final_path,
+               kExitSoftware);
+      out->codecpar->codec_tag = 0;
+      out->time_base = in->time_base;
+      out->disposition = in->disposition;
+      av_dict_copy(&out->metadata, in->metadata, 0);
+      in->discard = AVDISCARD_DEFAULT;
+      stream_map[i] = out->index;
+    }
+    // File-level tags (title, ...) as the ffmpeg CLI copies them; "encoder" is ours to write.
+    av_dict_copy(&output->metadata, source->metadata, 0);
+    av_dict_set(&output->metadata, "encoder", nullptr, 0);
+    source_done = false;
+  }
+
+  void open_file() {
+    int rc = avio_open(&output->pb, temp_path.c_str(), AVIO_FLAG_WRITE);
+    if (rc < 0) {
+      const int err = AVUNERROR(rc);
+      throw OutputError(final_path + ": cannot create " + temp_path + ": " + av_error_string(rc),
+                        is_creation_error(err) ? kExitCantCreat : kExitIoErr);
+    }
+    temp_exists = true;
+    rc = avformat_write_header(output.get(), nullptr);
+    if (rc < 0) write_failed("cannot write the header", rc);
+  }
+
+  void write_packet(AVPacket* pkt) {
+    const int rc = av_interleaved_write_frame(output.get(), pkt);
+    if (rc < 0) write_failed("write failed", rc);
+  }
+
+  // Copies source packets whose timestamp is <= `ts` (in `tb`); everything when `all`.
+  void copy_source_until(int64_t ts, AVRational tb, bool all) {
+    while (!source_done) {
+      if (!source_pending) {
+        const int rc = av_read_frame(source.get(), source_packet.get());
+        if (rc < 0) {
+          if (rc != AVERROR_EOF) {
+            log->warn("{}: stopped copying audio/subtitles: {}: {}", final_path, config.source_path,
+                      av_error_string(rc));
+          }
+          source_done = true;
+          return;
+        }
+        if (stream_map[source_packet->stream_index] < 0) {
+          av_packet_unref(source_packet.get());
+          continue;
+        }
+        source_pending = true;
+      }
+      AVPacket* pkt = source_packet.get();
+      const AVStream* in = source->streams[pkt->stream_index];
+      const int64_t t = pkt->dts != AV_NOPTS_VALUE ? pkt->dts : pkt->pts;
+      if (!all && t != AV_NOPTS_VALUE && ts != AV_NOPTS_VALUE &&
+          av_compare_ts(t, in->time_base, ts, tb) > 0) {
+        return;
+      }
+      AVStream* out = output->streams[stream_map[pkt->stream_index]];
+      pkt->stream_index = out->index;
+      av_packet_rescale_ts(pkt, in->time_base, out->time_base);
+      pkt->pos = -1;
+      source_pending = false;
+      write_packet(pkt);  // unrefs pkt
+    }
+  }
+
+  void drain_encoder() {
+    for (;;) {
+      const int rc = avcodec_receive_packet(encoder.get(), packet.get());
+      if (rc == AVERROR(EAGAIN) || rc == AVERROR_EOF) return;
+      if (rc < 0) {
+        throw AvError(final_path + ": encoding failed: " + av_error_string(rc), rc,
+                      "avcodec_receive_packet", kExitSoftware);
+      }
+      packet->stream_index = video_stream->index;
+      av_packet_rescale_ts(packet.get(), encoder->time_base, video_stream->time_base);
+      copy_source_until(packet->dts, video_stream->time_base, false);
+      write_packet(packet.get());
+      ++video_packets;
+    }
+  }
+
+  void check_open() const {
+    if (finished) throw Error(final_path + ": writer used after finish()", kExitSoftware);
+    if (!output) throw Error(final_path + ": writer used after a failure", kExitSoftware);
+  }
+
+  void write(const VideoFrame& in) {
+    check_open();
+    if (last_pts != AV_NOPTS_VALUE && in.pts <= last_pts) {
+      throw Error(final_path + ": frame pts " + std::to_string(in.pts) + " is not after " +
+                      std::to_string(last_pts),
+                  kExitSoftware);
+    }
+    // Frame-threaded encoders may still hold the previous buffer: take a fresh one rather than
+    // av_frame_make_writable(), which would copy pixels that are about to be overwritten.
+    if (!av_frame_is_writable(frame.get())) {
+      av_frame_unref(frame.get());
+      frame->format = encoder->pix_fmt;
+      frame->width = config.width;
+      frame->height = config.height;
+      av_check(av_frame_get_buffer(frame.get(), 0), "av_frame_get_buffer", final_path,
+               kExitSoftware);
+    }
+    converter->convert(in.image, *frame);
+    frame->pts = in.pts;
+    frame->pkt_duration = in.duration;
+    frame->pict_type = AV_PICTURE_TYPE_NONE;
+    frame->color_primaries = encoder->color_primaries;
+    frame->color_trc = encoder->color_trc;
+    frame->colorspace = encoder->colorspace;
+    frame->color_range = encoder->color_range;
+    frame->sample_aspect_ratio = encoder->sample_aspect_ratio;
+    const int rc = avcodec_send_frame(encoder.get(), frame.get());
+    if (rc < 0) {
+      throw AvError(final_path + ": encoding failed: " + av_error_string(rc), rc,
+                    "avcodec_send_frame", kExitSoftware);
+    }
+    last_pts = in.pts;
+    ++frames;
+    drain_encoder();
+  }
+
+  // Counts the video packets of the finished temp file (stream 0 is ours).
+  int64_t count_video_packets() const {
+    const AVInputFormat* format = av_find_input_format(output->oformat->name);
+    AVFormatContext* raw = nullptr;
+    int rc = avformat_open_input(&raw, temp_path.c_str(), format, nullptr);
+    if (rc < 0) write_failed("verify: cannot reopen " + temp_path, rc);
+    FormatInputPtr input(raw);
+    for (unsigned i = 1; i < input->nb_streams; ++i) input->streams[i]->discard = AVDISCARD_ALL;
+    PacketPtr pkt = make_packet();
+    int64_t count = 0;
+    while ((rc = av_read_frame(input.get(), pkt.get())) >= 0) {
+      if (pkt->stream_index == 0) ++count;
+      av_packet_unref(pkt.get());
+    }
+    if (rc != AVERROR_EOF) write_failed("verify: cannot read " + temp_path, rc);
+    return count;
+  }
+
+  void sync_path(const std::string& path, int flags, bool required) const {
+    const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+    int err = fd < 0 ? errno : 0;
+    if (fd >= 0) {
+      if (::fsync(fd) != 0) err = errno;
+      ::close(fd);
+    }
+    if (err == 0) return;
+    if (required) {
+      throw OutputError(final_path + ": fsync " + path + ": " + std::strerror(err), kExitIoErr);
+    }
+    log->warn("{}: fsync {}: {}", final_path, path, std::strerror(err));
+  }
+
+  int64_t finish() {
+    if (finished) return frames;
+    check_open();
+    int rc = avcodec_send_frame(encoder.get(), nullptr);
+    if (rc < 0 && rc != AVERROR_EOF) write_failed("flushing the encoder", rc);
+    drain_encoder();
+    copy_source_until(AV_NOPTS_VALUE, AVRational{1, 1}, true);
+    rc = av_write_trailer(output.get());
+    if (rc < 0) write_failed("cannot write the trailer", rc);
+    rc = avio_closep(&output->pb);
+    if (rc < 0) write_failed("cannot close " + temp_path, rc);
+    sync_path(temp_path, O_RDONLY, true);
+    const int64_t in_file = count_video_packets();
+    if (in_file != frames || video_packets != frames) {
+      throw OutputError(final_path + ": verify failed: " + std::to_string(in_file) +
+                            " video frames in the file, " + std::to_string(frames) + " written",
+                        kExitIoErr);
+    }
+    if (::rename(temp_path.c_str(), final_path.c_str()) != 0) {
+      throw OutputError(final_path + ": rename from " + temp_path + ": " + std::strerror(errno),
+                        kExitIoErr);
+    }
+    temp_exists = false;
+    finished = true;
+    // The rename is durable only once the folder entry is on disk.
+    sync_path(parent_folder(final_path), O_RDONLY | O_DIRECTORY, false);
+    source.reset();
+    output.reset();
+    log->debug("{}: {} frames", final_path, frames);
+    return frames;
+  }
+};
+
+VideoWriter::VideoWriter(const WriterConfig& config) : impl_(std::make_unique<Impl>(config)) {}
+VideoWriter::~VideoWriter() = default;
+VideoWriter::VideoWriter(VideoWriter&&) noexcept = default;
+VideoWriter& VideoWriter::operator=(VideoWriter&&) noexcept = default;
+
+void VideoWriter::write(const VideoFrame& frame) {
+  try {
+    impl_->write(frame);
+  } catch (...) {
+    impl_->discard();
+    throw;
+  }
+}
+
+int64_t VideoWriter::finish() {
+  try {
+    return impl_->finish();
+  } catch (...) {
+    impl_->discard();
+    throw;
+  }
+}
+
+int64_t VideoWriter::frames_written() const { return impl_->frames; }
+
+}  // namespace wm::io
