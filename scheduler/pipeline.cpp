@@ -159,6 +159,7 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
         ctx.last_slice = job->slice->last;
         ctx.tile_index = job->tile;
         ctx.tiles = tiles;
+        ctx.padded_frames = job->slice->padded;
         job->output = session->run(std::move(job->input), ctx);
         return job;
       });

@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,13 @@ struct RunOptions {
   // Farm chunk restriction (frames [first, end) of each input); end < 0: to the end.
   int64_t first_frame = 0;
   int64_t end_frame = -1;
+  // Farm context (scheduler/farm.h): frames [first_frame, write_from_frame) are decoded and run
+  // through the model, to rebuild a causal model's state, but not written (the sink drops them:
+  // VideoFileSink::set_write_from). <= first_frame: no context.
+  int64_t write_from_frame = 0;
+  // Called after each slice is written, with the slice index and the frames written so far (the
+  // farm journal records them). Called from the sink's thread, one call at a time.
+  std::function<void(int64_t slice, int64_t frames_written)> on_slice;
 };
 
 enum class InputState { kDone, kSkipped, kFailed };
@@ -33,6 +42,7 @@ struct InputOutcome {
   std::string error;  // one line, names the file
   int64_t frames = 0;
   double seconds = 0;
+  std::map<std::string, double> metrics;  // task measurements (reconstruct: psnr, ssim)
 };
 
 struct JobOutcome {

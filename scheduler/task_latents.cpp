@@ -1,11 +1,443 @@
+// The Wan2.1 VAE tasks: decode_latents (latents → video or tensor), encode_latents (video or
+// tensor → latents with metadata) and reconstruct (video → VAE → video, with PSNR/SSIM).
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "io/safetensors.h"
+#include "io/video_reader.h"
+#include "io/video_writer.h"
+#include "scheduler/quality.h"
 #include "scheduler/tasks.h"
+#include "scheduler/video_stages.h"
 #include "src/base/error.h"
+#include "src/base/log.h"
 
 namespace wm::sched {
+namespace {
+
+// Video values [0,1] ↔ the VAE's [-1,1].
+constexpr ValueMap kVaeRange{2.0f, -1.0f};
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while (!(mant & 0x400)) mant <<= 1, --exp;
+      bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000 | (mant << 13);
+  } else {
+    bits = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Converts `n` elements of `t` starting at element `offset` to float.
+void to_float(const io::TensorInfo& t, const std::string& path, size_t offset, size_t n,
+              float* out) {
+  const auto* bytes = static_cast<const unsigned char*>(t.data);
+  if (t.dtype == "F32") {
+    std::memcpy(out, bytes + offset * 4, n * 4);
+  } else if (t.dtype == "F64") {
+    for (size_t i = 0; i < n; ++i) {
+      double d;
+      std::memcpy(&d, bytes + (offset + i) * 8, 8);
+      out[i] = float(d);
+    }
+  } else if (t.dtype == "F16" || t.dtype == "BF16") {
+    const bool bf = t.dtype == "BF16";
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, bytes + (offset + i) * 2, 2);
+      if (bf) {
+        const uint32_t bits = uint32_t(h) << 16;
+        std::memcpy(&out[i], &bits, 4);
+      } else {
+        out[i] = half_to_float(h);
+      }
+    }
+  } else {
+    throw InputError(path + ": tensor dtype " + t.dtype + " is not a float type (F32/F16/BF16)");
+  }
+}
+
+// A [C, T, H, W] (or [1, C, T, H, W]) tensor of a safetensors file, cut along T into slices
+// under `rule`; the last slice is padded by repeating its last frame when the rule needs it.
+class TensorSliceSource : public SliceSource {
+ public:
+  TensorSliceSource(const io::SafetensorsFile& file, const std::string& name, int channels,
+                    const SliceRule& rule)
+      : file_(file), info_(file.info(name)), rule_(rule) {
+    const auto& s = info_.shape;
+    const bool batched = s.size() == 5 && s[0] == 1;
+    if (s.size() != 4 && !batched) {
+      throw InputError(file.path() + ": tensor '" + name + "' must be [C,T,H,W] or [1,C,T,H,W]",
+                       kExitDataErr);
+    }
+    const size_t o = batched ? 1 : 0;
+    c_ = s[o], t_ = s[o + 1], h_ = s[o + 2], w_ = s[o + 3];
+    if (c_ != channels) {
+      throw InputError(file.path() + ": tensor '" + name + "' has " + std::to_string(c_) +
+                           " channels, the model expects " + std::to_string(channels),
+                       kExitDataErr);
+    }
+    if (t_ < 1 || h_ < 1 || w_ < 1)
+      throw InputError(file.path() + ": tensor '" + name + "' is empty");
+  }
+  int64_t frames() const { return t_; }
+  int height() const { return int(h_); }
+  int width() const { return int(w_); }
+
+  bool next(SliceWork& out) override {
+    if (next_frame_ >= t_) return false;
+    const int64_t want = index_ == 0 ? rule_.first_frames : rule_.slice_frames;
+    const int64_t real = std::min<int64_t>(want, t_ - next_frame_);
+    out.index = index_;
+    out.first = index_ == 0;
+    out.last = next_frame_ + real == t_;
+    out.padded = out.last ? int(pad_frames(real, rule_.group, out.first ? rule_.offset : 0)) : 0;
+    out.input = Planar(int(c_), int(real) + out.padded, int(h_), int(w_));
+    const size_t plane = size_t(h_) * w_;
+    for (int64_t c = 0; c < c_; ++c) {
+      for (int64_t t = 0; t < real + out.padded; ++t) {
+        const int64_t src_t = next_frame_ + std::min(t, real - 1);
+        to_float(info_, file_.path(), size_t((c * t_ + src_t)) * plane, plane,
+                 out.input.plane(int(c), int(t)));
+      }
+    }
+    out.frames.clear();
+    for (int64_t t = 0; t < real; ++t) out.frames.push_back({next_frame_ + t, next_frame_ + t, 1});
+    next_frame_ += real;
+    ++index_;
+    return true;
+  }
+
+ private:
+  const io::SafetensorsFile& file_;
+  const io::TensorInfo& info_;
+  SliceRule rule_;
+  int64_t c_ = 0, t_ = 0, h_ = 0, w_ = 0;
+  int64_t next_frame_ = 0;
+  int64_t index_ = 0;
+};
+
+// Collects every output frame; `limit` trims the total (padding of encoded inputs).
+class TensorSink : public SliceSink {
+ public:
+  explicit TensorSink(Progress* progress = nullptr, int64_t per_frame = 1)
+      : progress_(progress), per_frame_(per_frame) {}
+  void write(SliceResult&& r) override {
+    if (progress_) progress_->add(int64_t(r.frames.size()));
+    frames_ += r.output.frames;
+    slices_.push_back(std::move(r.output));
+  }
+  // Concatenates along T: [C, frames, H, W], at most `limit` frames when limit >= 0.
+  Planar take(int64_t limit = -1) {
+    if (slices_.empty()) throw Error("no output produced", kExitSoftware);
+    const int64_t total = limit >= 0 ? std::min(limit, frames_) : frames_;
+    const Planar& first = slices_.front();
+    Planar out(first.channels, int(total), first.height, first.width);
+    for (int c = 0; c < out.channels; ++c) {
+      int64_t t = 0;
+      for (const Planar& s : slices_) {
+        for (int i = 0; i < s.frames && t < total; ++i, ++t) {
+          std::memcpy(out.plane(c, int(t)), s.plane(c, i), sizeof(float) * s.plane_size());
+        }
+      }
+    }
+    slices_.clear();
+    return out;
+  }
+
+ private:
+  Progress* progress_;
+  int64_t per_frame_;
+  int64_t frames_ = 0;
+  std::vector<Planar> slices_;
+};
+
+void write_tensor(const std::string& path, const std::string& name, const Planar& p,
+                  const std::map<std::string, std::string>& metadata) {
+  io::TensorEntry entry;
+  entry.name = name;
+  entry.dtype = "F32";
+  entry.shape = {1, p.channels, p.frames, p.height, p.width};
+  entry.data = p.data.data();
+  entry.bytes = p.data.size() * sizeof(float);
+  io::write_safetensors(path, {entry}, metadata);
+}
+
+std::string number(double v) {
+  std::string s = std::to_string(v);
+  s.erase(s.find_last_not_of('0') + 1);
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+
+io::Rational rational_fps(double fps) {
+  // Common NTSC rates exactly; others to the millisecond.
+  for (int base : {24, 30, 60}) {
+    if (std::fabs(fps - base * 1000.0 / 1001.0) < 1e-3) return {base * 1000, 1001};
+  }
+  return {int(std::lround(fps * 1000)), 1000};
+}
+
+void check_multiple_of_8(const std::string& path, int width, int height) {
+  if (width % 8 || height % 8) {
+    throw InputError(
+        path + ": frame size " + std::to_string(width) + "x" + std::to_string(height) +
+            " is not a multiple of 8, which the Wan2.1 VAE needs (resize or crop first)",
+        kExitDataErr);
+  }
+}
+
+class DecodeLatentsRunner : public TaskRunner {
+ public:
+  explicit DecodeLatentsRunner(const JobSpec& job)
+      : job_(job), models_(job.model, job.devices, job.device_ids) {}
+
+  int64_t process(const std::string& input, const std::string& output, const RunOptions& options,
+                  Progress& progress) override {
+    io::SafetensorsFile file(input);
+    const ModelTraits& traits = models_.traits();
+    TensorSliceSource source(file, job_.input_tensor, traits.in_channels,
+                             make_slice_rule(job_.slice_frames, 1, 0));
+    int64_t frames = models_.model().output_frames(source.frames());
+    const auto& meta = file.metadata();
+    if (auto it = meta.find("frames"); it != meta.end()) {
+      // Latents of a padded clip: trim back to the source's frame count.
+      frames = std::min<int64_t>(frames, std::stoll(it->second));
+    }
+    double fps = job_.fps;
+    if (fps <= 0) {
+      auto it = meta.find("fps");
+      fps = it != meta.end() ? std::stod(it->second) : 16.0;
+    }
+    PipelineOptions pipeline;
+    pipeline.tokens = job_.tokens;
+    pipeline.cancel = options.cancel;
+    pipeline.tiles = plan_job_tiles(job_, traits, source.width(), source.height());
+    auto sessions = models_.open_sessions();
+    progress.begin(input, frames);
+
+    if (ends_with(output, ".safetensors")) {
+      TensorSink sink(&progress);
+      run_pipeline(source, sessions, sink, pipeline);
+      Planar out = sink.take(frames);
+      write_tensor(output, "output", out,
+                   {{"source", input},
+                    {"fps", number(fps)},
+                    {"frames", std::to_string(out.frames)},
+                    {"model", traits.name}});
+      progress.end();
+      return out.frames;
+    }
+    io::WriterConfig config;
+    config.path = output;
+    config.width = pipeline.tiles.out_width() & ~1;
+    config.height = pipeline.tiles.out_height() & ~1;
+    config.frame_rate = rational_fps(fps);
+    config.time_base = {config.frame_rate.den, config.frame_rate.num};
+    config.encode.codec = job_.encode.codec;
+    config.encode.crf = job_.encode.crf;
+    config.encode.preset = job_.encode.preset;
+    config.encode.pix_fmt = job_.encode.pix_fmt;
+    config.encode.threads = job_.encode.threads;
+    io::VideoWriter writer(config);
+    VideoFileSink sink(writer, config.width, config.height, /*same_timing=*/false, kVaeRange,
+                       &progress);
+    sink.set_limit(frames);
+    run_pipeline(source, sessions, sink, pipeline);
+    const int64_t written = writer.finish();
+    progress.end();
+    return written;
+  }
+
+ private:
+  JobSpec job_;
+  ModelSet models_;
+};
+
+class EncodeLatentsRunner : public TaskRunner {
+ public:
+  explicit EncodeLatentsRunner(const JobSpec& job)
+      : job_(job), models_(job.model, job.devices, job.device_ids) {}
+
+  int64_t process(const std::string& input, const std::string& output, const RunOptions& options,
+                  Progress& progress) override {
+    const ModelTraits& traits = models_.traits();
+    const SliceRule rule =
+        make_slice_rule(job_.slice_frames, traits.frame_group, traits.frame_offset);
+    PipelineOptions pipeline;
+    pipeline.tokens = job_.tokens;
+    pipeline.cancel = options.cancel;
+    auto sessions = models_.open_sessions();
+    TensorSink sink(&progress);
+    std::map<std::string, std::string> meta = {{"source", input}, {"model", traits.name}};
+    int64_t frames = 0;
+    if (ends_with(input, ".safetensors")) {
+      io::SafetensorsFile file(input);
+      TensorSliceSource source(file, job_.input_tensor, traits.in_channels, rule);
+      check_multiple_of_8(input, source.width(), source.height());
+      pipeline.tiles = plan_job_tiles(job_, traits, source.width(), source.height());
+      frames = source.frames();
+      progress.begin(input, frames);
+      run_pipeline(source, sessions, sink, pipeline);
+      meta["width"] = std::to_string(source.width());
+      meta["height"] = std::to_string(source.height());
+      if (auto it = file.metadata().find("fps"); it != file.metadata().end())
+        meta["fps"] = it->second;
+    } else {
+      io::ReaderOptions reader_options;
+      reader_options.max_error_rate = job_.max_error_rate;
+      io::VideoReader reader(input, reader_options);
+      const io::VideoInfo& info = reader.info();
+      check_multiple_of_8(input, info.width, info.height);
+      pipeline.tiles = plan_job_tiles(job_, traits, info.width, info.height);
+      VideoSliceSource source(reader, rule, kVaeRange, options.first_frame, options.end_frame);
+      progress.begin(input, info.frames_estimate);
+      run_pipeline(source, sessions, sink, pipeline);
+      frames = source.frames_read();
+      meta["fps"] = number(info.frame_rate.value());
+      meta["width"] = std::to_string(info.width);
+      meta["height"] = std::to_string(info.height);
+    }
+    Planar latents = sink.take();
+    meta["frames"] = std::to_string(frames);
+    meta["latent_frames"] = std::to_string(latents.frames);
+    write_tensor(output, "latent", latents, meta);
+    progress.end();
+    return latents.frames;
+  }
+
+ private:
+  JobSpec job_;
+  ModelSet models_;
+};
+
+// Encoder then decoder in one session, measuring the round trip against its input.
+class ReconstructSession : public ModelSession {
+ public:
+  ReconstructSession(std::unique_ptr<ModelSession> encoder, std::unique_ptr<ModelSession> decoder,
+                     QualityMeter& meter)
+      : encoder_(std::move(encoder)), decoder_(std::move(decoder)), meter_(meter) {}
+  Planar run(Planar&& input, const RunContext& ctx) override {
+    Planar reference = input.clone();
+    Planar out = decoder_->run(encoder_->run(std::move(input), ctx), ctx);
+    if (out.frames != reference.frames) {
+      throw Error("reconstruct: decoder returned " + std::to_string(out.frames) + " frames for " +
+                      std::to_string(reference.frames),
+                  kExitSoftware);
+    }
+    for (int t = 0; t < reference.frames - ctx.padded_frames; ++t) {
+      meter_.add_frame(reference, out, t, kVaeRange.scale, kVaeRange.bias);
+    }
+    return out;
+  }
+
+ private:
+  std::unique_ptr<ModelSession> encoder_;
+  std::unique_ptr<ModelSession> decoder_;
+  QualityMeter& meter_;
+};
+
+class ReconstructRunner : public TaskRunner {
+ public:
+  explicit ReconstructRunner(const JobSpec& job)
+      : job_(job),
+        encoder_(with_task(job.model, "encode"), job.devices, job.device_ids),
+        decoder_(with_task(job.model, "decode"), job.devices, job.device_ids) {}
+
+  int64_t process(const std::string& input, const std::string& output, const RunOptions& options,
+                  Progress& progress) override {
+    io::ReaderOptions reader_options;
+    reader_options.max_error_rate = job_.max_error_rate;
+    io::VideoReader reader(input, reader_options);
+    const io::VideoInfo& info = reader.info();
+    check_multiple_of_8(input, info.width, info.height);
+    const ModelTraits& traits = encoder_.traits();
+
+    QualityMeter meter;
+    auto enc = encoder_.open_sessions();
+    auto dec = decoder_.open_sessions();
+    std::vector<std::unique_ptr<ModelSession>> sessions;
+    sessions.push_back(std::make_unique<ReconstructSession>(std::move(enc.front()),
+                                                            std::move(dec.front()), meter));
+
+    PipelineOptions pipeline;
+    pipeline.tokens = job_.tokens;
+    pipeline.cancel = options.cancel;
+    // PSNR/SSIM need whole frames: the round trip runs untiled.
+    pipeline.tiles = plan_tiles(info.width, info.height, 0, 0, 0, 0);
+
+    io::WriterConfig config;
+    config.path = output;
+    config.width = info.width;
+    config.height = info.height;
+    config.time_base = info.time_base;
+    config.frame_rate = info.frame_rate;
+    config.source_path = input;
+    config.source = info;
+    config.encode.codec = job_.encode.codec;
+    config.encode.crf = job_.encode.crf;
+    config.encode.preset = job_.encode.preset;
+    config.encode.pix_fmt = job_.encode.pix_fmt;
+    config.encode.copy_audio = job_.encode.copy_audio;
+    config.encode.copy_subtitles = job_.encode.copy_subtitles;
+    io::VideoWriter writer(config);
+    VideoSliceSource source(
+        reader, make_slice_rule(job_.slice_frames, traits.frame_group, traits.frame_offset),
+        kVaeRange, options.first_frame, options.end_frame);
+    VideoFileSink sink(writer, info.width, info.height, /*same_timing=*/true, kVaeRange, &progress);
+    progress.begin(input, info.frames_estimate);
+    run_pipeline(source, sessions, sink, pipeline);
+    const int64_t written = writer.finish();
+    progress.end();
+    metrics_ = {{"psnr", meter.psnr()}, {"ssim", meter.ssim()}};
+    log::get("job:" + job_.name)
+        ->info("{}: reconstruction PSNR {:.2f} dB, SSIM {:.4f} over {} frames", input, meter.psnr(),
+               meter.ssim(), meter.frames());
+    return written;
+  }
+  std::map<std::string, double> metrics() const override { return metrics_; }
+
+ private:
+  static ModelConfig with_task(ModelConfig config, const char* task) {
+    config.task = task;
+    return config;
+  }
+  JobSpec job_;
+  ModelSet encoder_;
+  ModelSet decoder_;
+  std::map<std::string, double> metrics_;
+};
+
+}  // namespace
 
 std::unique_ptr<TaskRunner> make_latent_task_runner(const JobSpec& job) {
-  throw ConfigError(job.file, job.line, "task",
-                    std::string("'") + to_string(job.task) + "' is not available in this build");
+  switch (job.task) {
+    case Task::kDecodeLatents:
+      return std::make_unique<DecodeLatentsRunner>(job);
+    case Task::kEncodeLatents:
+      return std::make_unique<EncodeLatentsRunner>(job);
+    case Task::kReconstruct:
+      return std::make_unique<ReconstructRunner>(job);
+    default:
+      throw ConfigError(job.file, job.line, "task", "not a latent task");
+  }
 }
 
 }  // namespace wm::sched

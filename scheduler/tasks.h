@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,8 @@ class TaskRunner {
   // written. Throws wm::Error; leaves no file at `output` on failure.
   virtual int64_t process(const std::string& input, const std::string& output,
                           const RunOptions& options, Progress& progress) = 0;
+  // Measurements of the last process() call (e.g. PSNR/SSIM for reconstruct) for the report.
+  virtual std::map<std::string, double> metrics() const { return {}; }
 };
 
 std::unique_ptr<TaskRunner> make_task_runner(const JobSpec& job);

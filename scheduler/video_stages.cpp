@@ -1,5 +1,6 @@
 #include "scheduler/video_stages.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "src/base/error.h"
@@ -18,8 +19,11 @@ bool VideoSliceSource::fetch(io::VideoFrame& frame) {
     have_lookahead_ = false;
     return true;
   }
-  if (!reader_.read(frame)) return false;
-  if (end_frame_ >= 0 && frame.index >= end_frame_) return false;
+  if (cut_ || !reader_.read(frame)) return false;
+  if (end_frame_ >= 0 && frame.index >= end_frame_) {
+    cut_ = true;
+    return false;
+  }
   return true;
 }
 
@@ -36,7 +40,7 @@ bool VideoSliceSource::next(SliceWork& out) {
   }
   out.index = next_index_;
   out.first = next_index_ == 0;
-  out.last = !have_lookahead_;
+  out.last = !have_lookahead_ && !cut_;
   const int real = int(frames.size());
   out.padded = 0;
   if (out.last) out.padded = int(pad_frames(real, rule_.group, out.first ? rule_.offset : 0));
@@ -101,7 +105,13 @@ void VideoFileSink::write(SliceResult&& result) {
     }
     frames = int(result.frames.size());
   }
+  if (limit_ >= 0) frames = int(std::min<int64_t>(frames, std::max<int64_t>(0, limit_ - written_)));
+  int64_t slice_written = 0;
   for (int t = 0; t < frames; ++t) {
+    if (same_timing_ && result.frames[t].index < write_from_) {
+      ++dropped_;  // a farm chunk's context frame
+      continue;
+    }
     io::VideoFrame f;
     if (same_timing_) {
       f.index = result.frames[t].index;
@@ -115,8 +125,10 @@ void VideoFileSink::write(SliceResult&& result) {
     f.image = extract_frame(out, t, height_, width_, map_);
     writer_.write(f);
     ++written_;
+    ++slice_written;
   }
-  if (progress_) progress_->add(frames);
+  if (progress_) progress_->add(slice_written);
+  if (on_slice_) on_slice_(result.index, written_);
 }
 
 }  // namespace wm::sched

@@ -20,7 +20,8 @@ struct ValueMap {
 };
 
 // Cuts frames [first_frame, end_frame) of a reader into slices under `rule`, padding the last
-// slice by repeating its last frame when the rule's grouping requires it.
+// slice by repeating its last frame when the rule's grouping requires it. A slice that stops at
+// end_frame before the end of the stream is not the last one (farm chunks): not padded.
 class VideoSliceSource : public SliceSource {
  public:
   VideoSliceSource(io::VideoReader& reader, const SliceRule& rule, ValueMap map = {},
@@ -34,6 +35,9 @@ class VideoSliceSource : public SliceSource {
   SliceRule rule_;
   ValueMap map_;
   int64_t end_frame_;
+  // Stopped at end_frame with frames left in the stream: the last slice is not the sequence's
+  // last (a farm chunk), so it is neither marked last nor padded.
+  bool cut_ = false;
   int64_t next_index_ = 0;
   int64_t frames_read_ = 0;
   bool have_lookahead_ = false;
@@ -49,6 +53,15 @@ class VideoFileSink : public SliceSink {
                 Progress* progress = nullptr);
   void write(SliceResult&& result) override;
   int64_t frames_written() const { return written_; }
+  // Writes at most `frames` frames in all (a decode trimmed to the source's frame count).
+  void set_limit(int64_t frames) { limit_ = frames; }
+  // Farm chunks: frames whose source index is below `first_frame` are context, dropped (with
+  // same_timing); `on_slice(slice index, frames written so far)` is called after each slice.
+  void set_write_from(int64_t first_frame) { write_from_ = first_frame; }
+  void set_on_slice(std::function<void(int64_t, int64_t)> on_slice) {
+    on_slice_ = std::move(on_slice);
+  }
+  int64_t frames_dropped() const { return dropped_; }
 
  private:
   io::VideoWriter& writer_;
@@ -59,6 +72,10 @@ class VideoFileSink : public SliceSink {
   Progress* progress_;
   int64_t written_ = 0;
   int64_t next_pts_ = 0;
+  int64_t limit_ = -1;
+  int64_t write_from_ = 0;
+  int64_t dropped_ = 0;
+  std::function<void(int64_t, int64_t)> on_slice_;
 };
 
 // Copies frame t of `block` [C,T,H,W] into a [C,1,h,w] image (top-left crop when h,w smaller),

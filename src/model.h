@@ -75,6 +75,7 @@ struct RunContext {
   bool last_slice = true;
   int tile_index = 0;
   int tiles = 1;
+  int padded_frames = 0;  // trailing input frames that repeat the last real one (not real)
 };
 
 class ModelSession {

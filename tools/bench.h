@@ -1,5 +1,5 @@
-// The benchmarks wmbench dispatches to; each parses its own arguments (after the bench name)
-// and prints one JSON object on stdout. Returns the process exit code.
+// wmbench subcommands. Each takes the arguments after `wmbench` (argv[0] is the subcommand name),
+// prints one JSON object to stdout and returns the process exit status.
 #pragma once
 
 int bench_upscale(int argc, char** argv);

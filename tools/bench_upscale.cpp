@@ -51,7 +51,7 @@ int bench_upscale(int argc, char** argv) {
   std::string workdir = "/tmp/wmbench";
   int scale = 2, crf = 18;
   bool skip_ffmpeg = false;
-  for (int i = 0; i < argc; ++i) {
+  for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
       if (i + 1 >= argc) {
@@ -60,14 +60,22 @@ int bench_upscale(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--input") input = value();
-    else if (a == "--make") make = value();
-    else if (a == "--scale") scale = std::stoi(value());
-    else if (a == "--kind") kind = value();
-    else if (a == "--preset") preset = value();
-    else if (a == "--crf") crf = std::stoi(value());
-    else if (a == "--workdir") workdir = value();
-    else if (a == "--skip-ffmpeg") skip_ffmpeg = true;
+    if (a == "--input")
+      input = value();
+    else if (a == "--make")
+      make = value();
+    else if (a == "--scale")
+      scale = std::stoi(value());
+    else if (a == "--kind")
+      kind = value();
+    else if (a == "--preset")
+      preset = value();
+    else if (a == "--crf")
+      crf = std::stoi(value());
+    else if (a == "--workdir")
+      workdir = value();
+    else if (a == "--skip-ffmpeg")
+      skip_ffmpeg = true;
     else {
       std::fputs(kUsage, stderr);
       return a == "--help" ? 0 : 64;
@@ -80,18 +88,38 @@ int bench_upscale(int argc, char** argv) {
     (void)x;
     input = workdir + "/clip_" + size + "_" + seconds + "s.mp4";
     if (!std::filesystem::exists(input)) {
-      const int rc = run({"ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i",
-                          "testsrc2=size=" + size + ":rate=25:duration=" + seconds +
-                              ",noise=alls=12:allf=t",
-                          "-f", "lavfi", "-i", "sine=frequency=440:duration=" + seconds, "-c:v",
-                          "libx264", "-preset", "medium", "-crf", "20", "-pix_fmt", "yuv420p",
-                          "-c:a", "aac", "-shortest", input});
+      const int rc =
+          run({"ffmpeg",
+               "-v",
+               "error",
+               "-y",
+               "-f",
+               "lavfi",
+               "-i",
+               "testsrc2=size=" + size + ":rate=25:duration=" + seconds + ",noise=alls=12:allf=t",
+               "-f",
+               "lavfi",
+               "-i",
+               "sine=frequency=440:duration=" + seconds,
+               "-c:v",
+               "libx264",
+               "-preset",
+               "medium",
+               "-crf",
+               "20",
+               "-pix_fmt",
+               "yuv420p",
+               "-c:a",
+               "aac",
+               "-shortest",
+               input});
       if (rc != 0) {
         std::fprintf(stderr, "wmbench: could not generate %s\n", input.c_str());
         return 1;
       }
     }
   }
+  input = std::filesystem::absolute(input).string();
   const int64_t frames = wm::io::VideoReader(input).info().frames_estimate;
 
   wm::JobSpec job;
@@ -131,11 +159,11 @@ int bench_upscale(int argc, char** argv) {
   if (!skip_ffmpeg) {
     const std::string flags = kind == "bicubic" ? "bicubic" : "lanczos";
     t0 = now();
-    const int rc = run({"ffmpeg", "-v", "error", "-y", "-i", input, "-vf",
-                        "scale=iw*" + std::to_string(scale) + ":ih*" + std::to_string(scale) +
-                            ":flags=" + flags,
-                        "-c:v", "libx264", "-preset", preset, "-crf", std::to_string(crf),
-                        workdir + "/ffmpeg_out.mp4"});
+    const int rc = run(
+        {"ffmpeg", "-v", "error", "-y", "-i", input, "-vf",
+         "scale=iw*" + std::to_string(scale) + ":ih*" + std::to_string(scale) + ":flags=" + flags,
+         "-c:v", "libx264", "-preset", preset, "-crf", std::to_string(crf),
+         workdir + "/ffmpeg_out.mp4"});
     const double theirs = now() - t0;
     if (rc != 0) {
       std::fprintf(stderr, "wmbench: ffmpeg failed (%d)\n", rc);

@@ -21,8 +21,8 @@ int main(int argc, char** argv) {
   }
   wm::io::install_av_log();
   const std::string bench = argv[1];
-  if (bench == "upscale") return bench_upscale(argc - 2, argv + 2);
-  if (bench == "vae-decode") return bench_vae_decode(argc - 2, argv + 2);
+  if (bench == "upscale") return bench_upscale(argc - 1, argv + 1);
+  if (bench == "vae-decode") return bench_vae_decode(argc - 1, argv + 1);
   std::fprintf(stderr, "wmbench: unknown benchmark '%s'\n%s", bench.c_str(), kUsage);
   return 64;
 }

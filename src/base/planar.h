@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace wm {
@@ -19,8 +20,19 @@ struct Planar {
   Planar() = default;
   Planar(int c, int t, int h, int w)
       : channels(c), frames(t), height(h), width(w), data(size_t(c) * t * h * w) {}
-  Planar(Planar&&) noexcept = default;
-  Planar& operator=(Planar&&) noexcept = default;
+  // A moved-from Planar is empty (all sizes 0), so its sizes never describe memory it lacks.
+  Planar(Planar&& other) noexcept { *this = std::move(other); }
+  Planar& operator=(Planar&& other) noexcept {
+    if (this != &other) {
+      channels = std::exchange(other.channels, 0);
+      frames = std::exchange(other.frames, 0);
+      height = std::exchange(other.height, 0);
+      width = std::exchange(other.width, 0);
+      data = std::move(other.data);
+      other.data.clear();
+    }
+    return *this;
+  }
   Planar(const Planar&) = delete;
   Planar& operator=(const Planar&) = delete;
 
