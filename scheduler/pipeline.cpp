@@ -2,6 +2,7 @@
 
 #include <tbb/flow_graph.h>
 
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -47,6 +48,20 @@ class SessionPool {
  private:
   std::mutex mutex_;
   std::vector<ModelSession*> free_;
+};
+
+// Adds the seconds a scope took to an atomic counter.
+class StageTimer {
+ public:
+  explicit StageTimer(std::atomic<int64_t>& ns) : ns_(ns), start_(Clock::now()) {}
+  ~StageTimer() {
+    ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count();
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::atomic<int64_t>& ns_;
+  Clock::time_point start_;
 };
 
 // Output size of a window along one axis.
@@ -114,11 +129,14 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
   const TilePlan& plan = options.tiles;
   const int tiles = plan.tiles();
   SessionPool pool(sessions);
+  std::atomic<int64_t> source_ns{0}, tile_ns{0}, model_ns{0}, blend_ns{0}, sink_ns{0};
+  std::atomic<int64_t> slices{0};
 
   flow::graph g;
 
   flow::input_node<WorkPtr> input(g, [&](tbb::flow_control& fc) -> WorkPtr {
     if (options.cancel && options.cancel->load()) throw Cancelled("interrupted");
+    StageTimer timer(source_ns);
     auto work = std::make_shared<SliceWork>();
     if (!source.next(*work)) {
       fc.stop();
@@ -131,6 +149,7 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
 
   using TilerNode = flow::multifunction_node<WorkPtr, std::tuple<TilePtr>>;
   TilerNode tiler(g, flow::serial, [&](const WorkPtr& work, TilerNode::output_ports_type& ports) {
+    StageTimer timer(tile_ns);
     for (int i = 0; i < tiles; ++i) {
       auto job = std::make_shared<TileJob>();
       job->slice = work;
@@ -147,6 +166,7 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
 
   flow::function_node<TilePtr, TilePtr> worker(
       g, sessions.size(), [&](const TilePtr& job) -> TilePtr {
+        StageTimer timer(model_ns);
         ModelSession* session = pool.take();
         struct Return {
           SessionPool& pool;
@@ -173,6 +193,7 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
   using BlenderNode = flow::multifunction_node<TilePtr, std::tuple<ResultPtr>>;
   BlenderNode blender(
       g, flow::serial, [&](const TilePtr& job, BlenderNode::output_ports_type& ports) {
+        StageTimer timer(blend_ns);
         const SliceWork& work = *job->slice;
         Pending& p = pending[work.index];
         if (!p.result) {
@@ -201,11 +222,13 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
 
   flow::sequencer_node<ResultPtr> sequencer(g, [](const ResultPtr& r) { return size_t(r->index); });
 
-  flow::function_node<ResultPtr, flow::continue_msg> writer(g, flow::serial,
-                                                            [&](const ResultPtr& result) {
-                                                              sink.write(std::move(*result));
-                                                              return flow::continue_msg();
-                                                            });
+  flow::function_node<ResultPtr, flow::continue_msg> writer(
+      g, flow::serial, [&](const ResultPtr& result) {
+        StageTimer timer(sink_ns);
+        ++slices;
+        sink.write(std::move(*result));
+        return flow::continue_msg();
+      });
 
   flow::make_edge(input, limiter);
   flow::make_edge(limiter, tiler);
@@ -217,6 +240,14 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
 
   input.activate();
   g.wait_for_all();
+  if (options.stats) {
+    options.stats->source_seconds += source_ns * 1e-9;
+    options.stats->tile_seconds += tile_ns * 1e-9;
+    options.stats->model_seconds += model_ns * 1e-9;
+    options.stats->blend_seconds += blend_ns * 1e-9;
+    options.stats->sink_seconds += sink_ns * 1e-9;
+    options.stats->slices += slices;
+  }
 }
 
 }  // namespace wm::sched

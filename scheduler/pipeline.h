@@ -60,10 +60,22 @@ class SliceSink {
   virtual void write(SliceResult&& result) = 0;
 };
 
+// Where the time went: seconds spent inside each stage's body, summed over slices (stages run
+// concurrently, so the sum can exceed the wall time).
+struct PipelineStats {
+  double source_seconds = 0;  // decode, conversion to float, slicing
+  double tile_seconds = 0;    // cutting tiles
+  double model_seconds = 0;   // model sessions (all workers)
+  double blend_seconds = 0;   // blending tiles into slices
+  double sink_seconds = 0;    // conversion from float, encode, mux
+  int64_t slices = 0;
+};
+
 struct PipelineOptions {
   int tokens = 3;                             // slices in flight
   TilePlan tiles;                             // spatial plan (one tile = whole frame)
   const std::atomic<bool>* cancel = nullptr;  // set → the source stops with wm::Cancelled
+  PipelineStats* stats = nullptr;              // filled when set
 };
 
 // Runs the graph until the source is exhausted. `sessions` are the model workers (one per

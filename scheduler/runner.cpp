@@ -166,7 +166,9 @@ int run_job_files(const std::vector<std::string>& files, const RunOptions& optio
     std::vector<JobSpec> loaded = load_job_file(file);
     jobs.insert(jobs.end(), loaded.begin(), loaded.end());
   }
-  Progress progress(options.progress);
+  // Farm managers (Deadline) parse "Progress: N%" from stdout.
+  Progress progress(options.progress,
+                    options.progress == ProgressStyle::kFarm ? stdout : stderr);
   std::vector<JobOutcome> outcomes;
   int exit_code = 0;
   for (const JobSpec& job : jobs) {

@@ -214,7 +214,7 @@ class DecodeLatentsRunner : public TaskRunner {
     io::SafetensorsFile file(input);
     const ModelTraits& traits = models_.traits();
     TensorSliceSource source(file, job_.input_tensor, traits.in_channels,
-                             make_slice_rule(job_.slice_frames, 1, 0));
+                             make_slice_rule(auto_slice_frames(job_.slice_frames, true, 0), 1, 0));
     int64_t frames = models_.model().output_frames(source.frames());
     const auto& meta = file.metadata();
     if (auto it = meta.find("frames"); it != meta.end()) {
@@ -279,8 +279,7 @@ class EncodeLatentsRunner : public TaskRunner {
   int64_t process(const std::string& input, const std::string& output, const RunOptions& options,
                   Progress& progress) override {
     const ModelTraits& traits = models_.traits();
-    const SliceRule rule =
-        make_slice_rule(job_.slice_frames, traits.frame_group, traits.frame_offset);
+    const SliceRule rule = job_slice_rule(job_, traits, 0, 0);
     PipelineOptions pipeline;
     pipeline.tokens = job_.tokens;
     pipeline.cancel = options.cancel;
@@ -399,7 +398,7 @@ class ReconstructRunner : public TaskRunner {
     config.encode.copy_subtitles = job_.encode.copy_subtitles;
     io::VideoWriter writer(config);
     VideoSliceSource source(
-        reader, make_slice_rule(job_.slice_frames, traits.frame_group, traits.frame_offset),
+        reader, job_slice_rule(job_, traits, info.width, info.height),
         kVaeRange, options.first_frame, options.end_frame);
     VideoFileSink sink(writer, info.width, info.height, /*same_timing=*/true, kVaeRange, &progress);
     progress.begin(input, info.frames_estimate);

@@ -1,5 +1,7 @@
 #include "scheduler/tasks.h"
 
+#include <algorithm>
+
 #include "io/video_reader.h"
 #include "io/video_writer.h"
 #include "parallel/devices.h"
@@ -32,6 +34,22 @@ TilePlan plan_job_tiles(const JobSpec& job, const ModelTraits& traits, int width
   } catch (const std::invalid_argument& e) {
     throw ConfigError(job.file, job.line, "tiling", e.what());
   }
+}
+
+SliceRule job_slice_rule(const JobSpec& job, const ModelTraits& traits, int out_width,
+                         int out_height) {
+  const bool temporal = traits.causal_state || traits.frame_group > 1;
+  const int64_t frame_bytes = int64_t(traits.out_channels) * out_width * out_height * 4;
+  return make_slice_rule(auto_slice_frames(job.slice_frames, temporal, frame_bytes),
+                         traits.frame_group, traits.frame_offset);
+}
+
+std::map<std::string, double> stage_metrics(const PipelineStats& stats) {
+  return {{"stage_source_seconds", stats.source_seconds},
+          {"stage_tile_seconds", stats.tile_seconds},
+          {"stage_model_seconds", stats.model_seconds},
+          {"stage_blend_seconds", stats.blend_seconds},
+          {"stage_sink_seconds", stats.sink_seconds}};
 }
 
 namespace {
@@ -97,26 +115,37 @@ class UpscaleRunner : public TaskRunner {
     io::VideoWriter writer(config);
 
     const SliceRule rule =
-        make_slice_rule(job_.slice_frames, traits.frame_group, traits.frame_offset);
+        job_slice_rule(job_, traits, config.width, config.height);
     VideoSliceSource source(reader, rule, {}, options.first_frame, options.end_frame);
     VideoFileSink sink(writer, config.width, config.height, /*same_timing=*/true, {}, &progress);
+    // A farm chunk with context writes only its own frames.
+    const int64_t write_from = std::max(options.first_frame, options.write_from_frame);
+    sink.set_write_from(write_from);
+    if (options.on_slice) sink.set_on_slice(options.on_slice);
     auto sessions = models_.open_sessions();
 
-    progress.begin(input, info.frames_estimate);
+    int64_t frames_total = info.frames_estimate - write_from;
+    if (options.end_frame >= 0) frames_total = options.end_frame - write_from;
+    progress.begin(input, std::max<int64_t>(frames_total, 0));
+    PipelineStats stats;
+    pipeline.stats = &stats;
     run_pipeline(source, sessions, sink, pipeline);
     const int64_t written = writer.finish();
     progress.end();
-    if (written != source.frames_read()) {
+    metrics_ = stage_metrics(stats);
+    if (written != source.frames_read() - sink.frames_dropped()) {
       throw Error(output + ": wrote " + std::to_string(written) + " frames but read " +
-                      std::to_string(source.frames_read()),
+                      std::to_string(source.frames_read() - sink.frames_dropped()),
                   kExitSoftware);
     }
     return written;
   }
+  std::map<std::string, double> metrics() const override { return metrics_; }
 
  private:
   JobSpec job_;
   ModelSet models_;
+  std::map<std::string, double> metrics_;
 };
 
 }  // namespace

@@ -49,6 +49,14 @@ class ModelSet {
 // The tile plan a job asks for on an input of width×height (input pixels of the model).
 TilePlan plan_job_tiles(const JobSpec& job, const ModelTraits& traits, int width, int height);
 
+// The slice rule of a job for a model whose output frames are out_width×out_height: the job's
+// slice_frames, or auto_slice_frames when it is 0, grouped as the model needs.
+SliceRule job_slice_rule(const JobSpec& job, const ModelTraits& traits, int out_width,
+                         int out_height);
+
+// Per-stage seconds as report metrics ("stage_model_seconds", ...).
+std::map<std::string, double> stage_metrics(const PipelineStats& stats);
+
 // Implemented in task_latents.cpp.
 std::unique_ptr<TaskRunner> make_latent_task_runner(const JobSpec& job);
 

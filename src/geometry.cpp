@@ -125,6 +125,14 @@ TileRect TilePlan::tile(int index) const {
   return t;
 }
 
+int auto_slice_frames(int requested, bool temporal, int64_t output_frame_bytes) {
+  if (requested > 0) return requested;
+  if (temporal) return 4;
+  constexpr int64_t kBudget = int64_t(64) << 20;
+  const int64_t fit = output_frame_bytes > 0 ? kBudget / output_frame_bytes : 8;
+  return int(std::clamp<int64_t>(fit, 1, 8));
+}
+
 SliceRule make_slice_rule(int requested, int group, int offset) {
   SliceRule rule;
   rule.group = std::max(group, 1);

@@ -82,6 +82,12 @@ struct SliceRule {
   int offset = 0;
 };
 
+// Frames per slice when the job leaves `slice_frames` at 0 (auto). Frame-wise models get as many
+// frames as fit in ~64 MiB of output (1 at 4K, at most 8) so memory stays small and flat; models
+// with temporal coupling get 4 groups (4 latent frames decoded per call, or 1+16 frames encoded),
+// enough frames per convolution call to keep the convolutions efficient.
+int auto_slice_frames(int requested, bool temporal, int64_t output_frame_bytes);
+
 // The rule for a model with frame grouping `group`/`offset` and a requested slice length.
 SliceRule make_slice_rule(int requested, int group, int offset);
 

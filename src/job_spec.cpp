@@ -507,7 +507,7 @@ class JobParser {
     if (const Field* f = top_.find("precision")) job_.model.precision = get_enum(*f, kPrecisions);
     if (const Field* f = top_.find("devices")) parse_devices(*f);
     if (const Field* f = top_.find("tiling")) parse_tiling(*f);
-    if (const Field* f = top_.find("slice_frames")) job_.slice_frames = get_int(*f, 1, 1 << 20);
+    if (const Field* f = top_.find("slice_frames")) job_.slice_frames = get_int(*f, 0, 1 << 20);
     if (const Field* f = top_.find("tokens")) job_.tokens = get_int(*f, 1, 1024);
     if (const Field* f = top_.find("encode")) parse_encode(*f);
     if (const Field* f = top_.find("fps")) {

@@ -49,7 +49,7 @@ struct JobSpec {
   std::string devices = "cpu";  // cpu | auto | list ("list": the GPU indices are in device_ids)
   std::vector<int> device_ids;
   TilingSpec tiling;
-  int slice_frames = 16;  // frames (latent frames for decode_latents) per temporal slice
+  int slice_frames = 0;  // frames (latent frames for decode_latents) per slice; 0 = auto
   int tokens = 3;         // slices in flight (bounds memory)
   EncodeSpec encode;
   double fps = 0;  // decode_latents: output frame rate (0: from the file, else 16)

@@ -156,6 +156,7 @@ int bench_upscale(int argc, char** argv) {
                            {"wmbatch_fps", outcome.frames / ours},
                            {"wmbatch_peak_rss_mib", outcome.peak_rss_mib},
                            {"cores", int(std::thread::hardware_concurrency())}};
+  for (const auto& [name, value] : outcome.inputs.front().metrics) result[name] = value;
   if (!skip_ffmpeg) {
     const std::string flags = kind == "bicubic" ? "bicubic" : "lanczos";
     t0 = now();

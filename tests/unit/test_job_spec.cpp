@@ -165,7 +165,7 @@ TEST(JobSpec, Defaults) {
   EXPECT_TRUE(j.model.weights.empty());
   EXPECT_EQ(j.devices, "cpu");
   EXPECT_FALSE(j.tiling.enabled);
-  EXPECT_EQ(j.slice_frames, 16);
+  EXPECT_EQ(j.slice_frames, 0);  // auto
   EXPECT_EQ(j.tokens, 3);
   EXPECT_EQ(j.encode.codec, "libx264");
   EXPECT_EQ(j.encode.crf, 18);
@@ -274,7 +274,7 @@ const BadJob kBadJobs[] = {
     {JOB "tiling:\n  overlap: 8\n", 3, "tiling.tile", "required"},
     {JOB "tiling: 512\n", 3, "tiling", "must be none, auto or a map"},
     {JOB "tiling: {tile: 64, overlap: -1}\n", 3, "tiling.overlap", "at least 0"},
-    {JOB "slice_frames: 0\n", 3, "slice_frames", "must be at least 1 (got 0)"},
+    {JOB "slice_frames: -1\n", 3, "slice_frames", "must be at least 0 (got -1)"},
     {JOB "tokens: 0\n", 3, "tokens", "must be at least 1 (got 0)"},
     {JOB "max_error_rate: 1.5\n", 3, "max_error_rate", "must be at most 1 (got 1.5)"},
     {JOB "max_error_rate: -0.1\n", 3, "max_error_rate", "must be at least 0"},
