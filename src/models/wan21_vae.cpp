@@ -1,12 +1,383 @@
 #include "src/models/wan21_vae.h"
 
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/InferenceMode.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "io/safetensors.h"
 #include "src/base/error.h"
+#include "src/models/tensor.h"
+#include "src/models/wan21_blocks.h"
 
 namespace wm::models {
 
-// Replaced by the real implementation (issue 3).
-std::unique_ptr<Model> make_wan21_vae(const ModelConfig&, const Device&) {
-  throw ModelError("wan2.1-vae: not implemented yet");
+using wan21::Architecture;
+using wan21::Network;
+using wan21::ParamSpec;
+using wan21::SequenceState;
+using wan21::Task;
+
+namespace {
+
+// Official Wan2.1 latent statistics, as float32 values (the golden data's meta.json).
+const std::vector<double> kLatentMean = {
+    -0.757099986076355,   -0.708899974822998,   -0.911300003528595,  0.10750000178813934,
+    -0.1745000034570694,  0.9653000235557556,   -0.1517000049352646, 1.5507999658584595,
+    0.41339999437332153,  -0.07150000333786011, 0.5516999959945679,  -0.36320000886917114,
+    -0.19220000505447388, -0.9496999979019165,  0.25029999017715454, -0.2921000123023987};
+const std::vector<double> kLatentStd = {
+    2.8183999061584473, 1.4541000127792358, 2.327500104904175,  2.6558001041412354,
+    1.219599962234497,  1.770799994468689,  2.6052000522613525, 2.0743000507354736,
+    3.268699884414673,  2.152600049972534,  2.8652000427246094, 1.5578999519348145,
+    1.638200044631958,  1.1253000497817993, 2.8250999450683594, 1.9160000085830688};
+
+// Recommended spatial tile overlap (halo_exact = false: attention sees the whole frame, so no
+// finite halo is exact). Measured with random weights; see docs/wan21-vae.md.
+constexpr int kDecodeHaloLatent = 8;
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
 }
+
+Task task_of(const ModelConfig& config) {
+  if (config.task == "decode") return Task::kDecode;
+  if (config.task == "encode") return Task::kEncode;
+  throw ModelError("wan2.1-vae: task must be decode or encode, not '" + config.task + "'");
+}
+
+std::vector<double> latent_stat(const std::vector<double>& given,
+                                const std::vector<double>& official, int z_dim, const char* name) {
+  const std::vector<double>& v = given.empty() ? official : given;
+  if (int(v.size()) != z_dim) {
+    throw ModelError(std::string("wan2.1-vae: ") + name + " has " + std::to_string(v.size()) +
+                     " values, z_dim is " + std::to_string(z_dim) +
+                     (given.empty() ? " (the official values are for z_dim 16)" : ""));
+  }
+  return v;
+}
+
+// Host float32 parameters by key.
+using ParamMap = std::map<std::string, at::Tensor>;
+
+// Hands out `params` converted to the run device, dtype (and, through the builder, layout).
+class MapSource : public wan21::ParamSource {
+ public:
+  MapSource(const ParamMap& params, at::Device device, at::ScalarType dtype)
+      : params_(params), device_(device), dtype_(dtype) {}
+  at::Tensor get(const std::string& key, const std::vector<int64_t>&) override {
+    return params_.at(key).to(device_, dtype_);
+  }
+
+ private:
+  const ParamMap& params_;
+  at::Device device_;
+  at::ScalarType dtype_;
+};
+
+at::ScalarType file_dtype(const std::string& dtype) {
+  if (dtype == "F32") return at::kFloat;
+  if (dtype == "F16") return at::kHalf;
+  if (dtype == "BF16") return at::kBFloat16;
+  if (dtype == "F64") return at::kDouble;
+  return at::ScalarType::Undefined;
+}
+
+// Loads and checks the parameters `task` needs from a safetensors file: every key the task uses
+// must be present with the shape the config implies; keys of the other half are optional but must
+// have the right shape; keys outside the layout are errors.
+ParamMap load_params(const ModelConfig& config, const std::vector<ParamSpec>& specs, Task task) {
+  const std::string& path = config.weights;
+  if (path.empty()) throw ModelError("wan2.1-vae: model.weights (a .safetensors file) is required");
+  std::optional<io::SafetensorsFile> file;
+  try {
+    file.emplace(path);
+  } catch (const InputError& e) {
+    throw ModelError(e.what(), e.exit_code());
+  }
+
+  // Problems of the task's own keys first, then of the other half, then unknown keys.
+  std::vector<std::string> problems;
+  bool shape_problem = false;
+  std::set<std::string> known;
+  for (bool own : {true, false}) {
+    for (const ParamSpec& spec : specs) {
+      if ((spec.task == task) != own) continue;
+      known.insert(spec.key);
+      if (!file->has(spec.key)) {
+        if (own) {
+          problems.push_back("missing key " + spec.key + " (expected shape " +
+                             shape_string(spec.shape) + ")");
+        }
+        continue;
+      }
+      const io::TensorInfo& info = file->info(spec.key);
+      if (info.shape != spec.shape) {
+        problems.push_back(spec.key + ": expected shape " + shape_string(spec.shape) +
+                           ", file has " + shape_string(info.shape));
+        shape_problem = true;
+      } else if (file_dtype(info.dtype) == at::ScalarType::Undefined) {
+        problems.push_back(spec.key + ": dtype " + info.dtype +
+                           " is not supported (F32, F16, BF16)");
+      }
+    }
+  }
+  for (const std::string& name : file->names()) {
+    if (!known.count(name)) problems.push_back("unexpected key " + name);
+  }
+  if (!problems.empty()) {
+    std::string msg = path + ": " + problems.front();
+    std::string note;
+    if (shape_problem) {
+      note = "model config dim=" + std::to_string(config.dim) +
+             ", z_dim=" + std::to_string(config.z_dim);
+    }
+    if (problems.size() > 1) {
+      note += (note.empty() ? "" : "; ") + std::to_string(problems.size() - 1) + " more problem" +
+              (problems.size() > 2 ? "s" : "");
+    }
+    if (!note.empty()) msg += " (" + note + ")";
+    throw ModelError(msg);
+  }
+
+  ParamMap params;
+  for (const ParamSpec& spec : specs) {
+    if (spec.task != task) continue;
+    const io::TensorInfo& info = file->info(spec.key);
+    // Copy out of the mapping (its data need not be aligned), then widen to float32.
+    at::Tensor t = at::empty(spec.shape, at::TensorOptions().dtype(file_dtype(info.dtype)));
+    std::memcpy(t.data_ptr(), info.data, info.bytes);
+    params.emplace(spec.key, t.to(at::kFloat));
+  }
+  return params;
+}
+
+ParamMap random_params(const std::vector<ParamSpec>& specs, Task task, uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  ParamMap params;
+  int64_t fan_in = 1;  // of the conv whose weight came last: its bias uses the same bound
+  for (const ParamSpec& spec : specs) {
+    if (spec.task != task) continue;
+    at::Tensor t = at::empty(spec.shape, at::kFloat);
+    const bool gamma =
+        spec.key.size() > 6 && spec.key.compare(spec.key.size() - 6, 6, ".gamma") == 0;
+    if (gamma) {
+      t.fill_(1.0);
+    } else {
+      if (spec.shape.size() > 1) {
+        fan_in = 1;
+        for (size_t i = 1; i < spec.shape.size(); ++i) fan_in *= spec.shape[i];
+      }
+      const double bound = 1.0 / std::sqrt(double(fan_in));
+      t.uniform_(-bound, bound, gen);
+    }
+    params.emplace(spec.key, t);
+  }
+  return params;
+}
+
+// Owns what it needs (traits copy, shared network): it may outlive the Model.
+class Wan21Session final : public ModelSession {
+ public:
+  Wan21Session(const ModelTraits& traits, std::shared_ptr<const Network> net, at::Device device,
+               at::ScalarType dtype)
+      : traits_(traits), net_(std::move(net)), device_(device), dtype_(dtype) {}
+  Planar run(Planar&& input, const RunContext& ctx) override;
+
+ private:
+  void check(const Planar& input, const RunContext& ctx) const;
+
+  ModelTraits traits_;
+  std::shared_ptr<const Network> net_;
+  at::Device device_;
+  at::ScalarType dtype_;
+  std::map<int, SequenceState> tiles_;  // by RunContext::tile_index
+};
+
+class Wan21Model final : public Model {
+ public:
+  Wan21Model(const ModelConfig& config, Task task, const Device& device, ParamMap params)
+      : arch_(Architecture::from(config)),
+        task_(task),
+        precision_(config.precision),
+        params_(std::move(params)),
+        mean_(latent_stat(config.latent_mean, kLatentMean, config.z_dim, "latent_mean")),
+        std_(latent_stat(config.latent_std, kLatentStd, config.z_dim, "latent_std")) {
+    for (double s : std_) {
+      if (!(s > 0)) throw ModelError("wan2.1-vae: latent_std values must be positive");
+    }
+    ModelTraits& t = traits_;
+    t.causal_state = true;
+    t.halo_exact = false;
+    t.precisions = {Precision::kFloat32, Precision::kBFloat16, Precision::kFloat16};
+    const int s = arch_.spatial_factor;
+    if (task == Task::kDecode) {
+      t.name = "wan2.1-vae decode";
+      t.in_channels = arch_.z_dim;
+      t.out_channels = 3;
+      t.scale_num = s;
+      t.scale_den = 1;
+      t.halo = kDecodeHaloLatent;
+    } else {
+      t.name = "wan2.1-vae encode";
+      t.in_channels = 3;
+      t.out_channels = arch_.z_dim;
+      t.scale_num = 1;
+      t.scale_den = s;
+      t.size_multiple = s;
+      t.halo = kDecodeHaloLatent * s;
+      t.frame_group = arch_.temporal_factor;
+      t.frame_offset = 1;
+    }
+    network_for(device);  // weights on the main device now: errors surface at construction
+  }
+
+  const ModelTraits& traits() const override { return traits_; }
+  int64_t output_frames(int64_t frames) const override {
+    if (frames <= 0) return 0;
+    const int64_t f = arch_.temporal_factor;
+    return task_ == Task::kDecode ? 1 + f * (frames - 1) : 1 + (frames - 1) / f;
+  }
+  std::unique_ptr<ModelSession> open_session(const Device& device) const override {
+    auto net = network_for(device);
+    return std::make_unique<Wan21Session>(traits_, net, to_device(device), dtype_for(device));
+  }
+
+ private:
+  at::ScalarType dtype_for(const Device& device) const {
+    if (device.kind == Device::Kind::kCpu && precision_ == Precision::kFloat16) {
+      throw ModelError("wan2.1-vae: fp16 is not supported on CPU (use fp32, or bf16)");
+    }
+    return to_scalar_type(precision_);
+  }
+
+  // One network per device, built on first use from the host parameters.
+  std::shared_ptr<const Network> network_for(const Device& device) const {
+    const at::ScalarType dtype = dtype_for(device);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& slot = networks_[device.str()];
+    if (!slot) {
+      slot = guarded("wan2.1-vae: loading weights", [&] {
+        c10::InferenceMode inference;
+        const at::Device dev = to_device(device);
+        // channels_last_3d is what cuDNN's fast 3-D convs want; on CPU (oneDNN) the default
+        // layout measured as fast or faster.
+        const at::MemoryFormat format = device.kind == Device::Kind::kCuda
+                                            ? at::MemoryFormat::ChannelsLast3d
+                                            : at::MemoryFormat::Contiguous;
+        auto stat = [&](const std::vector<double>& v) {
+          return at::tensor(v, at::kDouble).reshape({1, -1, 1, 1, 1}).to(dev, dtype);
+        };
+        MapSource source(params_, dev, dtype);
+        return std::make_shared<const Network>(arch_, task_, source, stat(mean_), stat(std_),
+                                               format);
+      });
+    }
+    return slot;
+  }
+
+  Architecture arch_;
+  Task task_;
+  Precision precision_;
+  ParamMap params_;  // host float32 master copy
+  std::vector<double> mean_, std_;
+  ModelTraits traits_;
+  mutable std::mutex mutex_;
+  mutable std::map<std::string, std::shared_ptr<const Network>> networks_;
+};
+
+void Wan21Session::check(const Planar& in, const RunContext& ctx) const {
+  const ModelTraits& t = traits_;
+  const std::string where = t.name + ": ";
+  if (in.channels != t.in_channels) {
+    throw ModelError(where + "input has " + std::to_string(in.channels) + " channels, expected " +
+                     std::to_string(t.in_channels));
+  }
+  if (in.frames < 1 || in.height < 1 || in.width < 1) {
+    throw ModelError(where + "empty input [" + std::to_string(in.channels) + ", " +
+                     std::to_string(in.frames) + ", " + std::to_string(in.height) + ", " +
+                     std::to_string(in.width) + "]");
+  }
+  if (net_->task() == Task::kEncode) {
+    const int s = t.size_multiple, g = t.frame_group;
+    if (in.height % s != 0 || in.width % s != 0) {
+      throw ModelError(where + "frame size " + std::to_string(in.width) + "x" +
+                       std::to_string(in.height) + " is not a multiple of " + std::to_string(s));
+    }
+    if (ctx.first_slice && (in.frames - 1) % g != 0) {
+      throw ModelError(where + "the first slice has " + std::to_string(in.frames) +
+                       " frames; it needs 1 + " + std::to_string(g) +
+                       "k (pad by repeating the last frame)");
+    }
+    if (!ctx.first_slice && in.frames % g != 0) {
+      throw ModelError(where + "slice " + std::to_string(ctx.slice_index) + " has " +
+                       std::to_string(in.frames) + " frames; later slices need a multiple of " +
+                       std::to_string(g));
+    }
+  }
+  if (!ctx.first_slice && !tiles_.count(ctx.tile_index)) {
+    throw ModelError(where + "slice " + std::to_string(ctx.slice_index) + " of tile " +
+                     std::to_string(ctx.tile_index) +
+                     " is not the first slice, but no earlier slice of it ran on this session");
+  }
+}
+
+Planar Wan21Session::run(Planar&& input, const RunContext& ctx) {
+  check(input, ctx);
+  if (ctx.first_slice) tiles_[ctx.tile_index] = SequenceState{};
+  SequenceState& state = tiles_[ctx.tile_index];
+  try {
+    return guarded(traits_.name.c_str(), [&] {
+      c10::InferenceMode inference;
+      at::Tensor x =
+          to_tensor(std::move(input)).to(device_, dtype_).contiguous(net_->memory_format());
+      at::Tensor y = net_->forward(std::move(x), state, ctx.first_slice);
+      return to_planar(y);
+    });
+  } catch (...) {
+    tiles_.erase(ctx.tile_index);  // half-updated state must not feed a later slice
+    throw;
+  }
+}
+
+std::vector<ParamSpec> specs_for(const ModelConfig& config) {
+  return wan21::layout(Architecture::from(config));
+}
+
+}  // namespace
+
+std::unique_ptr<Model> make_wan21_vae(const ModelConfig& config, const Device& device) {
+  const Task task = task_of(config);
+  const std::vector<ParamSpec> specs = specs_for(config);
+  ParamMap params =
+      guarded("wan2.1-vae: reading weights", [&] { return load_params(config, specs, task); });
+  return std::make_unique<Wan21Model>(config, task, device, std::move(params));
+}
+
+std::unique_ptr<Model> make_wan21_vae_random(const ModelConfig& config, const Device& device,
+                                             uint64_t seed) {
+  const Task task = task_of(config);
+  ParamMap params = guarded("wan2.1-vae: random weights",
+                            [&] { return random_params(specs_for(config), task, seed); });
+  return std::make_unique<Wan21Model>(config, task, device, std::move(params));
+}
+
+std::vector<Wan21Param> wan21_vae_layout(const ModelConfig& config) {
+  std::vector<Wan21Param> out;
+  for (ParamSpec& s : specs_for(config)) {
+    out.push_back({std::move(s.key), std::move(s.shape), s.task == Task::kDecode});
+  }
+  return out;
+}
+
+const std::vector<double>& wan21_latent_mean() { return kLatentMean; }
+const std::vector<double>& wan21_latent_std() { return kLatentStd; }
 
 }  // namespace wm::models

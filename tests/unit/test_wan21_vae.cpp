@@ -1,0 +1,483 @@
+// Wan2.1 VAE: golden vectors (float64 reference, dim=16 random weights), exact causal slicing,
+// strict weight checking and input validation.
+#include "src/models/wan21_vae.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "src/base/error.h"
+
+namespace fs = std::filesystem;
+using wm::Planar;
+using wm::RunContext;
+
+namespace {
+
+const fs::path kGolden = fs::path(WM_SHARED_DIR) / "golden" / "wan21-tiny";
+
+std::string golden(const std::string& name) { return (kGolden / name).string(); }
+
+// The tiny golden config (dim=16) from meta.json.
+wm::ModelConfig tiny_config(const std::string& task) {
+  std::ifstream in(golden("meta.json"));
+  const nlohmann::json meta = nlohmann::json::parse(in);
+  const auto& c = meta.at("config");
+  wm::ModelConfig config;
+  config.kind = "wan2.1-vae";
+  config.task = task;
+  config.weights = golden("weights.safetensors");
+  config.dim = c.at("dim").get<int>();
+  config.z_dim = c.at("z_dim").get<int>();
+  config.dim_mult = c.at("dim_mult").get<std::vector<int>>();
+  config.num_res_blocks = c.at("num_res_blocks").get<int>();
+  config.temporal_downsample = c.at("temperal_downsample").get<std::vector<bool>>();
+  return config;
+}
+
+std::unique_ptr<wm::Model> tiny_model(const std::string& task) {
+  return wm::models::make_wan21_vae(tiny_config(task), wm::Device{});
+}
+
+// A float32 [1, C, T, H, W] tensor from a safetensors file as a [C, T, H, W] planar.
+Planar read_planar(const wm::io::SafetensorsFile& file, const std::string& name) {
+  const auto& info = file.info(name);
+  EXPECT_EQ(info.dtype, "F32");
+  EXPECT_EQ(info.shape.size(), 5u);
+  EXPECT_EQ(info.shape[0], 1);
+  Planar p(int(info.shape[1]), int(info.shape[2]), int(info.shape[3]), int(info.shape[4]));
+  EXPECT_EQ(info.bytes, p.data.size() * sizeof(float));
+  std::memcpy(p.data.data(), info.data, info.bytes);
+  return p;
+}
+
+struct GoldenCase {
+  Planar input;
+  Planar output;
+};
+
+GoldenCase golden_case(const std::string& name) {
+  wm::io::SafetensorsFile file(golden(name + ".safetensors"));
+  return {read_planar(file, "input"), read_planar(file, "output")};
+}
+
+// Frames [t0, t0 + n) of `p`.
+Planar frames(const Planar& p, int t0, int n) {
+  Planar out(p.channels, n, p.height, p.width);
+  for (int c = 0; c < p.channels; ++c) {
+    std::memcpy(out.plane(c, 0), p.plane(c, t0), size_t(n) * p.plane_size() * sizeof(float));
+  }
+  return out;
+}
+
+// Concatenation along time.
+Planar concat(const std::vector<Planar>& parts) {
+  int t = 0;
+  for (const Planar& p : parts) t += p.frames;
+  Planar out(parts.at(0).channels, t, parts[0].height, parts[0].width);
+  int t0 = 0;
+  for (const Planar& p : parts) {
+    for (int c = 0; c < p.channels; ++c) {
+      std::memcpy(out.plane(c, t0), p.plane(c, 0), p.data.size() / p.channels * sizeof(float));
+    }
+    t0 += p.frames;
+  }
+  return out;
+}
+
+double max_abs_diff(const Planar& a, const Planar& b) {
+  EXPECT_EQ(a.channels, b.channels);
+  EXPECT_EQ(a.frames, b.frames);
+  EXPECT_EQ(a.height, b.height);
+  EXPECT_EQ(a.width, b.width);
+  if (a.data.size() != b.data.size()) return 1e30;
+  double m = 0;
+  for (size_t i = 0; i < a.data.size(); ++i)
+    m = std::max(m, double(std::abs(a.data[i] - b.data[i])));
+  return m;
+}
+
+RunContext slice_context(int64_t index, bool first, int tile = 0) {
+  RunContext ctx;
+  ctx.slice_index = index;
+  ctx.first_slice = first;
+  ctx.last_slice = false;
+  ctx.tile_index = tile;
+  return ctx;
+}
+
+// Runs `input` through one session as consecutive slices of `sizes` frames; checks each slice's
+// output frame count and returns the outputs concatenated.
+Planar run_slices(const wm::Model& model, const Planar& input, const std::vector<int>& sizes) {
+  auto session = model.open_session(wm::Device{});
+  std::vector<Planar> outs;
+  int t0 = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const bool first = i == 0;
+    Planar out = session->run(frames(input, t0, sizes[i]), slice_context(int64_t(i), first));
+    const int64_t expected = first ? model.output_frames(sizes[i])
+                                   : model.output_frames(t0 + sizes[i]) - model.output_frames(t0);
+    EXPECT_EQ(out.frames, expected) << "slice " << i;
+    outs.push_back(std::move(out));
+    t0 += sizes[i];
+  }
+  EXPECT_EQ(t0, input.frames);
+  return concat(outs);
+}
+
+// Runs `fn` expecting a ModelError whose message contains every one of `parts`.
+void expect_model_error(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
+  try {
+    fn();
+  } catch (const wm::ModelError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    for (const std::string& part : parts) EXPECT_NE(msg.find(part), std::string::npos) << msg;
+    return;
+  }
+  ADD_FAILURE() << "no ModelError";
+}
+
+// --- golden vectors --------------------------------------------------------------------------
+
+void check_golden(const std::string& task, const std::string& name) {
+  auto model = tiny_model(task);
+  GoldenCase g = golden_case(name);
+  Planar out = model->open_session(wm::Device{})->run(std::move(g.input), slice_context(0, true));
+  const double err = max_abs_diff(out, g.output);
+  std::cout << "[ golden   ] " << name << " max abs error " << err << "\n";
+  ::testing::Test::RecordProperty("max_abs_error", std::to_string(err));
+  EXPECT_LE(err, 1e-4);
+}
+
+TEST(Wan21VaeGolden, DecodeT5) { check_golden("decode", "decode_t5"); }
+TEST(Wan21VaeGolden, DecodeT9) { check_golden("decode", "decode_t9"); }
+TEST(Wan21VaeGolden, EncodeT17) { check_golden("encode", "encode_t17"); }
+
+// --- slicing ---------------------------------------------------------------------------------
+
+class Wan21VaeSlicing : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    decoder_ = tiny_model("decode").release();
+    encoder_ = tiny_model("encode").release();
+  }
+  static void TearDownTestSuite() {
+    delete decoder_;
+    delete encoder_;
+  }
+  // Slices of `sizes` frames against one whole pass.
+  static void expect_same_as_one_pass(const wm::Model& model, const Planar& input,
+                                      const std::vector<std::vector<int>>& plans) {
+    const Planar whole = run_slices(model, input, {input.frames});
+    for (const auto& sizes : plans) {
+      std::string label;
+      for (int s : sizes) label += std::to_string(s) + " ";
+      const double err = max_abs_diff(run_slices(model, input, sizes), whole);
+      std::cout << "[ slicing  ] " << model.traits().name << " slices " << label << "max diff "
+                << err << "\n";
+      EXPECT_LE(err, 1e-5) << label;
+    }
+  }
+  static wm::Model* decoder_;
+  static wm::Model* encoder_;
+};
+wm::Model* Wan21VaeSlicing::decoder_ = nullptr;
+wm::Model* Wan21VaeSlicing::encoder_ = nullptr;
+
+TEST_F(Wan21VaeSlicing, DecodeSlicesEqualOnePass) {
+  const Planar input = golden_case("decode_t9").input;
+  expect_same_as_one_pass(*decoder_, input,
+                          {{1, 1, 1, 1, 1, 1, 1, 1, 1}, {2, 2, 2, 2, 1}, {3, 3, 3}, {1, 5, 3}});
+}
+
+TEST_F(Wan21VaeSlicing, EncodeSlicesEqualOnePass) {
+  const Planar input = golden_case("encode_t17").input;
+  expect_same_as_one_pass(*encoder_, input, {{5, 4, 4, 4}, {9, 8}, {1, 8, 4, 4}});
+}
+
+TEST_F(Wan21VaeSlicing, TilesKeepSeparateState) {
+  // Two tiles (different inputs) interleaved on one session equal their own one-pass results.
+  const Planar a = golden_case("decode_t9").input;
+  Planar b = a.clone();
+  for (float& v : b.data) v = -0.5f * v;
+  const Planar whole_a = run_slices(*decoder_, a, {9});
+  const Planar whole_b = run_slices(*decoder_, b, {9});
+  auto session = decoder_->open_session(wm::Device{});
+  std::vector<Planar> outs_a, outs_b;
+  const int sizes[] = {4, 5};
+  int t0 = 0;
+  for (int i = 0; i < 2; ++i) {
+    outs_a.push_back(session->run(frames(a, t0, sizes[i]), slice_context(i, i == 0, 0)));
+    outs_b.push_back(session->run(frames(b, t0, sizes[i]), slice_context(i, i == 0, 1)));
+    t0 += sizes[i];
+  }
+  EXPECT_LE(max_abs_diff(concat(outs_a), whole_a), 1e-5);
+  EXPECT_LE(max_abs_diff(concat(outs_b), whole_b), 1e-5);
+}
+
+TEST_F(Wan21VaeSlicing, FirstSliceResetsState) {
+  // A session reused for a second video gives the same result as a fresh one.
+  const Planar input = golden_case("decode_t5").input;
+  auto session = decoder_->open_session(wm::Device{});
+  const Planar first = session->run(input.clone(), slice_context(0, true));
+  const Planar again = session->run(input.clone(), slice_context(0, true));
+  EXPECT_EQ(max_abs_diff(first, again), 0.0);
+}
+
+// --- traits and layout -----------------------------------------------------------------------
+
+TEST(Wan21Vae, Traits) {
+  auto dec = tiny_model("decode");
+  const auto& d = dec->traits();
+  EXPECT_EQ(d.in_channels, 16);
+  EXPECT_EQ(d.out_channels, 3);
+  EXPECT_EQ(d.scale_num, 8);
+  EXPECT_EQ(d.scale_den, 1);
+  EXPECT_TRUE(d.causal_state);
+  EXPECT_FALSE(d.halo_exact);
+  EXPECT_EQ(dec->output_frames(1), 1);
+  EXPECT_EQ(dec->output_frames(21), 81);
+  auto enc = tiny_model("encode");
+  const auto& e = enc->traits();
+  EXPECT_EQ(e.in_channels, 3);
+  EXPECT_EQ(e.out_channels, 16);
+  EXPECT_EQ(e.scale_den, 8);
+  EXPECT_EQ(e.size_multiple, 8);
+  EXPECT_EQ(e.frame_group, 4);
+  EXPECT_EQ(e.frame_offset, 1);
+  EXPECT_EQ(enc->output_frames(81), 21);
+  EXPECT_EQ(enc->output_frames(1), 1);
+}
+
+TEST(Wan21Vae, LayoutMatchesOfficialCheckpoint) {
+  wm::ModelConfig config;  // the defaults are the official dim=96 architecture
+  config.kind = "wan2.1-vae";
+  std::ifstream in(golden("keys_full_dim96.txt"));
+  std::vector<std::string> expected;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) expected.push_back(line);
+  }
+  std::vector<std::string> got;
+  for (const auto& p : wm::models::wan21_vae_layout(config)) {
+    std::string shape;
+    for (size_t i = 0; i < p.shape.size(); ++i)
+      shape += (i ? ", " : "") + std::to_string(p.shape[i]);
+    got.push_back(p.key + "\t[" + shape + "]");
+  }
+  EXPECT_EQ(got, expected);
+}
+
+TEST(Wan21Vae, RandomWeightsAreDeterministic) {
+  wm::ModelConfig config = tiny_config("decode");
+  auto a = wm::models::make_wan21_vae_random(config, wm::Device{}, 7);
+  auto b = wm::models::make_wan21_vae_random(config, wm::Device{}, 7);
+  auto c = wm::models::make_wan21_vae_random(config, wm::Device{}, 8);
+  Planar z(16, 2, 4, 4);
+  for (size_t i = 0; i < z.data.size(); ++i) z.data[i] = float(i % 7) * 0.3f - 1.f;
+  const Planar ya = a->open_session(wm::Device{})->run(z.clone(), slice_context(0, true));
+  const Planar yb = b->open_session(wm::Device{})->run(z.clone(), slice_context(0, true));
+  const Planar yc = c->open_session(wm::Device{})->run(z.clone(), slice_context(0, true));
+  EXPECT_EQ(ya.frames, 5);
+  EXPECT_EQ(ya.height, 32);
+  EXPECT_EQ(max_abs_diff(ya, yb), 0.0);
+  EXPECT_GT(max_abs_diff(ya, yc), 1e-3);
+}
+
+// --- weights files ---------------------------------------------------------------------------
+
+// A weights file to modify: the golden tensors as editable entries.
+struct EditableWeights {
+  struct Entry {
+    std::string name, dtype;
+    std::vector<int64_t> shape;
+    std::vector<char> data;
+  };
+  std::vector<Entry> entries;
+
+  EditableWeights() {
+    wm::io::SafetensorsFile file(golden("weights.safetensors"));
+    for (const std::string& name : file.names()) {
+      const auto& info = file.info(name);
+      const char* p = static_cast<const char*>(info.data);
+      entries.push_back({name, info.dtype, info.shape, std::vector<char>(p, p + info.bytes)});
+    }
+  }
+  Entry& at(const std::string& name) {
+    for (Entry& e : entries) {
+      if (e.name == name) return e;
+    }
+    throw std::runtime_error("no entry " + name);
+  }
+  void erase(const std::string& name) {
+    entries.erase(std::remove_if(entries.begin(), entries.end(),
+                                 [&](const Entry& e) { return e.name == name; }),
+                  entries.end());
+  }
+  // Stores every float32 tensor as `dtype` (F16 or BF16).
+  void convert_all(const std::string& dtype) {
+    for (Entry& e : entries) {
+      at::Tensor t = at::from_blob(e.data.data(), {int64_t(e.data.size() / 4)}, at::kFloat)
+                         .to(dtype == "F16" ? at::kHalf : at::kBFloat16);
+      e.data.assign(static_cast<char*>(t.data_ptr()),
+                    static_cast<char*>(t.data_ptr()) + t.numel() * t.element_size());
+      e.dtype = dtype;
+    }
+  }
+  void write(const std::string& path) const {
+    std::vector<wm::io::TensorEntry> out;
+    for (const Entry& e : entries)
+      out.push_back({e.name, e.dtype, e.shape, e.data.data(), e.data.size()});
+    wm::io::write_safetensors(path, out);
+  }
+};
+
+class Wan21VaeWeights : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("wm_wan21_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  // Writes `w` to a temp file and returns a decode config using it.
+  wm::ModelConfig config_with(const EditableWeights& w, const std::string& task = "decode") {
+    wm::ModelConfig config = tiny_config(task);
+    config.weights = (dir_ / "weights.safetensors").string();
+    w.write(config.weights);
+    return config;
+  }
+  static void expect_load_error(const wm::ModelConfig& config,
+                                std::initializer_list<std::string> parts) {
+    expect_model_error([&] { wm::models::make_wan21_vae(config, wm::Device{}); }, parts);
+  }
+  fs::path dir_;
+};
+
+TEST_F(Wan21VaeWeights, MissingKey) {
+  EditableWeights w;
+  w.erase("decoder.upsamples.3.time_conv.weight");
+  const auto config = config_with(w);
+  expect_load_error(config,
+                    {"weights.safetensors: missing key decoder.upsamples.3.time_conv.weight",
+                     "(expected shape [128, 64, 3, 1, 1])"});
+  // The encoder does not use the key: it loads.
+  EXPECT_NO_THROW(wm::models::make_wan21_vae(config_with(w, "encode"), wm::Device{}));
+}
+
+TEST_F(Wan21VaeWeights, MisShapedKey) {
+  EditableWeights w;
+  auto& e = w.at("decoder.conv1.weight");  // [64, 16, 3, 3, 3] stored as [64, 16, 3, 9]
+  e.shape = {64, 16, 3, 9};
+  expect_load_error(config_with(w), {"weights.safetensors: decoder.conv1.weight: expected shape "
+                                     "[64, 16, 3, 3, 3], file has [64, 16, 3, 9]"});
+}
+
+TEST_F(Wan21VaeWeights, MisShapedKeyOfTheOtherHalf) {
+  EditableWeights w;
+  w.at("encoder.head.2.bias").shape = {4, 8};  // 32 floats either way
+  expect_load_error(config_with(w), {"encoder.head.2.bias: expected shape [32], file has [4, 8]"});
+}
+
+TEST_F(Wan21VaeWeights, UnexpectedKey) {
+  EditableWeights w;
+  w.entries.push_back({"decoder.upsamples.99.gamma", "F32", {1}, std::vector<char>(4, 0)});
+  expect_load_error(config_with(w),
+                    {"weights.safetensors: unexpected key decoder.upsamples.99.gamma"});
+}
+
+TEST_F(Wan21VaeWeights, DimMismatch) {
+  wm::ModelConfig config = tiny_config("decode");
+  config.dim = 96;  // dim=16 weights
+  expect_load_error(config, {"decoder.conv1.weight: expected shape [384, 16, 3, 3, 3], file has "
+                             "[64, 16, 3, 3, 3]",
+                             "model config dim=96", "more problems"});
+}
+
+TEST_F(Wan21VaeWeights, MissingFile) {
+  wm::ModelConfig config = tiny_config("decode");
+  config.weights = (dir_ / "absent.safetensors").string();
+  try {
+    wm::models::make_wan21_vae(config, wm::Device{});
+    ADD_FAILURE() << "no error";
+  } catch (const wm::ModelError& e) {
+    EXPECT_EQ(e.exit_code(), wm::kExitNoInput);
+    EXPECT_NE(std::string(e.what()).find("absent.safetensors"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Wan21VaeWeights, HalfPrecisionFilesLoad) {
+  GoldenCase g = golden_case("decode_t5");
+  double scale = 0;
+  for (float v : g.output.data) scale = std::max(scale, double(std::abs(v)));
+  for (const char* dtype : {"F16", "BF16"}) {
+    EditableWeights w;
+    w.convert_all(dtype);
+    auto model = wm::models::make_wan21_vae(config_with(w), wm::Device{});
+    const Planar out =
+        model->open_session(wm::Device{})->run(g.input.clone(), slice_context(0, true));
+    const double err = max_abs_diff(out, g.output);
+    EXPECT_LE(err, 0.05 * scale) << dtype;  // weights rounded to 8 or 11 significant bits
+    EXPECT_GT(err, 0.0) << dtype;
+  }
+}
+
+// --- input validation ------------------------------------------------------------------------
+
+TEST(Wan21VaeInput, WrongChannelCount) {
+  auto model = tiny_model("decode");
+  auto session = model->open_session(wm::Device{});
+  expect_model_error([&] { session->run(Planar(8, 2, 4, 4), slice_context(0, true)); },
+                     {"wan2.1-vae decode: input has 8 channels, expected 16"});
+}
+
+TEST(Wan21VaeInput, EncodeFrameCounts) {
+  auto model = tiny_model("encode");
+  auto session = model->open_session(wm::Device{});
+  expect_model_error([&] { session->run(Planar(3, 6, 16, 16), slice_context(0, true)); },
+                     {"wan2.1-vae encode: the first slice has 6 frames; it needs 1 + 4k"});
+  session->run(Planar(3, 5, 16, 16), slice_context(0, true));
+  expect_model_error([&] { session->run(Planar(3, 3, 16, 16), slice_context(1, false)); },
+                     {"slice 1 has 3 frames; later slices need a multiple of 4"});
+  expect_model_error([&] { session->run(Planar(3, 5, 12, 16), slice_context(0, true)); },
+                     {"frame size 16x12 is not a multiple of 8"});
+}
+
+TEST(Wan21VaeInput, LaterSliceWithoutFirst) {
+  auto model = tiny_model("decode");
+  auto session = model->open_session(wm::Device{});
+  expect_model_error([&] { session->run(Planar(16, 2, 4, 4), slice_context(3, false, 2)); },
+                     {"slice 3 of tile 2 is not the first slice"});
+}
+
+TEST(Wan21VaeConfig, BadConfigs) {
+  wm::ModelConfig config = tiny_config("decode");
+  config.task = "upscale";
+  expect_model_error([&] { wm::models::make_wan21_vae(config, wm::Device{}); },
+                     {"task must be decode or encode"});
+  config = tiny_config("decode");
+  config.latent_mean = {0.0, 1.0};
+  expect_model_error([&] { wm::models::make_wan21_vae(config, wm::Device{}); },
+                     {"latent_mean has 2 values, z_dim is 16"});
+  config = tiny_config("decode");
+  config.temporal_downsample = {true};
+  expect_model_error([&] { wm::models::make_wan21_vae(config, wm::Device{}); },
+                     {"temporal_downsample needs 3 entries"});
+  config = tiny_config("decode");
+  config.precision = wm::Precision::kFloat16;
+  expect_model_error([&] { wm::models::make_wan21_vae(config, wm::Device{}); },
+                     {"fp16 is not supported on CPU"});
+}
+
+}  // namespace
