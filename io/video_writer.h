@@ -38,7 +38,7 @@ struct EncodeSettings {
   std::string preset = "medium";  // libx264 only
   std::string pix_fmt;            // empty: yuv420p for 8-bit sources, yuv420p10le for >8-bit
   int threads = 0;                // encoder threads, 0 = auto (one per core; x264's auto)
-  int convert_threads = 0;        // swscale slice threads for RGB→YUV, 0 = one per core
+  int convert_threads = 1;  // swscale slice threads for RGB→YUV, 0 = one per core (see reader)
   bool copy_audio = true;
   bool copy_subtitles = true;
 };
