@@ -558,7 +558,8 @@ class JobParser {
     if (job_.task == Task::kEncodeLatents) {
       if (!ends_with(tmpl, ".safetensors")) fail(f, "must end with .safetensors (latents)");
     } else {
-      if (ends_with(tmpl, ".safetensors") ||
+      // decode_latents may also write the decoded frames as a tensor (unclamped float32).
+      if ((ends_with(tmpl, ".safetensors") && job_.task != Task::kDecodeLatents) ||
           (job_.task == Task::kDecodeLatents && ends_with(tmpl, "{ext}"))) {
         fail(f, std::string("must name a video file such as {stem}.mp4 (task ") +
                     to_string(job_.task) + " writes video)");
