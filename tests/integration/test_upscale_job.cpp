@@ -236,6 +236,33 @@ TEST(UpscaleJob, UnwritableOutputFolder) {
   EXPECT_NE(r.output.find("blocker"), std::string::npos) << r.output;
 }
 
+// A full disk: exit 74, the error names the output, nothing at the final path, no temp left.
+// Needs a small tmpfs, so it runs as root (CI) and is skipped otherwise.
+TEST(UpscaleJob, DiskFull) {
+  TempDir dir("diskfull");
+  const std::string small = dir.file("small");
+  std::filesystem::create_directories(small);
+  if (run_command({"mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", small}).exit_code != 0) {
+    GTEST_SKIP() << "cannot mount a small tmpfs here (needs root)";
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { run_command({"umount", path}); }
+  } unmount{small};
+  ClipSpec spec;
+  spec.width = 96;
+  spec.height = 64;
+  spec.frames = 20;
+  spec.audio = false;
+  make_clip(dir.file("in.mp4"), spec);
+  write_text(dir.file("job.yaml"), "input: in.mp4\noutput: small/out.mkv\n"
+                                   "encode: {codec: ffv1, pix_fmt: yuv444p}\n");
+  CommandResult r = wmbatch({dir.file("job.yaml")});
+  EXPECT_EQ(r.exit_code, 74) << r.output;
+  EXPECT_NE(r.output.find("out.mkv"), std::string::npos) << r.output;
+  EXPECT_TRUE(list_dir(small).empty()) << "left behind: " << list_dir(small).front();
+}
+
 TEST(UpscaleJob, NoVideoStream) {
   TempDir dir("novideo");
   // An audio-only file made by the ffmpeg CLI.
