@@ -13,7 +13,7 @@
 namespace wm::test {
 namespace {
 
-const std::string kGolden = std::string(WM_SHARED_DIR) + "/golden/wan21-tiny/";
+const std::string kGolden = shared_dir() + "/golden/wan21-tiny/";
 
 std::string vae_model(const std::string& extra = "") {
   return "model: {kind: wan2.1-vae, weights: '" + kGolden + "weights.safetensors', dim: 16" +
@@ -56,6 +56,7 @@ struct GoldenCase {
 class VaeGolden : public testing::TestWithParam<GoldenCase> {};
 
 TEST_P(VaeGolden, MatchesReferenceThroughWmbatch) {
+  WM_REQUIRE_GOLDEN();
   const GoldenCase c = GetParam();
   TempDir dir("vae-golden");
   const std::string golden = kGolden + c.name + ".safetensors";
@@ -87,6 +88,7 @@ INSTANTIATE_TEST_SUITE_P(Golden, VaeGolden,
 
 // A clip whose frame count is not 1+4k: encode pads with the last frame, decode trims back.
 TEST(VaeJobs, EncodeThenDecodeKeepsFrameCount) {
+  WM_REQUIRE_GOLDEN();
   TempDir dir("vae-roundtrip");
   ClipSpec spec;
   spec.width = 64;
@@ -118,6 +120,7 @@ TEST(VaeJobs, EncodeThenDecodeKeepsFrameCount) {
 }
 
 TEST(VaeJobs, ReconstructReportsPsnr) {
+  WM_REQUIRE_GOLDEN();
   TempDir dir("vae-reconstruct");
   ClipSpec spec;
   spec.width = 64;
@@ -149,6 +152,7 @@ struct BadCase {
 };
 
 TEST(VaeJobs, BadInputsExit65WithClearErrors) {
+  WM_REQUIRE_GOLDEN();
   TempDir dir("vae-bad");
   write_text(dir.file("junk.safetensors"), "this is not a safetensors file at all");
   // Latents with 8 channels instead of 16.

@@ -41,6 +41,15 @@ CommandResult run_command(const std::vector<std::string>& argv) {
   return result;
 }
 
+std::string shared_dir() {
+  const char* env = std::getenv("WM_SHARED_DIR");
+  return env && *env ? env : WM_SHARED_DIR;
+}
+
+bool have_golden() {
+  return std::filesystem::exists(shared_dir() + "/golden/wan21-tiny/weights.safetensors");
+}
+
 std::string wmbatch_path() { return std::string(WM_BINARY_DIR) + "/wmbatch"; }
 
 void write_text(const std::string& path, const std::string& content) {

@@ -9,6 +9,7 @@
 #include "scheduler/pipeline.h"
 #include "src/geometry.h"
 #include "src/model.h"
+#include "tests/support/run.h"
 
 namespace wm::sched {
 namespace {
@@ -45,7 +46,7 @@ Planar decode(int tile, int overlap, int h, int w) {
   config.kind = "wan2.1-vae";
   config.task = "decode";
   config.dim = 16;
-  config.weights = std::string(WM_SHARED_DIR) + "/golden/wan21-tiny/weights.safetensors";
+  config.weights = ::wm::test::shared_dir() + "/golden/wan21-tiny/weights.safetensors";
   auto model = make_model(config, Device{});
   const ModelTraits& traits = model->traits();
   EXPECT_FALSE(traits.halo_exact);
@@ -61,6 +62,7 @@ Planar decode(int tile, int overlap, int h, int w) {
 }
 
 TEST(VaeTiling, BlendedTilesStayCloseToUntiled) {
+  WM_REQUIRE_GOLDEN();
   const int h = 24, w = 24;
   const Planar whole = decode(0, 0, h, w);
   double peak = 0;
