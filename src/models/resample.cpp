@@ -1,6 +1,7 @@
 #include "src/models/resample.h"
 
-#include <ATen/Parallel.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <cmath>
@@ -66,9 +67,12 @@ void resample_planes(const ResampleKernel& k, const Planar& in, Planar& out) {
   const int64_t planes = int64_t(in.channels) * in.frames;
   // Pass 1: rows widened into `wide` [planes, h, ow].
   std::vector<float> wide(size_t(planes) * h * ow);
-  at::parallel_for(0, planes * h, 16, [&](int64_t begin, int64_t end) {
+  // tbb::parallel_for rather than at::parallel_for: it shares the job graph's TBB workers,
+  // where OpenMP's spinning threads fought the encoder's threads (3x slower under load).
+  using Range = tbb::blocked_range<int64_t>;
+  tbb::parallel_for(Range(0, planes * h, 16), [&](const Range& range) {
     std::vector<float> row(size_t(w) + 2 * pad), scratch(size_t(w) * s);
-    for (int64_t r = begin; r < end; ++r) {
+    for (int64_t r = range.begin(); r < range.end(); ++r) {
       const float* src = in.data.data() + size_t(r) * w;
       std::fill(row.begin(), row.begin() + pad, src[0]);
       std::copy(src, src + w, row.begin() + pad);
@@ -77,8 +81,8 @@ void resample_planes(const ResampleKernel& k, const Planar& in, Planar& out) {
     }
   });
   // Pass 2: each output row is a weighted sum of whole rows of `wide` (clamped at the edges).
-  at::parallel_for(0, planes * h * s, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
+  tbb::parallel_for(Range(0, planes * h * s, 16), [&](const Range& range) {
+    for (int64_t r = range.begin(); r < range.end(); ++r) {
       const int64_t plane = r / (int64_t(h) * s);
       const int y = int(r % (int64_t(h) * s));
       const int i = y / s, p = y % s;
