@@ -298,7 +298,15 @@ struct VideoWriter::Impl {
                         is_creation_error(err) ? kExitCantCreat : kExitIoErr);
     }
     temp_exists = true;
-    rc = avformat_write_header(output.get(), nullptr);
+    AVDictionary* raw_options = nullptr;
+    const std::string muxer = output->oformat->name;
+    if (config.exact_timescale && (muxer == "mp4" || muxer == "mov")) {
+      const std::string scale = std::to_string(config.time_base.den);
+      av_dict_set(&raw_options, "movie_timescale", scale.c_str(), 0);
+      av_dict_set(&raw_options, "video_track_timescale", scale.c_str(), 0);
+    }
+    rc = avformat_write_header(output.get(), &raw_options);
+    av_dict_free(&raw_options);
     if (rc < 0) write_failed("cannot write the header", rc);
   }
 

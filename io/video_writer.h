@@ -52,6 +52,10 @@ struct WriterConfig {
   std::string source_path;  // file to copy audio/subtitles from; empty for none
   VideoInfo source;         // colour/HDR/rotation metadata to carry (may be default)
   EncodeSettings encode;
+  // mp4/mov: movie and track timescale = time_base, so the edit list that places a stream not
+  // starting at 0 keeps every pts exact (farm segments; the default movie timescale, 1/1000 s,
+  // rounds the start of e.g. 30000/1001 fps chunks). Other containers: no effect.
+  bool exact_timescale = false;
 };
 
 class VideoWriter {

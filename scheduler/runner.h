@@ -29,6 +29,9 @@ struct RunOptions {
   // Called after each slice is written, with the slice index and the frames written so far (the
   // farm journal records them). Called from the sink's thread, one call at a time.
   std::function<void(int64_t slice, int64_t frames_written)> on_slice;
+  // Writing a farm segment: video only (assemble muxes audio/subtitles from the source) and
+  // exact container timestamps (WriterConfig::exact_timescale).
+  bool segment = false;
 };
 
 enum class InputState { kDone, kSkipped, kFailed };

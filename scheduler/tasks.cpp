@@ -112,6 +112,11 @@ class UpscaleRunner : public TaskRunner {
     config.source_path = input;
     config.source = info;
     config.encode = encode_settings(job_.encode);
+    if (options.segment) {
+      config.encode.copy_audio = false;
+      config.encode.copy_subtitles = false;
+      config.exact_timescale = true;
+    }
     io::VideoWriter writer(config);
 
     const SliceRule rule =

@@ -1,0 +1,476 @@
+#include "io/segments.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "io/av_handles.h"
+#include "io/av_log.h"
+#include "src/base/error.h"
+#include "src/base/log.h"
+
+namespace wm::io {
+namespace {
+
+// The video stream VideoReader decodes: libav's pick unless it is cover art, else the largest.
+int pick_video_stream(AVFormatContext* format) {
+  auto usable = [&](int i) {
+    const AVStream* s = format->streams[i];
+    return s->codecpar->codec_type == AVMEDIA_TYPE_VIDEO &&
+           !(s->disposition & AV_DISPOSITION_ATTACHED_PIC);
+  };
+  const int best = av_find_best_stream(format, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+  if (best >= 0 && usable(best)) return best;
+  int chosen = -1;
+  int64_t chosen_area = -1;
+  for (unsigned i = 0; i < format->nb_streams; ++i) {
+    if (!usable(int(i))) continue;
+    const AVCodecParameters* par = format->streams[i]->codecpar;
+    const int64_t area = int64_t(par->width) * par->height;
+    if (area > chosen_area) chosen = int(i), chosen_area = area;
+  }
+  return chosen;
+}
+
+FormatInputPtr open_input(const std::string& path) {
+  install_av_log();
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    throw InputError(path + ": " + std::strerror(errno), kExitNoInput);
+  }
+  AVFormatContext* raw = nullptr;
+  int rc = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);
+  if (rc < 0) {
+    const bool missing = rc == AVERROR(ENOENT) || rc == AVERROR(EACCES) || rc == AVERROR(EPERM);
+    throw InputError(path + ": cannot open: " + av_error_string(rc),
+                     missing ? kExitNoInput : kExitDataErr);
+  }
+  FormatInputPtr format(raw);
+  rc = avformat_find_stream_info(format.get(), nullptr);
+  if (rc < 0) {
+    throw InputError(path + ": cannot read stream info: " + av_error_string(rc), kExitDataErr);
+  }
+  return format;
+}
+
+bool is_mov_family(const AVFormatContext* format) {
+  return format->iformat && std::strstr(format->iformat->name, "mp4") != nullptr;
+}
+
+std::string extradata_of(const AVCodecParameters* par) {
+  if (!par->extradata || par->extradata_size <= 0) return {};
+  return std::string(reinterpret_cast<const char*>(par->extradata), size_t(par->extradata_size));
+}
+
+std::string parent_folder(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+// Writes the concatenation; owns the temp file until it is renamed into place.
+class Concatenator {
+ public:
+  explicit Concatenator(const ConcatConfig& config)
+      : config_(config), temp_path_(config.output + ".partial"), log_(log::get("concat")) {}
+
+  ~Concatenator() {
+    output_.reset();
+    if (temp_exists_) ::unlink(temp_path_.c_str());
+  }
+
+  int64_t run() {
+    if (config_.segments.empty()) {
+      throw Error(config_.output + ": no segments to concatenate", kExitSoftware);
+    }
+    install_av_log();
+    AVFormatContext* raw = nullptr;
+    int rc = avformat_alloc_output_context2(&raw, nullptr, nullptr, config_.output.c_str());
+    if (rc < 0 || !raw) {
+      throw OutputError(config_.output + ": no container format for this file name extension",
+                        kExitCantCreat);
+    }
+    output_.reset(raw);
+    // Reproducible bytes: no random Matroska segment UID, no library version string. The same
+    // segments always assemble into the same file.
+    output_->flags |= AVFMT_FLAG_BITEXACT;
+    FormatInputPtr first = open_segment(config_.segments.front());
+    add_video_stream(first.get());
+    open_source();
+    open_file();
+    int64_t prev_max_pts = AV_NOPTS_VALUE;
+    for (size_t i = 0; i < config_.segments.size(); ++i) {
+      FormatInputPtr segment = i == 0 ? std::move(first) : open_segment(config_.segments[i]);
+      check_fits(segment.get(), config_.segments[i]);
+      copy_segment(segment.get(), config_.segments[i], prev_max_pts);
+    }
+    return finish();
+  }
+
+ private:
+  FormatInputPtr open_segment(const std::string& path) {
+    FormatInputPtr segment = open_input(path);
+    if (segment->nb_streams < 1 ||
+        segment->streams[0]->codecpar->codec_type != AVMEDIA_TYPE_VIDEO) {
+      throw InputError(path + ": segment has no video stream 0", kExitDataErr);
+    }
+    for (unsigned i = 1; i < segment->nb_streams; ++i) {
+      segment->streams[i]->discard = AVDISCARD_ALL;
+    }
+    return segment;
+  }
+
+  void add_video_stream(AVFormatContext* first) {
+    const AVStream* in = first->streams[0];
+    video_ = avformat_new_stream(output_.get(), nullptr);
+    if (!video_) throw std::bad_alloc();
+    av_check(avcodec_parameters_copy(video_->codecpar, in->codecpar), "avcodec_parameters_copy",
+             config_.output, kExitSoftware);
+    video_->codecpar->codec_tag = 0;
+    video_->time_base = in->time_base;
+    video_->avg_frame_rate = in->avg_frame_rate;
+    video_->r_frame_rate = in->r_frame_rate;
+    video_->sample_aspect_ratio = in->sample_aspect_ratio;
+    video_->disposition = in->disposition;
+    // Rotation and HDR metadata that VideoWriter put on the segment's stream.
+    for (int i = 0; i < in->nb_side_data; ++i) {
+      const AVPacketSideData& sd = in->side_data[i];
+      uint8_t* data = av_stream_new_side_data(video_, sd.type, sd.size);
+      if (!data) throw std::bad_alloc();
+      std::memcpy(data, sd.data, sd.size);
+    }
+    reorder_.assign(size_t(std::max(in->codecpar->video_delay, 0)) + 1, AV_NOPTS_VALUE);
+    codec_id_ = in->codecpar->codec_id;
+    width_ = in->codecpar->width;
+    height_ = in->codecpar->height;
+    format_ = in->codecpar->format;
+    extradata_ = extradata_of(in->codecpar);
+  }
+
+  // Every segment must be the same stream as the first: same codec, size, pixel format and
+  // parameter sets (one set of parameter sets describes the whole output stream).
+  void check_fits(AVFormatContext* segment, const std::string& path) const {
+    const AVCodecParameters* par = segment->streams[0]->codecpar;
+    std::string problem;
+    if (par->codec_id != codec_id_) {
+      problem = std::string("codec ") + avcodec_get_name(par->codec_id) + " differs from " +
+                avcodec_get_name(codec_id_);
+    } else if (par->width != width_ || par->height != height_) {
+      problem = "size " + std::to_string(par->width) + "x" + std::to_string(par->height) +
+                " differs from " + std::to_string(width_) + "x" + std::to_string(height_);
+    } else if (par->format != format_) {
+      problem = "pixel format differs from the first segment's";
+    } else if (extradata_of(par) != extradata_) {
+      problem =
+          "codec parameter sets differ from the first segment's (encoded with other settings)";
+    }
+    if (!problem.empty()) {
+      throw InputError(path + ": segment does not fit " + config_.segments.front() + ": " + problem,
+                       kExitDataErr);
+    }
+  }
+
+  void open_source() {
+    if (config_.source_path.empty() || !(config_.copy_audio || config_.copy_subtitles)) return;
+    source_ = open_input(config_.source_path);
+    stream_map_.assign(source_->nb_streams, -1);
+    for (unsigned i = 0; i < source_->nb_streams; ++i) {
+      AVStream* in = source_->streams[i];
+      const AVCodecParameters* par = in->codecpar;
+      const bool audio = par->codec_type == AVMEDIA_TYPE_AUDIO && config_.copy_audio;
+      const bool subtitle = par->codec_type == AVMEDIA_TYPE_SUBTITLE && config_.copy_subtitles;
+      in->discard = AVDISCARD_ALL;
+      if (!audio && !subtitle) continue;
+      if (avformat_query_codec(output_->oformat, par->codec_id, FF_COMPLIANCE_NORMAL) == 0) {
+        log_->warn("{}: skipping {} stream #{} ({}): container {} cannot hold it", config_.output,
+                   audio ? "audio" : "subtitle", i, avcodec_get_name(par->codec_id),
+                   output_->oformat->name);
+        continue;
+      }
+      AVStream* out = avformat_new_stream(output_.get(), nullptr);
+      if (!out) throw std::bad_alloc();
+      av_check(avcodec_parameters_copy(out->codecpar, par), "avcodec_parameters_copy",
+               config_.output, kExitSoftware);
+      out->codecpar->codec_tag = 0;
+      out->time_base = in->time_base;
+      out->disposition = in->disposition;
+      av_dict_copy(&out->metadata, in->metadata, 0);
+      in->discard = AVDISCARD_DEFAULT;
+      stream_map_[i] = out->index;
+    }
+    // File-level tags as VideoWriter copies them; "encoder" is the muxer's to write.
+    av_dict_copy(&output_->metadata, source_->metadata, 0);
+    av_dict_set(&output_->metadata, "encoder", nullptr, 0);
+    source_done_ = false;
+  }
+
+  void open_file() {
+    int rc = avio_open(&output_->pb, temp_path_.c_str(), AVIO_FLAG_WRITE);
+    if (rc < 0) {
+      const int err = AVUNERROR(rc);
+      const bool creation = err == EACCES || err == EPERM || err == ENOENT || err == ENOTDIR ||
+                            err == EROFS || err == EISDIR;
+      throw OutputError(
+          config_.output + ": cannot create " + temp_path_ + ": " + av_error_string(rc),
+          creation ? kExitCantCreat : kExitIoErr);
+    }
+    temp_exists_ = true;
+    rc = avformat_write_header(output_.get(), nullptr);
+    if (rc < 0) write_failed("cannot write the header", rc);
+  }
+
+  [[noreturn]] void write_failed(const std::string& what, int rc) const {
+    throw OutputError(config_.output + ": " + what + ": " + av_error_string(rc), kExitIoErr);
+  }
+
+  void write_packet(AVPacket* pkt) {
+    const int rc = av_interleaved_write_frame(output_.get(), pkt);
+    if (rc < 0) write_failed("write failed", rc);
+  }
+
+  void check_cancel() const {
+    if (config_.cancel && config_.cancel->load()) throw Cancelled(config_.output + ": interrupted");
+  }
+
+  // Copies source packets whose timestamp is <= `ts` (in `tb`); everything when `all`.
+  void copy_source_until(int64_t ts, AVRational tb, bool all) {
+    while (!source_done_) {
+      if (!source_pending_) {
+        const int rc = av_read_frame(source_.get(), source_packet_.get());
+        if (rc < 0) {
+          if (rc != AVERROR_EOF) {
+            log_->warn("{}: stopped copying audio/subtitles: {}: {}", config_.output,
+                       config_.source_path, av_error_string(rc));
+          }
+          source_done_ = true;
+          return;
+        }
+        if (stream_map_[source_packet_->stream_index] < 0) {
+          av_packet_unref(source_packet_.get());
+          continue;
+        }
+        source_pending_ = true;
+      }
+      AVPacket* pkt = source_packet_.get();
+      const AVStream* in = source_->streams[pkt->stream_index];
+      const int64_t t = pkt->dts != AV_NOPTS_VALUE ? pkt->dts : pkt->pts;
+      if (!all && t != AV_NOPTS_VALUE && ts != AV_NOPTS_VALUE &&
+          av_compare_ts(t, in->time_base, ts, tb) > 0) {
+        return;
+      }
+      AVStream* out = output_->streams[stream_map_[pkt->stream_index]];
+      pkt->stream_index = out->index;
+      av_packet_rescale_ts(pkt, in->time_base, out->time_base);
+      pkt->pos = -1;
+      source_pending_ = false;
+      write_packet(pkt);
+    }
+  }
+
+  void copy_segment(AVFormatContext* segment, const std::string& path, int64_t& prev_max_pts) {
+    const AVStream* in = segment->streams[0];
+    PacketPtr pkt = make_packet();
+    int64_t min_pts = AV_NOPTS_VALUE, max_pts = AV_NOPTS_VALUE, packets = 0;
+    int rc;
+    while ((rc = av_read_frame(segment, pkt.get())) >= 0) {
+      if (pkt->stream_index != 0) {
+        av_packet_unref(pkt.get());
+        continue;
+      }
+      if ((++packets & 63) == 0) check_cancel();
+      av_packet_rescale_ts(pkt.get(), in->time_base, video_->time_base);
+      if (pkt->pts == AV_NOPTS_VALUE) {
+        throw InputError(path + ": video packet without pts", kExitDataErr);
+      }
+      if (prev_max_pts != AV_NOPTS_VALUE && pkt->pts <= prev_max_pts) {
+        throw InputError(path + ": pts " + std::to_string(pkt->pts) +
+                             " overlaps the previous segment (which ends at pts " +
+                             std::to_string(prev_max_pts) + ")",
+                         kExitDataErr);
+      }
+      const int64_t derived = derive_dts(*pkt);
+      if (pkt->dts == AV_NOPTS_VALUE) pkt->dts = derived;
+      if (pkt->dts != AV_NOPTS_VALUE && last_dts_ != AV_NOPTS_VALUE && pkt->dts <= last_dts_) {
+        throw InputError(path + ": dts " + std::to_string(pkt->dts) + " is not after " +
+                             std::to_string(last_dts_) + " (segments out of order?)",
+                         kExitDataErr);
+      }
+      if (pkt->dts != AV_NOPTS_VALUE) last_dts_ = pkt->dts;
+      min_pts = min_pts == AV_NOPTS_VALUE ? pkt->pts : std::min(min_pts, pkt->pts);
+      max_pts = max_pts == AV_NOPTS_VALUE ? pkt->pts : std::max(max_pts, pkt->pts);
+      pkt->stream_index = video_->index;
+      pkt->pos = -1;
+      const int64_t t = pkt->dts != AV_NOPTS_VALUE ? pkt->dts : pkt->pts;
+      copy_source_until(t, video_->time_base, false);
+      write_packet(pkt.get());
+      ++frames_;
+    }
+    if (rc != AVERROR_EOF) {
+      throw InputError(path + ": cannot read segment: " + av_error_string(rc), kExitDataErr);
+    }
+    if (packets == 0) throw InputError(path + ": segment holds no video", kExitDataErr);
+    prev_max_pts = max_pts;
+  }
+
+  // Containers that store no dts (Matroska) hand out B-frame streams with the first packets'
+  // dts unset. Derive them from the pts as libavformat's muxers do: the smallest of the last
+  // video_delay + 1 pts. The buffer runs on across segments, so the derived dts stay increasing.
+  int64_t derive_dts(const AVPacket& pkt) {
+    const size_t n = reorder_.size();
+    reorder_[0] = pkt.pts;
+    for (size_t i = 1; i < n && reorder_[i] == AV_NOPTS_VALUE; ++i) {
+      reorder_[i] = pkt.pts + (int64_t(i) - int64_t(n)) * std::max<int64_t>(pkt.duration, 1);
+    }
+    for (size_t i = 0; i + 1 < n && reorder_[i] > reorder_[i + 1]; ++i) {
+      std::swap(reorder_[i], reorder_[i + 1]);
+    }
+    return reorder_[0];
+  }
+
+  int64_t count_video_packets() const {
+    const AVInputFormat* format = av_find_input_format(output_->oformat->name);
+    AVFormatContext* raw = nullptr;
+    int rc = avformat_open_input(&raw, temp_path_.c_str(), format, nullptr);
+    if (rc < 0) write_failed("verify: cannot reopen " + temp_path_, rc);
+    FormatInputPtr input(raw);
+    for (unsigned i = 1; i < input->nb_streams; ++i) input->streams[i]->discard = AVDISCARD_ALL;
+    PacketPtr pkt = make_packet();
+    int64_t count = 0;
+    while ((rc = av_read_frame(input.get(), pkt.get())) >= 0) {
+      if (pkt->stream_index == 0) ++count;
+      av_packet_unref(pkt.get());
+    }
+    if (rc != AVERROR_EOF) write_failed("verify: cannot read " + temp_path_, rc);
+    return count;
+  }
+
+  void sync(const std::string& path, int flags, bool required) const {
+    const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+    int err = fd < 0 ? errno : 0;
+    if (fd >= 0) {
+      if (::fsync(fd) != 0) err = errno;
+      ::close(fd);
+    }
+    if (err == 0 || (!required && err == EINVAL)) return;
+    if (required) {
+      throw OutputError(config_.output + ": fsync " + path + ": " + std::strerror(err), kExitIoErr);
+    }
+    log_->warn("{}: fsync {}: {}", config_.output, path, std::strerror(err));
+  }
+
+  int64_t finish() {
+    check_cancel();
+    if (source_) copy_source_until(AV_NOPTS_VALUE, AVRational{1, 1}, true);
+    int rc = av_write_trailer(output_.get());
+    if (rc < 0) write_failed("cannot write the trailer", rc);
+    rc = avio_closep(&output_->pb);
+    if (rc < 0) write_failed("cannot close " + temp_path_, rc);
+    sync(temp_path_, O_RDONLY, true);
+    const int64_t in_file = count_video_packets();
+    if (in_file != frames_) {
+      throw OutputError(config_.output + ": verify failed: " + std::to_string(in_file) +
+                            " video frames in the file, " + std::to_string(frames_) + " written",
+                        kExitIoErr);
+    }
+    if (::rename(temp_path_.c_str(), config_.output.c_str()) != 0) {
+      throw OutputError(
+          config_.output + ": rename from " + temp_path_ + ": " + std::strerror(errno), kExitIoErr);
+    }
+    temp_exists_ = false;
+    sync(parent_folder(config_.output), O_RDONLY | O_DIRECTORY, false);
+    output_.reset();
+    source_.reset();
+    return frames_;
+  }
+
+  const ConcatConfig& config_;
+  std::string temp_path_;
+  std::shared_ptr<spdlog::logger> log_;
+  FormatOutputPtr output_;
+  AVStream* video_ = nullptr;
+  AVCodecID codec_id_ = AV_CODEC_ID_NONE;
+  int width_ = 0, height_ = 0, format_ = -1;
+  std::string extradata_;
+  FormatInputPtr source_;
+  std::vector<int> stream_map_;
+  PacketPtr source_packet_ = make_packet();
+  bool source_pending_ = false;
+  bool source_done_ = true;
+  bool temp_exists_ = false;
+  int64_t last_dts_ = AV_NOPTS_VALUE;
+  std::vector<int64_t> reorder_;  // pts history for derive_dts
+  int64_t frames_ = 0;
+};
+
+}  // namespace
+
+int64_t count_video_frames(const std::string& path) {
+  FormatInputPtr format = open_input(path);
+  const int index = pick_video_stream(format.get());
+  if (index < 0) throw InputError(path + ": no video stream", kExitDataErr);
+  const AVStream* stream = format->streams[index];
+  // The mp4/mov sample table already counts them (and VideoReader checks against it).
+  if (is_mov_family(format.get()) && stream->nb_frames > 0) return stream->nb_frames;
+  for (unsigned i = 0; i < format->nb_streams; ++i) {
+    if (int(i) != index) format->streams[i]->discard = AVDISCARD_ALL;
+  }
+  PacketPtr pkt = make_packet();
+  int64_t count = 0;
+  int rc;
+  while ((rc = av_read_frame(format.get(), pkt.get())) >= 0) {
+    if (pkt->stream_index == index) ++count;
+    av_packet_unref(pkt.get());
+  }
+  if (rc != AVERROR_EOF) {
+    throw InputError(path + ": truncated or corrupt (read error after " + std::to_string(count) +
+                         " packets: " + av_error_string(rc) + ")",
+                     kExitDataErr);
+  }
+  return count;
+}
+
+SegmentInfo probe_segment(const std::string& path) {
+  FormatInputPtr format = open_input(path);
+  if (format->nb_streams < 1 || format->streams[0]->codecpar->codec_type != AVMEDIA_TYPE_VIDEO) {
+    throw InputError(path + ": segment has no video stream 0", kExitDataErr);
+  }
+  for (unsigned i = 1; i < format->nb_streams; ++i) format->streams[i]->discard = AVDISCARD_ALL;
+  const AVStream* stream = format->streams[0];
+  SegmentInfo info;
+  info.path = path;
+  info.time_base = Rational{stream->time_base.num, stream->time_base.den};
+  info.codec = avcodec_get_name(stream->codecpar->codec_id);
+  info.width = stream->codecpar->width;
+  info.height = stream->codecpar->height;
+  info.codec_config = extradata_of(stream->codecpar);
+  PacketPtr pkt = make_packet();
+  bool any = false;
+  int rc;
+  while ((rc = av_read_frame(format.get(), pkt.get())) >= 0) {
+    if (pkt->stream_index == 0) {
+      ++info.frames;
+      if (pkt->pts != AV_NOPTS_VALUE) {
+        info.first_pts = any ? std::min(info.first_pts, pkt->pts) : pkt->pts;
+        info.last_pts = any ? std::max(info.last_pts, pkt->pts) : pkt->pts;
+        any = true;
+      }
+    }
+    av_packet_unref(pkt.get());
+  }
+  if (rc != AVERROR_EOF) {
+    throw InputError(path + ": truncated or corrupt segment: " + av_error_string(rc), kExitDataErr);
+  }
+  return info;
+}
+
+int64_t concat_segments(const ConcatConfig& config) {
+  Concatenator concatenator(config);
+  return concatenator.run();
+}
+
+}  // namespace wm::io

@@ -1,0 +1,911 @@
+#include "scheduler/farm.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "io/segments.h"
+#include "io/version.h"
+#include "scheduler/journal.h"
+#include "scheduler/runner.h"
+#include "scheduler/tasks.h"
+#include "src/base/error.h"
+#include "src/base/fs.h"
+#include "src/base/log.h"
+
+namespace wm::sched {
+
+// ---------------------------------------------------------------------------------------------
+// Chunk geometry (pure)
+
+ChunkRule make_chunk_rule(const ModelTraits& traits, const SliceRule& slices,
+                          int64_t chunk_frames) {
+  if (chunk_frames <= 0) chunk_frames = kDefaultChunkFrames;
+  ChunkRule rule;
+  rule.causal = traits.causal_state;
+  if (rule.causal) {
+    // Whole slices, so that every slice is the one a single run feeds the model.
+    const int64_t k = std::max<int64_t>(1, chunk_frames / slices.slice_frames);
+    rule.first_frames = slices.first_frames + (k - 1) * slices.slice_frames;
+    rule.frames = k * slices.slice_frames;
+    rule.align_first = slices.first_frames;
+    rule.align = slices.slice_frames;
+  } else {
+    // Whole frame groups (offset + group*k first, group*k after).
+    const int64_t group = std::max(1, traits.frame_group);
+    const int64_t offset = std::max(0, traits.frame_offset);
+    const int64_t k = std::max<int64_t>(1, chunk_frames / group);
+    rule.first_frames = offset + k * group;
+    rule.frames = k * group;
+    rule.align_first = offset;
+    rule.align = group;
+  }
+  return rule;
+}
+
+std::vector<ChunkRange> plan_chunks(int64_t frames, const ChunkRule& rule) {
+  std::vector<ChunkRange> out;
+  if (frames <= 0) {
+    out.push_back({0, -1, 0, 0});
+    return out;
+  }
+  int64_t first = 0;
+  while (first < frames) {
+    const int64_t want = first == 0 ? rule.first_frames : rule.frames;
+    const int64_t last = std::min(frames, first + std::max<int64_t>(want, 1)) - 1;
+    out.push_back({first, last, rule.causal ? first : 0, 0});
+    first = last + 1;
+  }
+  return out;
+}
+
+namespace {
+
+bool on_boundary(int64_t frame, const ChunkRule& rule) {
+  if (frame == 0) return true;
+  if (frame < rule.align_first) return false;
+  return (frame - rule.align_first) % std::max<int64_t>(rule.align, 1) == 0;
+}
+
+std::string boundary_hint(int64_t frame, const ChunkRule& rule) {
+  const int64_t a = std::max<int64_t>(rule.align, 1);
+  int64_t below =
+      frame < rule.align_first ? 0 : rule.align_first + (frame - rule.align_first) / a * a;
+  const int64_t above = frame < rule.align_first ? rule.align_first : below + a;
+  return "chunks start at frame 0, " + std::to_string(rule.align_first) + " + a multiple of " +
+         std::to_string(a) + " (nearest: " + std::to_string(below) + " or " +
+         std::to_string(above) + ")";
+}
+
+}  // namespace
+
+ChunkRange range_chunk(int64_t first, int64_t last, int64_t frames, const ChunkRule& rule) {
+  if (first < 0 || last < first) {
+    throw Error(
+        "--frames " + std::to_string(first) + "-" + std::to_string(last) + ": not a frame range",
+        kExitDataErr);
+  }
+  if (frames > 0 && first >= frames) {
+    throw Error("--frames " + std::to_string(first) + "-" + std::to_string(last) +
+                    ": the input has only " + std::to_string(frames) + " frames",
+                kExitDataErr);
+  }
+  if (frames > 0) last = std::min(last, frames - 1);
+  if (!on_boundary(first, rule)) {
+    throw Error("--frames: frame " + std::to_string(first) +
+                    " is not a chunk boundary for this model: " + boundary_hint(first, rule),
+                kExitDataErr);
+  }
+  const bool to_end = frames > 0 && last == frames - 1;
+  if (!to_end && !on_boundary(last + 1, rule)) {
+    throw Error("--frames: a chunk cannot end at frame " + std::to_string(last) +
+                    " for this model: " + boundary_hint(last + 1, rule),
+                kExitDataErr);
+  }
+  return {first, last, rule.causal ? first : 0, 0};
+}
+
+std::pair<int64_t, int64_t> parse_frame_range(const std::string& text) {
+  long long a = -1, b = -1;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "%lld-%lld%c", &a, &b, &tail) != 2 || a < 0 || b < a) {
+    throw Error("--frames " + text + ": expected FIRST-LAST (inclusive, 0-based, FIRST <= LAST)",
+                kExitUsage);
+  }
+  return {a, b};
+}
+
+std::optional<int64_t> chunk_from_environment() {
+  for (const char* name : {"SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX"}) {
+    const char* value = std::getenv(name);
+    if (!value || !*value) continue;
+    char* end = nullptr;
+    const long long n = std::strtoll(value, &end, 10);
+    if (*end != 0 || n < 0) {
+      throw Error(std::string(name) + "=" + value + ": not a chunk index", kExitUsage);
+    }
+    return n;
+  }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files, fingerprints, locks
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string farm_dir(const std::string& output) { return output + ".wmfarm"; }
+std::string journal_path(const std::string& output) { return farm_dir(output) + "/journal.sqlite"; }
+
+std::string extension_of(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  const auto dot = path.find_last_of('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return "";
+  return path.substr(dot);
+}
+
+std::string segment_name(const ChunkRange& r, const std::string& ext) {
+  char buf[64];
+  if (r.last_frame < 0) {
+    std::snprintf(buf, sizeof buf, "seg-%08" PRId64 "-end", r.first_frame);
+  } else {
+    std::snprintf(buf, sizeof buf, "seg-%08" PRId64 "-%08" PRId64, r.first_frame, r.last_frame);
+  }
+  return buf + ext;
+}
+
+// Tasks whose runner honours RunOptions' chunk fields (first/end/write_from frame). reconstruct
+// (video → video through the causal VAE) is planned by the same rules once its runner drops the
+// context frames (VideoFileSink::set_write_from); until then it runs whole inputs.
+bool chunked_task(Task task) { return task == Task::kUpscale; }
+
+std::string absolute_in(const std::string& path, const std::string& dir) {
+  if (path.empty() || path[0] == '/') return path;
+  return dir + "/" + path;
+}
+
+// Every job setting that can change the output's bits. Not `tokens` (scheduling only).
+std::string settings_text(const JobSpec& job) {
+  std::ostringstream s;
+  s.precision(17);
+  const ModelConfig& m = job.model;
+  s << "wmbatch-farm 1\nlibav " << io::libav_versions() << "\ntask " << to_string(job.task)
+    << "\nmodel " << m.kind << " " << m.task << " scale " << m.scale << " precision "
+    << to_string(m.precision) << " dim " << m.dim << " z_dim " << m.z_dim << " res "
+    << m.num_res_blocks << " mult";
+  for (int v : m.dim_mult) s << " " << v;
+  s << " tdown";
+  for (bool v : m.temporal_downsample) s << " " << v;
+  s << " mean";
+  for (double v : m.latent_mean) s << " " << v;
+  s << " std";
+  for (double v : m.latent_std) s << " " << v;
+  if (!m.weights.empty()) {
+    const std::string weights = absolute_in(m.weights, job.dir);
+    const auto stamp = stamp_file(weights);
+    s << "\nweights " << weights << " " << (stamp ? stamp->size : -1) << " "
+      << (stamp ? stamp->mtime_ns : -1);
+  }
+  s << "\ndevices " << job.devices;
+  for (int id : job.device_ids) s << " " << id;
+  const TilingSpec& t = job.tiling;
+  s << "\ntiling " << t.enabled << " " << t.automatic << " " << t.tile_width << " " << t.tile_height
+    << " " << t.overlap << "\nslice_frames " << job.slice_frames;
+  const EncodeSpec& e = job.encode;
+  s << "\nencode " << e.codec << " crf " << e.crf << " preset " << e.preset << " pix_fmt "
+    << e.pix_fmt << " threads " << e.threads << " audio " << e.copy_audio << " subtitles "
+    << e.copy_subtitles << "\nfps " << job.fps << "\ninput_tensor " << job.input_tensor
+    << "\nmax_error_rate " << job.max_error_rate << "\n";
+  return s.str();
+}
+
+Fingerprint fingerprint(const JobSpec& job, const std::string& input) {
+  const auto stamp = stamp_file(input);
+  if (!stamp) throw InputError(input + ": " + std::strerror(errno), kExitNoInput);
+  Fingerprint fp;
+  fp.input = input;
+  fp.size = stamp->size;
+  fp.mtime_ns = stamp->mtime_ns;
+  fp.settings = stable_hash(settings_text(job));
+  return fp;
+}
+
+std::string host_name() {
+  char buf[256] = {0};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
+  return buf;
+}
+
+void remove_file(const std::string& path) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    log::get("farm")->warn("{}: cannot remove: {}", path, std::strerror(errno));
+  }
+}
+
+// An exclusive flock on a lock file, waited for (cancel-aware). Released on destruction, or by
+// the kernel when the process dies, so a killed holder never blocks the next run.
+class FileLock {
+ public:
+  FileLock(const std::string& path, const std::string& what, const std::atomic<bool>* cancel) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      throw OutputError(path + ": cannot create lock file: " + std::strerror(errno),
+                        kExitCantCreat);
+    }
+    bool told = false;
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EINTR) continue;
+      if (errno != EWOULDBLOCK) {
+        const int err = errno;
+        ::close(fd_);
+        throw OutputError(path + ": cannot lock: " + std::strerror(err), kExitIoErr);
+      }
+      if (!told) {
+        log::get("farm")->info("{}: another process is working on it; waiting", what);
+        told = true;
+      }
+      if (cancel && cancel->load()) {
+        ::close(fd_);
+        throw Cancelled(what + ": interrupted while waiting for another process");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  ~FileLock() {
+    if (fd_ >= 0) ::close(fd_);  // closing releases the flock
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+enum class OutputState {
+  kAbsent,
+  kDone,       // assembled by us from the current input and settings, untouched since
+  kOursStale,  // assembled by us from an older input or other settings
+  kForeign,    // a file we did not make (or changed since)
+};
+
+OutputState output_state(Journal* journal, const std::string& output, const Fingerprint& fp) {
+  const auto stamp = stamp_file(output);
+  if (!stamp) return OutputState::kAbsent;
+  if (journal) {
+    if (auto rec = journal->output()) {
+      if (rec->size == stamp->size && rec->mtime_ns == stamp->mtime_ns) {
+        return rec->fingerprint == fp ? OutputState::kDone : OutputState::kOursStale;
+      }
+    }
+  }
+  return OutputState::kForeign;
+}
+
+bool segment_intact(const std::string& dir, const ChunkRecord& rec) {
+  const auto stamp = stamp_file(dir + "/" + rec.segment);
+  return stamp && stamp->size == rec.segment_size && stamp->mtime_ns == rec.segment_mtime_ns;
+}
+
+// The plan of one input, cached in its journal under the fingerprint and chunk size.
+struct InputPlan {
+  bool whole = false;
+  int64_t frames = 0;
+  ChunkRule rule;
+  std::vector<ChunkRange> ranges;
+};
+
+nlohmann::json to_json(const InputPlan& p) {
+  nlohmann::json ranges = nlohmann::json::array();
+  for (const ChunkRange& r : p.ranges) {
+    ranges.push_back({r.first_frame, r.last_frame, r.context_before, r.context_after});
+  }
+  return {{"frames", p.frames},
+          {"rule",
+           {p.rule.causal, p.rule.first_frames, p.rule.frames, p.rule.align_first, p.rule.align}},
+          {"ranges", ranges}};
+}
+
+InputPlan input_plan_from_json(const nlohmann::json& j) {
+  InputPlan p;
+  p.frames = j.at("frames").get<int64_t>();
+  const auto& r = j.at("rule");
+  p.rule.causal = r.at(0).get<bool>();
+  p.rule.first_frames = r.at(1).get<int64_t>();
+  p.rule.frames = r.at(2).get<int64_t>();
+  p.rule.align_first = r.at(3).get<int64_t>();
+  p.rule.align = r.at(4).get<int64_t>();
+  for (const auto& c : j.at("ranges")) {
+    p.ranges.push_back({c.at(0).get<int64_t>(), c.at(1).get<int64_t>(), c.at(2).get<int64_t>(),
+                        c.at(3).get<int64_t>()});
+  }
+  return p;
+}
+
+// Plans inputs, with two caches in each output's journal: the input's frame count (keyed by the
+// input's path, size and mtime) and its chunks (keyed by the whole fingerprint and chunk size).
+class Planner {
+ public:
+  Planner(int64_t chunk_frames, bool write_cache, bool need_ranges)
+      : chunk_frames_(chunk_frames), write_cache_(write_cache), need_ranges_(need_ranges) {}
+
+  InputPlan plan(const JobSpec& job, size_t job_index, const std::string& input,
+                 const std::string& output) {
+    InputPlan p;
+    if (!chunked_task(job.task)) {
+      p.whole = true;
+      p.ranges.push_back({0, -1, 0, 0});
+      return p;
+    }
+    const Fingerprint fp = fingerprint(job, input);
+    const std::string frames_key =
+        "frames 1 " + fp.input + " " + std::to_string(fp.size) + " " + std::to_string(fp.mtime_ns);
+    const std::string plan_key =
+        "plan 1 " + fp.str() + " chunk_frames " + std::to_string(chunk_frames_);
+    std::unique_ptr<Journal> journal;
+    const std::string jpath = journal_path(output);
+    if (write_cache_) {
+      fs::make_dirs(farm_dir(output));
+      journal = std::make_unique<Journal>(jpath, true);
+    } else if (stamp_file(jpath)) {
+      journal = std::make_unique<Journal>(jpath, false);
+    }
+    std::optional<int64_t> frames;
+    if (journal) {
+      try {
+        if (auto cached = journal->plan(plan_key)) {
+          return input_plan_from_json(nlohmann::json::parse(*cached));
+        }
+        if (auto cached = journal->plan(frames_key)) frames = std::stoll(*cached);
+      } catch (const std::exception&) {
+        // A damaged cache entry: plan again.
+      }
+    }
+    if (!frames) {
+      frames = io::count_video_frames(input);
+      if (journal && write_cache_) journal->put_plan(frames_key, std::to_string(*frames));
+    }
+    p.frames = *frames;
+    if (!need_ranges_) {
+      p.ranges.push_back({0, p.frames > 0 ? p.frames - 1 : -1, 0, 0});
+      return p;
+    }
+    // The slices the task runner will cut (temporal models: independent of the frame size).
+    const ModelTraits& t = traits(job, job_index);
+    p.rule = make_chunk_rule(t, job_slice_rule(job, t, 0, 0), chunk_frames_);
+    p.ranges = plan_chunks(p.frames, p.rule);
+    if (journal && write_cache_) journal->put_plan(plan_key, to_json(p).dump());
+    return p;
+  }
+
+ private:
+  const ModelTraits& traits(const JobSpec& job, size_t job_index) {
+    auto it = traits_.find(job_index);
+    if (it == traits_.end()) {
+      // Built on the CPU only to read its traits (the weights are checked on the way).
+      std::unique_ptr<Model> model = make_model(job.model, Device{});
+      it = traits_.emplace(job_index, model->traits()).first;
+    }
+    return it->second;
+  }
+
+  int64_t chunk_frames_;
+  bool write_cache_;
+  bool need_ranges_;
+  std::map<size_t, ModelTraits> traits_;
+};
+
+struct PlannedInput {
+  size_t job = 0;
+  std::string input;
+  std::string output;
+  InputPlan plan;
+  std::vector<size_t> chunks;  // indices into FarmPlan::chunks
+};
+
+FarmPlan build_plan(const std::string& job_file, int64_t chunk_frames, bool write_cache,
+                    bool need_ranges, std::vector<PlannedInput>* inputs_out = nullptr) {
+  FarmPlan plan;
+  plan.job_file = job_file;
+  plan.chunk_frames = chunk_frames > 0 ? chunk_frames : kDefaultChunkFrames;
+  plan.jobs = load_job_file(job_file);
+  Planner planner(plan.chunk_frames, write_cache, need_ranges);
+  std::vector<PlannedInput> inputs;
+  for (size_t j = 0; j < plan.jobs.size(); ++j) {
+    const JobSpec& job = plan.jobs[j];
+    for (const std::string& input : expand_inputs(job)) {
+      PlannedInput in;
+      in.job = j;
+      in.input = input;
+      in.output = expand_output(job.output, input, job.name, job.dir);
+      if (fs::same_file(input, in.output)) {
+        throw Error(in.output + ": output would overwrite its input", kExitDataErr);
+      }
+      in.plan = planner.plan(job, j, input, in.output);
+      const std::string ext = extension_of(in.output);
+      for (const ChunkRange& r : in.plan.ranges) {
+        Chunk c;
+        c.index = int64_t(plan.chunks.size());
+        c.job = j;
+        c.input = input;
+        c.output = in.output;
+        c.input_frames = in.plan.frames;
+        c.range = r;
+        c.whole_input = in.plan.whole;
+        if (!c.whole_input) c.segment = farm_dir(in.output) + "/" + segment_name(r, ext);
+        in.chunks.push_back(plan.chunks.size());
+        plan.chunks.push_back(c);
+      }
+      inputs.push_back(std::move(in));
+    }
+  }
+  if (inputs_out) *inputs_out = std::move(inputs);
+  return plan;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running chunks
+
+// Task runners of a job file, built on first use (models are loaded once per job).
+class Runners {
+ public:
+  explicit Runners(const FarmPlan& plan) : plan_(plan) {}
+  TaskRunner& get(size_t job, bool whole) {
+    auto& slot = whole ? whole_[job] : segment_[job];
+    if (!slot) {
+      JobSpec spec = plan_.jobs[job];
+      if (!whole) {
+        // Segments hold video only; assemble muxes audio and subtitles once from the source.
+        spec.encode.copy_audio = false;
+        spec.encode.copy_subtitles = false;
+      }
+      slot = make_task_runner(spec);
+    }
+    return *slot;
+  }
+
+ private:
+  const FarmPlan& plan_;
+  std::map<size_t, std::unique_ptr<TaskRunner>> whole_, segment_;
+};
+
+std::string chunk_label(const Chunk& c) {
+  std::string s = "chunk " + std::to_string(c.index) + " (" + c.output;
+  if (c.whole_input) return s + ")";
+  s += ", frames " + std::to_string(c.range.first_frame) + "-";
+  s += c.range.last_frame < 0 ? std::string("end") : std::to_string(c.range.last_frame);
+  return s + ")";
+}
+
+bool is_last_chunk(const Chunk& c) {
+  return c.range.last_frame < 0 || (c.input_frames > 0 && c.range.last_frame >= c.input_frames - 1);
+}
+
+// Checks the output against on_exists before any work. Returns false when the chunk has nothing
+// to do (output done, or skipped); throws for on_exists: fail.
+bool output_needs_work(const JobSpec& job, Journal* journal, const std::string& output,
+                       const Fingerprint& fp, const std::string& label) {
+  auto log = log::get("farm");
+  switch (output_state(journal, output, fp)) {
+    case OutputState::kDone:
+      log->info("{}: already done ({} is assembled)", label, output);
+      return false;
+    case OutputState::kForeign:
+      if (job.on_exists == OnExists::kSkip) {
+        log->info("{}: {} exists, skipped", label, output);
+        return false;
+      }
+      if (job.on_exists == OnExists::kFail) {
+        throw OutputError(output + ": output exists (set on_exists: overwrite or skip)",
+                          kExitCantCreat);
+      }
+      return true;
+    case OutputState::kOursStale:  // made by an earlier farm run from another input/settings
+    case OutputState::kAbsent:
+      return true;
+  }
+  return true;
+}
+
+// Runs one chunk to its segment (or a whole-input chunk to its output). Throws wm::Error.
+void run_chunk(const FarmPlan& plan, const Chunk& c, const FarmOptions& options, Progress& progress,
+               Runners& runners) {
+  auto log = log::get("farm");
+  const JobSpec& job = plan.jobs[c.job];
+  const std::string label = chunk_label(c);
+  const Fingerprint fp = fingerprint(job, c.input);
+  const std::string dir = farm_dir(c.output);
+  fs::make_dirs(dir);
+  Journal journal(journal_path(c.output));
+  if (!output_needs_work(job, &journal, c.output, fp, label)) return;
+
+  char lock_name[96];
+  std::snprintf(lock_name, sizeof lock_name, "/chunk-%" PRId64 "-%" PRId64 ".lock",
+                c.range.first_frame, c.range.last_frame);
+  FileLock lock(dir + lock_name, label, options.cancel);
+  // Another process may have finished it while we waited.
+  if (!output_needs_work(job, &journal, c.output, fp, label)) return;
+  if (auto rec = journal.chunk(c.range.first_frame, c.range.last_frame)) {
+    if (rec->fingerprint == fp && (c.whole_input || segment_intact(dir, *rec))) {
+      log->info("{}: already done ({} frames)", label, rec->frames);
+      return;
+    }
+  }
+  // Whatever overlaps this range is stale now: another input, other settings, other chunking.
+  const std::string own =
+      c.whole_input ? std::string() : segment_name(c.range, extension_of(c.output));
+  for (const ChunkRecord& stale :
+       journal.remove_overlapping(c.range.first_frame, c.range.last_frame)) {
+    if (!stale.segment.empty() && stale.segment != own) remove_file(dir + "/" + stale.segment);
+    if (stale.fingerprint != fp) {
+      log->info("{}: redoing: made from {}, now {}", label, stale.fingerprint.str(), fp.str());
+    }
+  }
+  if (auto slice = journal.last_slice(c.range.first_frame, c.range.last_frame)) {
+    log->info("{}: an earlier run stopped after {} frames; redoing the chunk", label,
+              slice->frames_done);
+  }
+  journal.clear_slices(c.range.first_frame, c.range.last_frame);
+
+  const auto start = Clock::now();
+  RunOptions run;
+  run.cancel = options.cancel;
+  TaskRunner& runner = runners.get(c.job, c.whole_input);
+  if (c.whole_input) {
+    int64_t frames = 0;
+    try {
+      frames = runner.process(c.input, c.output, run, progress);
+    } catch (const Cancelled&) {
+      throw Cancelled(label + ": interrupted; nothing was written");
+    }
+    const auto stamp = stamp_file(c.output);
+    ChunkRecord rec;
+    rec.first_frame = 0;
+    rec.last_frame = -1;
+    rec.fingerprint = fp;
+    rec.frames = frames;
+    rec.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    rec.host = host_name();
+    journal.put_chunk(rec);
+    OutputRecord out;
+    out.fingerprint = fp;
+    out.frames = frames;
+    out.size = stamp ? stamp->size : 0;
+    out.mtime_ns = stamp ? stamp->mtime_ns : 0;
+    journal.put_output(out);
+    log->info("{}: done, {} frames in {:.1f} s", label, frames, rec.seconds);
+    return;
+  }
+
+  remove_file(c.segment + ".partial");  // left by a killed run
+  const bool last = is_last_chunk(c);
+  run.segment = true;
+  run.first_frame = c.range.first_frame - c.range.context_before;
+  run.write_from_frame = c.range.first_frame;
+  // The last chunk reads to the end of the stream, whatever the frame count said.
+  run.end_frame = last ? -1 : c.range.last_frame + 1 + c.range.context_after;
+  const int64_t first = c.range.first_frame, last_frame = c.range.last_frame;
+  int64_t frames_done = 0;
+  run.on_slice = [&journal, &frames_done, first, last_frame](int64_t slice, int64_t written) {
+    frames_done = written;
+    journal.put_slice({first, last_frame, slice, written});
+  };
+  int64_t written = 0;
+  try {
+    written = runner.process(c.input, c.segment, run, progress);
+  } catch (const Cancelled&) {
+    throw Cancelled(label + ": interrupted after " + std::to_string(frames_done) +
+                    " frames; the segment was not kept");
+  }
+
+  const io::SegmentInfo info = io::probe_segment(c.segment);
+  const int64_t expected = c.range.last_frame - c.range.first_frame + 1;
+  if (info.frames != written || (!last && written != expected) || written <= 0) {
+    remove_file(c.segment);
+    throw Error(c.segment + ": segment holds " + std::to_string(info.frames) + " frames, " +
+                    std::to_string(written) + " written, " + std::to_string(expected) +
+                    " expected (does task " + to_string(job.task) + " support farm chunks?)",
+                kExitSoftware);
+  }
+  const auto stamp = stamp_file(c.segment);
+  if (!stamp) throw OutputError(c.segment + ": vanished after it was written", kExitIoErr);
+  ChunkRecord rec;
+  rec.first_frame = c.range.first_frame;
+  rec.last_frame = c.range.last_frame;
+  rec.fingerprint = fp;
+  rec.segment = own;
+  rec.frames = written;
+  rec.first_pts = info.first_pts;
+  rec.last_pts = info.last_pts;
+  rec.segment_size = stamp->size;
+  rec.segment_mtime_ns = stamp->mtime_ns;
+  rec.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  rec.host = host_name();
+  journal.put_chunk(rec);  // after the segment's rename: the journal never lists a partial file
+  log->info("{}: done, {} frames in {:.1f} s", label, written, rec.seconds);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Assembling
+
+// Assembles one output from the segments its journal lists. Throws wm::Error.
+void assemble_output(const FarmPlan& plan, const PlannedInput& in, const FarmOptions& options) {
+  auto log = log::get("farm");
+  const JobSpec& job = plan.jobs[in.job];
+  const Fingerprint fp = fingerprint(job, in.input);
+  const std::string dir = farm_dir(in.output);
+  const std::string jpath = journal_path(in.output);
+  const std::string label = "assemble " + in.output;
+  if (!stamp_file(jpath)) {
+    Journal* none = nullptr;
+    if (!output_needs_work(job, none, in.output, fp, label)) return;
+    throw Error(in.output + ": no chunk is done yet (run the chunks first: wmbatch run " +
+                    plan.job_file + " --chunk N)",
+                kExitFailure);
+  }
+  Journal journal(jpath, false);
+  if (in.plan.whole) {
+    auto rec = journal.chunk(0, -1);
+    if (rec && rec->fingerprint == fp &&
+        output_state(&journal, in.output, fp) == OutputState::kDone) {
+      log->info("{}: done (written by its chunk)", label);
+      return;
+    }
+    throw Error(in.output + ": chunk " + std::to_string(plan.chunks[in.chunks.front()].index) +
+                    " is not done",
+                kExitFailure);
+  }
+  if (!output_needs_work(job, &journal, in.output, fp, label)) return;
+  FileLock lock(dir + "/assemble.lock", label, options.cancel);
+  if (!output_needs_work(job, &journal, in.output, fp, label)) return;
+
+  // The segments, chained from frame 0 to the end of the input.
+  std::map<int64_t, ChunkRecord> by_first;
+  for (ChunkRecord& rec : journal.chunks()) {
+    if (rec.fingerprint == fp) by_first[rec.first_frame] = std::move(rec);
+  }
+  std::vector<ChunkRecord> chain;
+  std::vector<std::string> missing;
+  const int64_t frames = in.plan.frames;
+  int64_t next = 0;
+  while (frames <= 0 ? chain.empty() : next < frames) {
+    auto it = by_first.find(next);
+    if (it == by_first.end()) {
+      auto after = by_first.upper_bound(next);
+      const int64_t until = after == by_first.end() ? frames - 1 : after->first - 1;
+      missing.push_back(std::to_string(next) + "-" + std::to_string(until));
+      if (after == by_first.end()) break;
+      next = after->first;
+      continue;
+    }
+    chain.push_back(it->second);
+    if (it->second.last_frame < 0) break;
+    next = it->second.last_frame + 1;
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (const std::string& m : missing) list += (list.empty() ? "" : ", ") + m;
+    throw Error(in.output + ": frames " + list + " are not done yet (run their chunks, then " +
+                    "assemble again)",
+                kExitFailure);
+  }
+  // Every segment must be the file the journal recorded, whole, and continue the previous one.
+  std::vector<std::string> paths;
+  int64_t prev_last_pts = 0;
+  for (size_t i = 0; i < chain.size(); ++i) {
+    const ChunkRecord& rec = chain[i];
+    const std::string path = dir + "/" + rec.segment;
+    std::string problem;
+    io::SegmentInfo info;
+    if (!segment_intact(dir, rec)) {
+      problem = "missing or changed since its chunk finished";
+    } else {
+      try {
+        info = io::probe_segment(path);
+      } catch (const Error& e) {
+        problem = e.what();
+      }
+      if (problem.empty() && info.frames != rec.frames) {
+        problem = "holds " + std::to_string(info.frames) + " frames, " +
+                  std::to_string(rec.frames) + " recorded";
+      } else if (problem.empty() &&
+                 (info.first_pts != rec.first_pts || info.last_pts != rec.last_pts)) {
+        problem = "pts differ from the recorded ones";
+      } else if (problem.empty() && i > 0 && info.first_pts <= prev_last_pts) {
+        problem = "pts " + std::to_string(info.first_pts) + " does not follow the previous " +
+                  "segment's " + std::to_string(prev_last_pts);
+      }
+    }
+    if (!problem.empty()) {
+      // Forget it, so rerunning its chunk redoes it.
+      journal.remove_overlapping(rec.first_frame, rec.last_frame);
+      throw Error(path + ": " + problem + "; rerun its chunk (frames " +
+                      std::to_string(rec.first_frame) + "-" + std::to_string(rec.last_frame) +
+                      ") and assemble again",
+                  kExitFailure);
+    }
+    prev_last_pts = info.last_pts;
+    paths.push_back(path);
+  }
+
+  io::ConcatConfig concat;
+  concat.segments = paths;
+  concat.output = in.output;
+  concat.source_path = in.input;
+  concat.copy_audio = job.encode.copy_audio;
+  concat.copy_subtitles = job.encode.copy_subtitles;
+  concat.cancel = options.cancel;
+  const auto start = Clock::now();
+  const int64_t written = io::concat_segments(concat);
+  const auto stamp = stamp_file(in.output);
+  if (!stamp) throw OutputError(in.output + ": vanished after it was written", kExitIoErr);
+  OutputRecord out;
+  out.fingerprint = fp;
+  out.frames = written;
+  out.size = stamp->size;
+  out.mtime_ns = stamp->mtime_ns;
+  journal.put_output(out);
+  log->info("{}: {} frames from {} segments in {:.1f} s", label, written, chain.size(),
+            std::chrono::duration<double>(Clock::now() - start).count());
+  if (!options.keep_segments) {
+    for (const std::string& path : paths) remove_file(path);
+  }
+}
+
+int report(const Error& e) {
+  auto log = log::get("farm");
+  if (e.exit_code() == kExitTempFail) {
+    log->warn("{} (exit 75: rerun to resume)", e.what());
+  } else {
+    log->error("{}", e.what());
+  }
+  return e.exit_code();
+}
+
+template <typename F>
+int guarded(F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    return report(e);
+  } catch (const std::exception& e) {
+    log::get("farm")->error("internal error: {}", e.what());
+    return kExitSoftware;
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Entry points
+
+FarmPlan plan_farm(const std::string& job_file, const FarmOptions& options) {
+  return build_plan(job_file, options.chunk_frames, /*write_cache=*/false, /*need_ranges=*/true);
+}
+
+std::string plan_json(const FarmPlan& plan) {
+  nlohmann::json chunks = nlohmann::json::array();
+  for (const Chunk& c : plan.chunks) {
+    nlohmann::json j = {
+        {"index", c.index},
+        {"job", plan.jobs[c.job].name},
+        {"input", c.input},
+        {"output", c.output},
+        {"input_frames", c.input_frames},
+        {"first_frame", c.range.first_frame},
+        {"last_frame", c.range.last_frame},
+        {"frames",
+         c.range.last_frame < 0 ? int64_t(0) : c.range.last_frame - c.range.first_frame + 1},
+        {"context_before", c.range.context_before},
+        {"context_after", c.range.context_after},
+        {"whole_input", c.whole_input}};
+    if (!c.whole_input) j["segment"] = c.segment;
+    chunks.push_back(j);
+  }
+  nlohmann::json out = {
+      {"job_file", plan.job_file}, {"chunk_frames", plan.chunk_frames}, {"chunks", chunks}};
+  return out.dump(2);
+}
+
+int run_farm(const std::string& job_file, const ChunkSelection& selection,
+             const FarmOptions& options) {
+  return guarded([&]() -> int {
+    std::vector<PlannedInput> inputs;
+    const FarmPlan plan = build_plan(job_file, options.chunk_frames, /*write_cache=*/true,
+                                     /*need_ranges=*/true, &inputs);
+    // Farm managers (Deadline) parse "Progress: N%" from stdout.
+    Progress progress(options.progress, options.progress == ProgressStyle::kFarm ? stdout : stderr);
+    Runners runners(plan);
+    if (selection.frames) {
+      if (inputs.size() != 1) {
+        throw Error(job_file + ": --frames needs a job file with exactly one input (it has " +
+                        std::to_string(inputs.size()) + "); use --chunk N",
+                    kExitUsage);
+      }
+      const PlannedInput& in = inputs.front();
+      if (in.plan.whole) {
+        throw Error(job_file + ": task " + std::string(to_string(plan.jobs[in.job].task)) +
+                        " runs each input as one chunk; use --chunk N",
+                    kExitDataErr);
+      }
+      Chunk c = plan.chunks[in.chunks.front()];
+      c.index = -1;
+      c.range = range_chunk(selection.frames->first, selection.frames->second, in.plan.frames,
+                            in.plan.rule);
+      c.segment = farm_dir(c.output) + "/" + segment_name(c.range, extension_of(c.output));
+      run_chunk(plan, c, options, progress, runners);
+      return kExitOk;
+    }
+    if (selection.chunk) {
+      const int64_t n = *selection.chunk;
+      if (n < 0 || n >= int64_t(plan.chunks.size())) {
+        throw Error(job_file + ": chunk " + std::to_string(n) + " does not exist (the plan has " +
+                        std::to_string(plan.chunks.size()) + " chunks: 0-" +
+                        std::to_string(int64_t(plan.chunks.size()) - 1) + ")",
+                    kExitDataErr);
+      }
+      run_chunk(plan, plan.chunks[size_t(n)], options, progress, runners);
+      return kExitOk;
+    }
+    // Everything, in order, then assemble: the single-process run of a farm job.
+    int rc = kExitOk;
+    for (const PlannedInput& in : inputs) {
+      int input_rc = kExitOk;
+      for (size_t index : in.chunks) {
+        try {
+          run_chunk(plan, plan.chunks[index], options, progress, runners);
+        } catch (const Error& e) {
+          if (e.exit_code() == kExitTempFail) throw;
+          input_rc = report(e);
+          break;
+        }
+      }
+      if (input_rc == kExitOk) {
+        try {
+          assemble_output(plan, in, options);
+        } catch (const Error& e) {
+          if (e.exit_code() == kExitTempFail) throw;
+          input_rc = report(e);
+        }
+      }
+      if (rc == kExitOk) rc = input_rc;
+    }
+    return rc;
+  });
+}
+
+int assemble_farm(const std::string& job_file, const FarmOptions& options) {
+  return guarded([&]() -> int {
+    std::vector<PlannedInput> inputs;
+    const FarmPlan plan = build_plan(job_file, options.chunk_frames, /*write_cache=*/false,
+                                     /*need_ranges=*/false, &inputs);
+    int rc = kExitOk;
+    for (const PlannedInput& in : inputs) {
+      try {
+        assemble_output(plan, in, options);
+      } catch (const Error& e) {
+        if (e.exit_code() == kExitTempFail) throw;
+        const int code = report(e);
+        if (rc == kExitOk) rc = code;
+      }
+    }
+    return rc;
+  });
+}
+
+}  // namespace wm::sched

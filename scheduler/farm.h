@@ -1,0 +1,130 @@
+// Render-farm / cluster mode: a job file's inputs cut into chunks of frames that run as separate
+// processes (farm tasks), each writing one segment, then assembled into the outputs by stream
+// copy. The user guide is docs/farm.md; this header is the contract.
+//
+//   plan      plan_farm(): the chunks of every input of a job file (pure: writes nothing)
+//   run       run_farm(): one chunk (--chunk N / --frames A-B), or every chunk then assemble
+//   assemble  assemble_farm(): check every segment, concatenate, mux audio/subtitles, rename
+//
+// Chunk boundaries (plan_chunks):
+//  - Frame-to-frame models (causal_state false: lanczos, bicubic, TorchScript upscalers): chunks
+//    of `chunk_frames` (rounded to the model's frame group), no context frames.
+//  - Causal models (causal_state true: the Wan VAE): the exact output of a frame depends on every
+//    frame before it, so a chunk's context_before is ALL preceding frames (exact, at the cost of
+//    decoding and running the model over the prefix: chunk k of n costs about k+1 chunks of work).
+//    Boundaries fall on the job's slice boundaries (first chunk first_frames + j*slice_frames
+//    frames — 1+4k for the VAE encoder —, later ones j*slice_frames), so every slice the model
+//    sees is the one a single run sees.
+//  - Tasks whose input or output is not a video stream of the same frames (decode_latents,
+//    encode_latents), and reconstruct until its runner drops context frames, are one whole-input
+//    chunk per input, written straight to the output (farming by input).
+//  - Every chunk is encoded by its own encoder, so each segment starts with an IDR frame and the
+//    segments concatenate without re-encoding.
+//
+// Identity: a chunk's frames are bit-identical to the same frames of a single run for the
+// built-in models; the encoded bits depend on where the encoder starts, so the guarantee is:
+// assemble(run chunk 0..n-1 anywhere, in any order, interrupted or not) is byte-identical to
+// `wmbatch run JOB.yaml` (the single-process run of the same chunks), and decodes to the same
+// frames and pts as the plain `wmbatch JOB.yaml` when the codec is lossless; audio and subtitle
+// packets are copied from the source exactly as the plain run copies them.
+//
+// Files, beside each output: "<output>.wmfarm/" holding journal.sqlite (scheduler/journal.h), the
+// segments "seg-<first>-<last><ext>" (removed after assembly unless keep_segments) and lock files.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scheduler/progress.h"
+#include "src/geometry.h"
+#include "src/job_spec.h"
+#include "src/model.h"
+
+namespace wm::sched {
+
+constexpr int64_t kDefaultChunkFrames = 240;
+
+// How one input is cut (pure data, from the model's traits and the job).
+struct ChunkRule {
+  bool causal = false;       // context_before = every preceding frame
+  int64_t first_frames = 0;  // frames of the first chunk
+  int64_t frames = 0;        // frames of every later chunk (the last may be shorter)
+  int64_t align_first = 0;   // chunk starts after 0 are align_first + k * align (k >= 0)
+  int64_t align = 1;
+};
+
+// `slices` is the job's slice rule for the model (scheduler/tasks.h job_slice_rule); chunk_frames
+// <= 0 means kDefaultChunkFrames.
+ChunkRule make_chunk_rule(const ModelTraits& traits, const SliceRule& slices, int64_t chunk_frames);
+
+struct ChunkRange {
+  int64_t first_frame = 0;
+  int64_t last_frame = 0;  // inclusive
+  int64_t context_before = 0;
+  int64_t context_after = 0;
+};
+
+// The chunks of an input of `frames` frames; one chunk [0, -1] when frames <= 0 (unknown).
+std::vector<ChunkRange> plan_chunks(int64_t frames, const ChunkRule& rule);
+
+// The chunk for an explicit frame range [first, last] (last clamped to frames-1). Throws
+// wm::Error(kExitDataErr) when the range does not start/end on a boundary the rule allows.
+ChunkRange range_chunk(int64_t first, int64_t last, int64_t frames, const ChunkRule& rule);
+
+struct Chunk {
+  int64_t index = 0;  // over every job and input of the job file, in order
+  size_t job = 0;     // index in FarmPlan::jobs
+  std::string input;
+  std::string output;
+  int64_t input_frames = 0;  // 0 when unknown (whole-input chunks)
+  ChunkRange range;
+  bool whole_input = false;  // written straight to `output` by the task runner (no assembly)
+  std::string segment;       // segment path (empty for whole-input chunks)
+};
+
+struct FarmPlan {
+  std::string job_file;
+  int64_t chunk_frames = kDefaultChunkFrames;
+  std::vector<JobSpec> jobs;
+  std::vector<Chunk> chunks;
+};
+
+struct FarmOptions {
+  int64_t chunk_frames = 0;  // 0: kDefaultChunkFrames
+  ProgressStyle progress = ProgressStyle::kAuto;
+  const std::atomic<bool>* cancel = nullptr;
+  bool keep_segments = false;  // assemble: leave the segments in place
+};
+
+// Loads and validates the job file (ConfigError → 65) and plans every input. Reads cached frame
+// counts from existing journals; creates nothing.
+FarmPlan plan_farm(const std::string& job_file, const FarmOptions& options);
+std::string plan_json(const FarmPlan& plan);
+
+// Which chunk a `run` processes.
+struct ChunkSelection {
+  std::optional<int64_t> chunk;                       // --chunk N
+  std::optional<std::pair<int64_t, int64_t>> frames;  // --frames A-B (inclusive)
+};
+
+// The chunk index from the environment of a farm task: SLURM_ARRAY_TASK_ID, else
+// JOB_COMPLETION_INDEX (Kubernetes indexed jobs); nullopt when neither is set.
+std::optional<int64_t> chunk_from_environment();
+
+// Runs the selected chunk, or (nothing selected) every chunk in order and then assembles every
+// output. Returns the exit code: 0 done or already done, 65 bad job/input/range, 75 interrupted
+// (rerun resumes), other codes per docs/exit-codes.md. Never throws wm::Error.
+int run_farm(const std::string& job_file, const ChunkSelection& selection,
+             const FarmOptions& options);
+
+// Assembles every output of the job file from its segments. Same exit codes; 1 when chunks are
+// missing (run them, then assemble again).
+int assemble_farm(const std::string& job_file, const FarmOptions& options);
+
+// Parses "A-B" (inclusive, A <= B). Throws wm::Error(kExitUsage).
+std::pair<int64_t, int64_t> parse_frame_range(const std::string& text);
+
+}  // namespace wm::sched
