@@ -55,7 +55,8 @@ void Progress::draw(bool force) {
   const double fps = elapsed > 0 ? done_ / elapsed : 0;
   const int percent = total_ > 0 ? int(std::min<int64_t>(100, done_ * 100 / total_)) : 0;
   if (style_ == ProgressStyle::kFarm) {
-    if (total_ > 0 && (percent != last_percent_ || force)) {
+    // One line per new percentage; end() must not repeat "Progress: 100%".
+    if (total_ > 0 && percent != last_percent_) {
       std::fprintf(out_, "Progress: %d%%\n", percent);
       std::fflush(out_);
       last_percent_ = percent;
