@@ -1,5 +1,7 @@
 #include "io/segments.h"
 
+#include "io/output_file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,26 +17,6 @@
 
 namespace wm::io {
 namespace {
-
-// The video stream VideoReader decodes: libav's pick unless it is cover art, else the largest.
-int pick_video_stream(AVFormatContext* format) {
-  auto usable = [&](int i) {
-    const AVStream* s = format->streams[i];
-    return s->codecpar->codec_type == AVMEDIA_TYPE_VIDEO &&
-           !(s->disposition & AV_DISPOSITION_ATTACHED_PIC);
-  };
-  const int best = av_find_best_stream(format, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
-  if (best >= 0 && usable(best)) return best;
-  int chosen = -1;
-  int64_t chosen_area = -1;
-  for (unsigned i = 0; i < format->nb_streams; ++i) {
-    if (!usable(int(i))) continue;
-    const AVCodecParameters* par = format->streams[i]->codecpar;
-    const int64_t area = int64_t(par->width) * par->height;
-    if (area > chosen_area) chosen = int(i), chosen_area = area;
-  }
-  return chosen;
-}
 
 FormatInputPtr open_input(const std::string& path) {
   install_av_log();
@@ -64,13 +46,6 @@ bool is_mov_family(const AVFormatContext* format) {
 std::string extradata_of(const AVCodecParameters* par) {
   if (!par->extradata || par->extradata_size <= 0) return {};
   return std::string(reinterpret_cast<const char*>(par->extradata), size_t(par->extradata_size));
-}
-
-std::string parent_folder(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
 }
 
 // Writes the concatenation; owns the temp file until it is renamed into place.
@@ -332,57 +307,13 @@ class Concatenator {
     return reorder_[0];
   }
 
-  int64_t count_video_packets() const {
-    const AVInputFormat* format = av_find_input_format(output_->oformat->name);
-    AVFormatContext* raw = nullptr;
-    int rc = avformat_open_input(&raw, temp_path_.c_str(), format, nullptr);
-    if (rc < 0) write_failed("verify: cannot reopen " + temp_path_, rc);
-    FormatInputPtr input(raw);
-    for (unsigned i = 1; i < input->nb_streams; ++i) input->streams[i]->discard = AVDISCARD_ALL;
-    PacketPtr pkt = make_packet();
-    int64_t count = 0;
-    while ((rc = av_read_frame(input.get(), pkt.get())) >= 0) {
-      if (pkt->stream_index == 0) ++count;
-      av_packet_unref(pkt.get());
-    }
-    if (rc != AVERROR_EOF) write_failed("verify: cannot read " + temp_path_, rc);
-    return count;
-  }
-
-  void sync(const std::string& path, int flags, bool required) const {
-    const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
-    int err = fd < 0 ? errno : 0;
-    if (fd >= 0) {
-      if (::fsync(fd) != 0) err = errno;
-      ::close(fd);
-    }
-    if (err == 0 || (!required && err == EINVAL)) return;
-    if (required) {
-      throw OutputError(config_.output + ": fsync " + path + ": " + std::strerror(err), kExitIoErr);
-    }
-    log_->warn("{}: fsync {}: {}", config_.output, path, std::strerror(err));
-  }
-
   int64_t finish() {
     check_cancel();
     if (source_) copy_source_until(AV_NOPTS_VALUE, AVRational{1, 1}, true);
     int rc = av_write_trailer(output_.get());
     if (rc < 0) write_failed("cannot write the trailer", rc);
-    rc = avio_closep(&output_->pb);
-    if (rc < 0) write_failed("cannot close " + temp_path_, rc);
-    sync(temp_path_, O_RDONLY, true);
-    const int64_t in_file = count_video_packets();
-    if (in_file != frames_) {
-      throw OutputError(config_.output + ": verify failed: " + std::to_string(in_file) +
-                            " video frames in the file, " + std::to_string(frames_) + " written",
-                        kExitIoErr);
-    }
-    if (::rename(temp_path_.c_str(), config_.output.c_str()) != 0) {
-      throw OutputError(
-          config_.output + ": rename from " + temp_path_ + ": " + std::strerror(errno), kExitIoErr);
-    }
+    commit_output(output_.get(), temp_path_, config_.output, frames_);
     temp_exists_ = false;
-    sync(parent_folder(config_.output), O_RDONLY | O_DIRECTORY, false);
     output_.reset();
     source_.reset();
     return frames_;

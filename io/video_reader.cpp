@@ -1,5 +1,7 @@
 #include "io/video_reader.h"
 
+#include "io/output_file.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -40,26 +42,6 @@ double tag_duration_seconds(const AVStream* stream) {
   double seconds = 0;
   if (std::sscanf(entry->value, "%d:%d:%lf", &hours, &minutes, &seconds) != 3) return -1;
   return hours * 3600.0 + minutes * 60.0 + seconds;
-}
-
-// The video stream to decode: libav's pick unless it is cover art; otherwise the largest video.
-int pick_video_stream(AVFormatContext* format) {
-  auto usable = [&](int i) {
-    const AVStream* s = format->streams[i];
-    return s->codecpar->codec_type == AVMEDIA_TYPE_VIDEO &&
-           !(s->disposition & AV_DISPOSITION_ATTACHED_PIC);
-  };
-  const int best = av_find_best_stream(format, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
-  if (best >= 0 && usable(best)) return best;
-  int chosen = -1;
-  int64_t chosen_area = -1;
-  for (unsigned i = 0; i < format->nb_streams; ++i) {
-    if (!usable(int(i))) continue;
-    const AVCodecParameters* par = format->streams[i]->codecpar;
-    const int64_t area = int64_t(par->width) * par->height;
-    if (area > chosen_area) chosen = int(i), chosen_area = area;
-  }
-  return chosen;
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "io/video_writer.h"
 
+#include "io/output_file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -24,13 +26,6 @@ namespace {
 
 AVRational to_av(Rational q) { return AVRational{q.num, q.den}; }
 bool valid(Rational q) { return q.num > 0 && q.den > 0; }
-
-std::string parent_folder(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
 
 bool is_creation_error(int err) {
   return err == EACCES || err == EPERM || err == ENOENT || err == ENOTDIR || err == EROFS ||
@@ -407,38 +402,6 @@ struct VideoWriter::Impl {
     drain_encoder();
   }
 
-  // Counts the video packets of the finished temp file (stream 0 is ours).
-  int64_t count_video_packets() const {
-    const AVInputFormat* format = av_find_input_format(output->oformat->name);
-    AVFormatContext* raw = nullptr;
-    int rc = avformat_open_input(&raw, temp_path.c_str(), format, nullptr);
-    if (rc < 0) write_failed("verify: cannot reopen " + temp_path, rc);
-    FormatInputPtr input(raw);
-    for (unsigned i = 1; i < input->nb_streams; ++i) input->streams[i]->discard = AVDISCARD_ALL;
-    PacketPtr pkt = make_packet();
-    int64_t count = 0;
-    while ((rc = av_read_frame(input.get(), pkt.get())) >= 0) {
-      if (pkt->stream_index == 0) ++count;
-      av_packet_unref(pkt.get());
-    }
-    if (rc != AVERROR_EOF) write_failed("verify: cannot read " + temp_path, rc);
-    return count;
-  }
-
-  void sync_path(const std::string& path, int flags, bool required) const {
-    const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
-    int err = fd < 0 ? errno : 0;
-    if (fd >= 0) {
-      if (::fsync(fd) != 0) err = errno;
-      ::close(fd);
-    }
-    if (err == 0) return;
-    if (required) {
-      throw OutputError(final_path + ": fsync " + path + ": " + std::strerror(err), kExitIoErr);
-    }
-    log->warn("{}: fsync {}: {}", final_path, path, std::strerror(err));
-  }
-
   int64_t finish() {
     if (finished) return frames;
     check_open();
@@ -448,23 +411,14 @@ struct VideoWriter::Impl {
     copy_source_until(AV_NOPTS_VALUE, AVRational{1, 1}, true);
     rc = av_write_trailer(output.get());
     if (rc < 0) write_failed("cannot write the trailer", rc);
-    rc = avio_closep(&output->pb);
-    if (rc < 0) write_failed("cannot close " + temp_path, rc);
-    sync_path(temp_path, O_RDONLY, true);
-    const int64_t in_file = count_video_packets();
-    if (in_file != frames || video_packets != frames) {
-      throw OutputError(final_path + ": verify failed: " + std::to_string(in_file) +
-                            " video frames in the file, " + std::to_string(frames) + " written",
+    if (video_packets != frames) {
+      throw OutputError(final_path + ": verify failed: " + std::to_string(video_packets) +
+                            " video packets muxed, " + std::to_string(frames) + " frames written",
                         kExitIoErr);
     }
-    if (::rename(temp_path.c_str(), final_path.c_str()) != 0) {
-      throw OutputError(final_path + ": rename from " + temp_path + ": " + std::strerror(errno),
-                        kExitIoErr);
-    }
+    commit_output(output.get(), temp_path, final_path, frames);
     temp_exists = false;
     finished = true;
-    // The rename is durable only once the folder entry is on disk.
-    sync_path(parent_folder(final_path), O_RDONLY | O_DIRECTORY, false);
     source.reset();
     output.reset();
     log->debug("{}: {} frames", final_path, frames);
