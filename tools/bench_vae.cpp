@@ -3,13 +3,23 @@
 //
 //   wmbench vae-decode [--dim 96|16] [--latent-frames T] [--height H] [--width W]
 //                      [--dtype fp32|bf16|fp16] [--device cpu|cuda:N] [--warmup N] [--iters N]
-//                      [--slice-frames S] [--threads N] [--seed N]
+//                      [--slice-frames S] [--threads N] [--seed N] [--profile 0|1]
+//                      [--compare-fp32 0|1] [--tuning KEY=V,...] [--max-gpu-gib N]
 //
 // H and W are output pixels (multiples of 8). --slice-frames S decodes the T latent frames as
 // consecutive slices of S (0: one slice), exactly as the job runner would. Timing covers decode
 // only: from the input planar on the host to the output planar on the host (which synchronises
 // the device), excluding model construction.
+//
+// --profile 1 adds one more decode with per-stage timings (synchronised; not part of the timed
+// runs). --compare-fp32 1 decodes the same latents with float32 weights afterwards and reports
+// the PSNR of the timed run's output against it. --tuning sets WMBATCH_WAN21_TUNING (execution
+// choices of the Wan2.1 model, src/models/wan21_blocks.h) for A/B measurements. tflops_ref counts
+// the reference decoder's 8.5 MFLOP per output pixel.
 #include <sys/resource.h>
+
+#include <cmath>
+#include <cstdlib>
 
 #include <algorithm>
 #include <chrono>
@@ -39,12 +49,18 @@ struct Options {
   int slice_frames = 0;
   int threads = 0;
   uint64_t seed = 1;
+  bool profile = false;
+  bool compare_fp32 = false;
+  std::string tuning;
+  int max_gpu_gib = 0;
 };
 
 const char* kUsage =
     "usage: wmbench vae-decode [--dim 96|16] [--latent-frames T] [--height H] [--width W]\n"
     "                          [--dtype fp32|bf16|fp16] [--device cpu|cuda:N] [--warmup N]\n"
-    "                          [--iters N] [--slice-frames S] [--threads N] [--seed N]\n";
+    "                          [--iters N] [--slice-frames S] [--threads N] [--seed N]\n"
+    "                          [--profile 0|1] [--compare-fp32 0|1] [--tuning KEY=V,...]\n"
+    "                          [--max-gpu-gib N]\n";
 
 // Throws std::invalid_argument with a one-line reason.
 Options parse(int argc, char** argv) {
@@ -90,6 +106,14 @@ Options parse(int argc, char** argv) {
       o.threads = integer(flag, v, 0);
     } else if (flag == "--seed") {
       o.seed = uint64_t(integer(flag, v, 0));
+    } else if (flag == "--profile") {
+      o.profile = integer(flag, v, 0) != 0;
+    } else if (flag == "--compare-fp32") {
+      o.compare_fp32 = integer(flag, v, 0) != 0;
+    } else if (flag == "--tuning") {
+      o.tuning = v;
+    } else if (flag == "--max-gpu-gib") {
+      o.max_gpu_gib = integer(flag, v, 0);
     } else {
       throw std::invalid_argument("unknown option " + flag);
     }
@@ -121,6 +145,33 @@ wm::Precision parse_precision(const std::string& s) {
   return wm::Precision::kFloat32;
 }
 
+// The latents cut into slices of `slice` frames.
+std::vector<wm::Planar> make_slices(const wm::Planar& latents, int slice) {
+  std::vector<wm::Planar> slices;
+  for (int t0 = 0; t0 < latents.frames; t0 += slice) {
+    const int n = std::min(slice, latents.frames - t0);
+    wm::Planar s(latents.channels, n, latents.height, latents.width);
+    for (int c = 0; c < latents.channels; ++c) {
+      std::copy_n(latents.plane(c, t0), size_t(n) * latents.plane_size(), s.plane(c, 0));
+    }
+    slices.push_back(std::move(s));
+  }
+  return slices;
+}
+
+// Runs the slices in order on one session; returns the outputs.
+std::vector<wm::Planar> decode(wm::ModelSession& session, std::vector<wm::Planar> slices) {
+  std::vector<wm::Planar> outs;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    wm::RunContext ctx;
+    ctx.slice_index = int64_t(i);
+    ctx.first_slice = i == 0;
+    ctx.last_slice = i + 1 == slices.size();
+    outs.push_back(session.run(std::move(slices[i]), ctx));
+  }
+  return outs;
+}
+
 double peak_rss_mib() {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
@@ -142,6 +193,7 @@ int bench_vae_decode(int argc, char** argv) {
   }
 
   try {
+    if (!o.tuning.empty()) setenv("WMBATCH_WAN21_TUNING", o.tuning.c_str(), 1);
     wm::models::set_cpu_threads(o.threads);
     wm::ModelConfig config;
     config.kind = "wan2.1-vae";
@@ -150,6 +202,7 @@ int bench_vae_decode(int argc, char** argv) {
     config.precision = parse_precision(o.dtype);
     auto model = wm::models::make_wan21_vae_random(config, device, o.seed);
     auto session = model->open_session(device);
+    wm::models::limit_device_memory(device, o.max_gpu_gib);  // after the allocator's first use
 
     const wm::ModelTraits& traits = model->traits();
     wm::Planar latents(traits.in_channels, o.latent_frames, o.height / traits.scale_num,
@@ -162,29 +215,17 @@ int bench_vae_decode(int argc, char** argv) {
         o.slice_frames > 0 ? std::min(o.slice_frames, o.latent_frames) : o.latent_frames;
     const int64_t frames_out = model->output_frames(o.latent_frames);
     double total = 0, best = 1e300;
+    std::vector<wm::Planar> last;  // the last timed run's output (for --compare-fp32)
     for (int it = 0; it < o.warmup + o.iters; ++it) {
       // Slices are prepared outside the timed region.
-      std::vector<wm::Planar> slices;
-      for (int t0 = 0; t0 < o.latent_frames; t0 += slice) {
-        const int n = std::min(slice, o.latent_frames - t0);
-        wm::Planar s(latents.channels, n, latents.height, latents.width);
-        for (int c = 0; c < latents.channels; ++c) {
-          std::copy_n(latents.plane(c, t0), size_t(n) * latents.plane_size(), s.plane(c, 0));
-        }
-        slices.push_back(std::move(s));
-      }
+      std::vector<wm::Planar> slices = make_slices(latents, slice);
       if (it == o.warmup) wm::models::reset_peak_device_memory(device);
-      int64_t frames = 0;
       const auto start = std::chrono::steady_clock::now();
-      for (size_t i = 0; i < slices.size(); ++i) {
-        wm::RunContext ctx;
-        ctx.slice_index = int64_t(i);
-        ctx.first_slice = i == 0;
-        ctx.last_slice = i + 1 == slices.size();
-        frames += session->run(std::move(slices[i]), ctx).frames;
-      }
+      std::vector<wm::Planar> outs = decode(*session, std::move(slices));
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      int64_t frames = 0;
+      for (const wm::Planar& p : outs) frames += p.frames;
       if (frames != frames_out) {
         throw wm::ModelError("bench: decoded " + std::to_string(frames) + " frames, expected " +
                              std::to_string(frames_out));
@@ -193,6 +234,7 @@ int bench_vae_decode(int argc, char** argv) {
         total += seconds;
         best = std::min(best, seconds);
       }
+      if (o.compare_fp32 && it + 1 == o.warmup + o.iters) last = std::move(outs);
     }
     const double seconds = total / o.iters;
 
@@ -212,8 +254,71 @@ int bench_vae_decode(int argc, char** argv) {
     out["fps"] = double(frames_out) / seconds;
     out["cpu_threads"] = wm::models::cpu_threads();
     out["peak_rss_mib"] = peak_rss_mib();
+    out["tflops_ref"] = 8.5e6 * double(o.width) * o.height * double(frames_out) / seconds / 1e12;
+    out["tuning"] = wm::models::wan21_tuning();
+    if (o.max_gpu_gib > 0) out["max_gpu_gib"] = o.max_gpu_gib;
     if (device.kind == wm::Device::Kind::kCuda) {
-      out["peak_gpu_mib"] = wm::models::peak_device_memory_mib(device);
+      const double peak = wm::models::peak_device_memory_mib(device);
+      out["peak_gpu_mib"] = peak;
+      out["peak_gpu_gib"] = peak / 1024.0;
+    }
+
+    if (o.profile) {
+      wm::models::set_wan21_profiling(true);
+      wm::models::take_wan21_stage_timings();
+      const auto start = std::chrono::steady_clock::now();
+      decode(*session, make_slices(latents, slice));
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+      wm::models::set_wan21_profiling(false);
+      nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+      for (const auto& st : wm::models::take_wan21_stage_timings()) {
+        nlohmann::ordered_json j;
+        j["stage"] = st.name;
+        j["ms"] = st.ms;
+        j["conv_ms"] = st.conv_ms;
+        j["conv_tflops"] = st.conv_ms > 0 ? st.flops / (st.conv_ms * 1e-3) / 1e12 : 0.0;
+        j["gflop"] = st.flops / 1e9;
+        j["peak_gib"] = st.peak_mib / 1024.0;
+        j["calls"] = st.calls;
+        stages.push_back(j);
+      }
+      out["profile_total_ms"] = ms;
+      out["profile"] = stages;
+    }
+
+    if (o.compare_fp32 && config.precision != wm::Precision::kFloat32) {
+      session.reset();
+      model.reset();
+      wm::ModelConfig ref_config = config;
+      ref_config.precision = wm::Precision::kFloat32;
+      // cuDNN autotuning of float32 (no TF32) shapes takes minutes; the reference needs none.
+      const std::string ref_tuning = o.tuning + (o.tuning.empty() ? "" : ",") + "cudnn_benchmark=0";
+      setenv("WMBATCH_WAN21_TUNING", ref_tuning.c_str(), 1);
+      auto ref_model = wm::models::make_wan21_vae_random(ref_config, device, o.seed);
+      auto ref_session = ref_model->open_session(device);
+      std::vector<wm::Planar> ref = decode(*ref_session, make_slices(latents, slice));
+      double lo = 1e300, hi = -1e300, se = 0, ref2 = 0, max_abs = 0;
+      size_t count = 0;
+      for (size_t i = 0; i < ref.size(); ++i) {
+        const auto& a = last.at(i).data;
+        const auto& b = ref[i].data;
+        for (size_t k = 0; k < b.size(); ++k) {
+          const double d = double(a[k]) - double(b[k]);
+          lo = std::min(lo, double(b[k]));
+          hi = std::max(hi, double(b[k]));
+          se += d * d;
+          ref2 += double(b[k]) * double(b[k]);
+          max_abs = std::max(max_abs, std::abs(d));
+        }
+        count += b.size();
+      }
+      const double mse = se / double(std::max<size_t>(count, 1));
+      out["fp32_range"] = {lo, hi};
+      out["psnr_vs_fp32_db"] = 10.0 * std::log10((hi - lo) * (hi - lo) / std::max(mse, 1e-30));
+      out["rel_l2_vs_fp32"] = std::sqrt(se / std::max(ref2, 1e-30));
+      out["max_abs_vs_fp32"] = max_abs;
     }
     std::cout << out.dump() << std::endl;
     return 0;

@@ -3,6 +3,10 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+
+#include "src/models/wan21_blocks.h"
+
 #ifdef WMBATCH_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
@@ -25,6 +29,20 @@ void reset_peak_device_memory(const Device& device) {
 #endif
 }
 
+void limit_device_memory(const Device& device, double gib) {
+#ifdef WMBATCH_WITH_CUDA
+  if (device.kind == Device::Kind::kCuda && gib > 0) {
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    const double fraction = std::min(1.0, gib * double(1 << 30) / double(total_bytes));
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, device.index);
+  }
+#else
+  (void)device;
+  (void)gib;
+#endif
+}
+
 double peak_device_memory_mib(const Device& device) {
 #ifdef WMBATCH_WITH_CUDA
   if (device.kind == Device::Kind::kCuda) {
@@ -37,5 +55,17 @@ double peak_device_memory_mib(const Device& device) {
 #endif
   return -1;
 }
+
+void set_wan21_profiling(bool on) { wan21::set_profiling(on); }
+
+std::vector<StageTiming> take_wan21_stage_timings() {
+  std::vector<StageTiming> out;
+  for (const wan21::StageTime& s : wan21::take_profile()) {
+    out.push_back({s.name, s.ms, s.conv_ms, s.flops, s.peak_mib, s.calls});
+  }
+  return out;
+}
+
+std::string wan21_tuning() { return wan21::Tuning::from_env().str(); }
 
 }  // namespace wm::models

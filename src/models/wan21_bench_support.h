@@ -2,6 +2,10 @@
 // interface so tools need no LibTorch headers. Candidates to move to parallel/devices.h.
 #pragma once
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "src/model.h"
 
 namespace wm::models {
@@ -12,6 +16,25 @@ int cpu_threads();
 // Peak memory allocated by LibTorch on a CUDA device since the last reset, in MiB; -1 for the
 // CPU or a build without CUDA.
 void reset_peak_device_memory(const Device& device);
+// Caps what LibTorch's allocator may take on a CUDA device (setMemoryFraction): allocations
+// beyond it fail as out-of-memory (cuDNN then skips algorithms whose workspace does not fit, and
+// the Wan2.1 session retries with shorter chunks). No-op for the CPU.
+void limit_device_memory(const Device& device, double gib);
 double peak_device_memory_mib(const Device& device);
+
+// Per-stage timings of the Wan2.1 VAE (synchronising the device around each block and conv;
+// see wan21::set_profiling). take_ returns what was gathered since the last take and resets.
+struct StageTiming {
+  std::string name;
+  double ms = 0;
+  double conv_ms = 0;
+  double flops = 0;
+  double peak_mib = 0;
+  int64_t calls = 0;
+};
+void set_wan21_profiling(bool on);
+std::vector<StageTiming> take_wan21_stage_timings();
+// The execution choices a Wan2.1 model built now would use (WMBATCH_WAN21_TUNING applied).
+std::string wan21_tuning();
 
 }  // namespace wm::models

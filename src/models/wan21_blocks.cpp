@@ -3,10 +3,20 @@
 #include <ATen/Config.h>
 #include <torch/version.h>
 
+#ifdef WMBATCH_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
 
 #include "src/base/error.h"
+#include "src/models/cuda_kernels.h"
 
 namespace wm::models::wan21 {
 
@@ -20,23 +30,192 @@ struct Conv {
   at::Tensor bias;    // [out]
 };
 
+// --- per-stage timings -----------------------------------------------------------------------
+
+struct Profile {
+  std::mutex mutex;
+  bool on = false;
+  std::vector<StageTime> stages;
+  int current = -1;
+};
+Profile& profile() {
+  static Profile p;
+  return p;
+}
+
+void device_sync(bool cuda) {
+#ifdef WMBATCH_WITH_CUDA
+  if (cuda) c10::cuda::device_synchronize();
+#else
+  (void)cuda;
+#endif
+}
+
+// Peak MiB allocated on a CUDA device since the last reset (0 elsewhere); resets it.
+double take_peak_mib(const at::Device& device) {
+#ifdef WMBATCH_WITH_CUDA
+  if (device.is_cuda()) {
+    const c10::DeviceIndex index = device.index();
+    const double peak =
+        double(c10::cuda::CUDACachingAllocator::getDeviceStats(index).allocated_bytes[0].peak) /
+        double(1 << 20);
+    c10::cuda::CUDACachingAllocator::resetPeakStats(index);
+    return peak;
+  }
+#endif
+  (void)device;
+  return 0;
+}
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Times one block; conv timings inside it are added to the same entry.
+class StageTimer {
+ public:
+  StageTimer(const std::string& name, const at::Tensor& x) {
+    Profile& p = profile();
+    if (!p.on) return;
+    cuda_ = x.is_cuda();
+    device_sync(cuda_);
+    auto it = std::find_if(p.stages.begin(), p.stages.end(),
+                           [&](const StageTime& s) { return s.name == name; });
+    if (it == p.stages.end()) {
+      p.stages.push_back(StageTime{name});
+      it = p.stages.end() - 1;
+    }
+    index_ = int(it - p.stages.begin());
+    p.current = index_;
+    device_ = x.device();
+    take_peak_mib(device_);
+    start_ = now_ms();
+  }
+  ~StageTimer() {
+    if (index_ < 0) return;
+    Profile& p = profile();
+    device_sync(cuda_);
+    p.stages[size_t(index_)].ms += now_ms() - start_;
+    if (cuda_) {
+      const double peak = take_peak_mib(device_);
+      p.stages[size_t(index_)].peak_mib = std::max(p.stages[size_t(index_)].peak_mib, peak);
+    }
+    p.stages[size_t(index_)].calls += 1;
+    p.current = -1;
+  }
+  StageTimer(const StageTimer&) = delete;
+  StageTimer& operator=(const StageTimer&) = delete;
+
+ private:
+  int index_ = -1;
+  bool cuda_ = false;
+  at::Device device_ = at::kCPU;
+  double start_ = 0;
+};
+
+// Times one conv call inside the current stage; done(y) adds its FLOPs.
+class ConvTimer {
+ public:
+  explicit ConvTimer(const at::Tensor& x) {
+    Profile& p = profile();
+    if (!p.on || p.current < 0) return;
+    cuda_ = x.is_cuda();
+    device_sync(cuda_);
+    index_ = p.current;
+    start_ = now_ms();
+  }
+  void done(const at::Tensor& weight, const at::Tensor& y) {
+    if (index_ < 0) return;
+    Profile& p = profile();
+    device_sync(cuda_);
+    StageTime& s = p.stages[size_t(index_)];
+    s.conv_ms += now_ms() - start_;
+    s.flops += 2.0 * double(weight.numel()) * double(y.numel() / y.size(1));
+    index_ = -1;
+  }
+
+ private:
+  int index_ = -1;
+  bool cuda_ = false;
+  double start_ = 0;
+};
+
+// --- convolutions ----------------------------------------------------------------------------
+
 at::Tensor conv(const at::Tensor& x, const Conv& c, at::IntArrayRef stride = {1, 1, 1},
                 at::IntArrayRef padding = {0, 0, 0}) {
+  ConvTimer timer(x);
+  at::Tensor y;
 #if AT_MKLDNN_ENABLED()
   // LibTorch 1.13 sends CPU convs with few channels·frames·rows to a reference (vol2col + BLAS)
   // path that is 10–40× slower than oneDNN; call oneDNN directly for float32 on the CPU.
   if (x.is_cpu() && x.scalar_type() == at::kFloat) {
-    return at::mkldnn_convolution(x, c.weight, c.bias, padding, stride, {1, 1, 1}, 1);
+    y = at::mkldnn_convolution(x, c.weight, c.bias, padding, stride, {1, 1, 1}, 1);
   }
 #endif
-  return at::conv3d(x, c.weight, c.bias, stride, padding);
+  if (!y.defined()) y = at::conv3d(x, c.weight, c.bias, stride, padding);
+  timer.done(c.weight, y);
+  return y;
 }
+
+// Frames [t0, t0 + n) of a [1, C, T, H, W] channels_last_3d tensor as a view whose strides are
+// those of a packed tensor of its own size (the batch stride is irrelevant at batch 1, but
+// cuDNN's packed-layout engines look at it).
+at::Tensor packed_frames(const at::Tensor& t, int64_t t0, int64_t n) {
+  at::Tensor v = t.narrow(2, t0, n);
+  const int64_t c = v.size(1), h = v.size(3), w = v.size(4);
+  return v.as_strided(v.sizes(), {n * h * w * c, 1, h * w * c, w * c, c}, v.storage_offset());
+}
+
+bool packed_channels_last(const at::Tensor& t) {
+  if (t.dim() != 5 || t.size(0) != 1) return false;
+  const int64_t c = t.size(1), h = t.size(3), w = t.size(4);
+  return t.stride(1) == 1 && t.stride(4) == c && t.stride(3) == w * c && t.stride(2) == h * w * c;
+}
+
+// CUDA: cuDNN conv (stride 1, temporal padding 0) written straight into its output, no bias;
+// at most `frames_per_call` output frames per cuDNN call (0: auto, < 0: all), all into one
+// tensor.
+bool raw_ok(const at::Tensor& x, const Tuning& tuning) {
+  return x.is_cuda() && tuning.raw_conv && packed_channels_last(x);
+}
+at::Tensor conv_raw(const at::Tensor& x, const at::Tensor& weight, int64_t pad,
+                    int64_t frames_per_call) {
+  ConvTimer timer(x);
+  const int64_t kt = weight.size(2), kh = weight.size(3), kw = weight.size(4);
+  const int64_t t_out = x.size(2) - kt + 1;
+  const int64_t h_out = x.size(3) + 2 * pad - kh + 1, w_out = x.size(4) + 2 * pad - kw + 1;
+  at::Tensor y = at::empty({1, weight.size(0), t_out, h_out, w_out},
+                           x.options().memory_format(at::MemoryFormat::ChannelsLast3d));
+  const bool benchmark = at::globalContext().benchmarkCuDNN();
+  const bool tf32 = x.scalar_type() == at::kFloat ? at::globalContext().allowTF32CuDNN() : true;
+  // Auto: at most 16 output frames and < 2^31 input elements per call. Larger calls gained
+  // nothing on an H200, and cuDNN's autotuning of >2^31-element shapes took minutes.
+  int64_t step = frames_per_call;
+  if (step == 0) {
+    const int64_t per_frame = x.size(1) * x.size(3) * x.size(4);
+    step = std::clamp<int64_t>(((int64_t(1) << 31) - 1) / per_frame - (kt - 1), 1, 16);
+  }
+  if (step < 0) step = t_out;
+  for (int64_t t0 = 0; t0 < t_out; t0 += step) {
+    const int64_t n = std::min(step, t_out - t0);
+    at::Tensor out = packed_frames(y, t0, n);
+    at::cudnn_convolution_out(out, packed_frames(x, t0, n + kt - 1), weight, {0, pad, pad},
+                              {1, 1, 1}, {1, 1, 1}, 1, benchmark, /*deterministic=*/false, tf32);
+  }
+  timer.done(weight, y);
+  return y;
+}
+
+at::Tensor channel_view(const at::Tensor& v) { return v.reshape({1, -1, 1, 1, 1}); }
 
 // Fetches parameters in checkpoint order and hands out state slots.
 class Builder {
  public:
-  Builder(ParamSource& source, at::MemoryFormat memory_format)
-      : source_(source), memory_format_(memory_format) {}
+  Builder(ParamSource& source, at::MemoryFormat memory_format, const Tuning& tuning)
+      : source_(source), memory_format_(memory_format), tuning_(tuning) {}
 
   at::Tensor param(const std::string& key, const std::vector<int64_t>& shape) {
     return source_.get(key, shape);
@@ -69,10 +248,12 @@ class Builder {
   int slot() { return slots_++; }
   int slots() const { return slots_; }
   at::MemoryFormat memory_format() const { return memory_format_; }
+  const Tuning& tuning() const { return tuning_; }
 
  private:
   ParamSource& source_;
   at::MemoryFormat memory_format_;
+  const Tuning& tuning_;
   int slots_ = 0;
 };
 
@@ -101,6 +282,23 @@ void rms_norm_into(const at::Tensor& x, const at::Tensor& gamma, at::Tensor out,
   if (silu) at::silu_(out);
 }
 
+// rms_norm_into(x + bias) — one fused CUDA pass when possible. Adds `bias` to x in place on the
+// fallback path (x is then the caller's dead intermediate).
+void norm_into(at::Tensor& x, const at::Tensor& bias, const at::Tensor& gamma,
+               const at::Tensor& out, bool silu, const Tuning& tuning) {
+  if (tuning.fused && cuda::rms_norm(x, bias, {}, gamma, out, {}, silu, kNormEps)) return;
+  if (bias.defined()) x.add_(channel_view(bias));
+  rms_norm_into(x, gamma, out, silu);
+}
+
+// y += bias + residual (bias may be undefined), in one CUDA pass when possible.
+void add_bias_residual(at::Tensor& y, const at::Tensor& bias, const at::Tensor& residual,
+                       const Tuning& tuning) {
+  if (tuning.fused && cuda::rms_norm(y, bias, residual, {}, {}, y, false, kNormEps)) return;
+  y.add_(residual);
+  if (bias.defined()) y.add_(channel_view(bias));
+}
+
 // A [1, C, n + T, H, W] buffer whose first n frames hold `history` (zeros when undefined) and
 // whose body is left for the caller to fill.
 at::Tensor history_buffer(const at::Tensor& x, const at::Tensor& history, int64_t n,
@@ -122,6 +320,8 @@ at::Tensor last_frames(const at::Tensor& buf, int64_t n, at::MemoryFormat memory
 }
 
 // Causal conv with kernel (3, kh, kw): two frames of history in front, spatial zero padding.
+// The padded input is built once per call ([history | body]); the body is written by the caller
+// (a copy, or a norm straight into it), so no concatenation copies.
 class CausalConv {
  public:
   CausalConv() = default;
@@ -129,31 +329,57 @@ class CausalConv {
       : conv_(b.conv3d(prefix, out, in, kCausalFrames + 1, kh, kh)),
         pad_(kh / 2),
         slot_(b.slot()),
-        memory_format_(b.memory_format()) {}
+        memory_format_(b.memory_format()),
+        tuning_(&b.tuning()) {}
 
   at::Tensor forward(const at::Tensor& x, SequenceState& st) const {
-    at::Tensor buf = history_buffer(x, st.slots[slot_], kCausalFrames, memory_format_);
-    buf.narrow(2, kCausalFrames, x.size(2)).copy_(x);
-    return run(buf, st);
+    return run(
+        x, st, [&](const at::Tensor& body) { body.copy_(x); }, nullptr);
   }
-  // forward(SiLU(RMSNorm(x))), normalising straight into the padded buffer.
-  at::Tensor forward_norm_silu(const at::Tensor& x, const at::Tensor& gamma,
-                               SequenceState& st) const {
+  // Convolves [history | body], where fill(body) writes x.size(2) frames. When `bias_pending`
+  // is given and the CUDA raw path applies, the bias is NOT added (*bias_pending = true): the
+  // caller folds it into its next pass.
+  template <typename Fill>
+  at::Tensor run(const at::Tensor& x, SequenceState& st, Fill&& fill, bool* bias_pending) const {
     at::Tensor buf = history_buffer(x, st.slots[slot_], kCausalFrames, memory_format_);
-    rms_norm_into(x, gamma, buf.narrow(2, kCausalFrames, x.size(2)), /*silu=*/true);
-    return run(buf, st);
+    fill(buf.narrow(2, kCausalFrames, x.size(2)));
+    st.slots[slot_] = last_frames(buf, kCausalFrames, memory_format_);
+    if (bias_pending) *bias_pending = false;
+    if (bias_pending && raw_ok(buf, *tuning_)) {
+      *bias_pending = true;
+      return narrow_outputs(conv_raw(buf, conv_.weight, pad_, tuning_->conv_frames));
+    }
+    return narrow_outputs(conv(buf, conv_, {1, 1, 1}, {0, pad_, pad_}));
+  }
+  at::Tensor bias() const {
+    return out_channels_ > 0 ? conv_.bias.narrow(0, 0, out_channels_) : conv_.bias;
+  }
+  // CUDA: pads the filters with zero ones up to a multiple of `m` output channels (cuDNN runs
+  // 96→3 as a slow non-tensor-core kernel, 22 TFLOP/s on an H200); run() then returns a channel
+  // view of the real outputs.
+  void pad_outputs(int64_t m) {
+    if (!conv_.weight.defined() || !conv_.weight.is_cuda()) return;
+    const int64_t out = conv_.weight.size(0), padded = (out + m - 1) / m * m;
+    if (padded == out) return;
+    std::vector<int64_t> shape = conv_.weight.sizes().vec();
+    shape[0] = padded - out;
+    conv_.weight = at::cat({conv_.weight, at::zeros(shape, conv_.weight.options())}, 0)
+                       .contiguous(memory_format_);
+    conv_.bias = at::cat({conv_.bias, at::zeros({padded - out}, conv_.bias.options())});
+    out_channels_ = out;
   }
 
  private:
-  at::Tensor run(const at::Tensor& buf, SequenceState& st) const {
-    st.slots[slot_] = last_frames(buf, kCausalFrames, memory_format_);
-    return conv(buf, conv_, {1, 1, 1}, {0, pad_, pad_});
+  at::Tensor narrow_outputs(const at::Tensor& y) const {
+    return out_channels_ > 0 ? y.narrow(1, 0, out_channels_) : y;
   }
 
   Conv conv_;
+  int64_t out_channels_ = 0;  // > 0: conv_ is padded; the real output channels
   int64_t pad_ = 0;
   int slot_ = -1;
   at::MemoryFormat memory_format_ = at::MemoryFormat::Contiguous;
+  const Tuning* tuning_ = nullptr;
 };
 
 }  // namespace
@@ -186,17 +412,40 @@ class Residual : public Block {
       : gamma1_(b.gamma(p + ".residual.0.gamma", in, 3)),
         conv1_(b, p + ".residual.2", out, in, 3),
         gamma2_(b.gamma(p + ".residual.3.gamma", out, 3)),
-        conv2_(b, p + ".residual.6", out, out, 3) {
-    if (in != out) shortcut_ = b.conv3d(p + ".shortcut", out, in, 1, 1, 1);
+        conv2_(b, p + ".residual.6", out, out, 3),
+        tuning_(&b.tuning()) {
+    if (in != out) {
+      shortcut_ = b.conv3d(p + ".shortcut", out, in, 1, 1, 1);
+      if (shortcut_.bias.defined()) {
+        bias_sum_ = (conv2_.bias().to(at::kFloat) + shortcut_.bias.to(at::kFloat))
+                        .to(shortcut_.bias.scalar_type());
+      }
+    }
   }
   at::Tensor forward(at::Tensor x, SequenceState& st, bool) const override {
-    at::Tensor y = conv1_.forward_norm_silu(x, gamma1_, st);
-    y = conv2_.forward_norm_silu(y, gamma2_, st);
+    const Tuning& tu = *tuning_;
+    bool pending1 = false, pending2 = false;
+    at::Tensor h = conv1_.run(
+        x, st, [&](const at::Tensor& body) { norm_into(x, {}, gamma1_, body, true, tu); },
+        &pending1);
+    at::Tensor y = conv2_.run(
+        h, st,
+        [&](const at::Tensor& body) {
+          norm_into(h, pending1 ? conv1_.bias() : at::Tensor(), gamma2_, body, true, tu);
+          h.reset();  // free before conv2 runs
+        },
+        &pending2);
+    at::Tensor residual = x, bias = pending2 ? conv2_.bias() : at::Tensor();
     if (shortcut_.weight.defined()) {
-      y.add_(conv(x, shortcut_));
-    } else {
-      y.add_(x);
+      if (pending2 && raw_ok(x, tu)) {
+        residual = conv_raw(x, shortcut_.weight, 0, tu.conv_frames);
+        bias = bias_sum_;
+      } else {
+        residual = conv(x, shortcut_);
+      }
     }
+    x.reset();
+    add_bias_residual(y, bias, residual, tu);
     return y;
   }
 
@@ -206,6 +455,8 @@ class Residual : public Block {
   at::Tensor gamma2_;
   CausalConv conv2_;
   Conv shortcut_;
+  at::Tensor bias_sum_;  // conv2 bias + shortcut bias
+  const Tuning* tuning_;
 };
 
 // Single-head self-attention over the H·W pixels of each frame, plus the input.
@@ -217,7 +468,8 @@ class Attention : public Block {
         qkv_weight_(b.param(p + ".to_qkv.weight", {3 * c, c, 1, 1})),
         qkv_bias_(b.param(p + ".to_qkv.bias", {3 * c})),
         proj_weight_(b.param(p + ".proj.weight", {c, c, 1, 1})),
-        proj_bias_(b.param(p + ".proj.bias", {c})) {
+        proj_bias_(b.param(p + ".proj.bias", {c})),
+        tuning_(&b.tuning()) {
     if (qkv_weight_.defined()) qkv_weight_ = qkv_weight_.reshape({3 * c, c}).contiguous();
     if (proj_weight_.defined()) proj_weight_ = proj_weight_.reshape({c, c}).contiguous();
   }
@@ -225,7 +477,7 @@ class Attention : public Block {
   at::Tensor forward(at::Tensor x, SequenceState&, bool) const override {
     const int64_t c = channels_, t = x.size(2), h = x.size(3), w = x.size(4);
     at::Tensor n = at::empty_like(x);
-    rms_norm_into(x, gamma_, n, /*silu=*/false);
+    norm_into(x, {}, gamma_, n, /*silu=*/false, *tuning_);
     // Tokens [T, H·W, C] (a view when x is channels_last_3d).
     at::Tensor tokens = n.squeeze(0).permute({1, 2, 3, 0}).reshape({t, h * w, c});
     n.reset();
@@ -247,6 +499,21 @@ class Attention : public Block {
     const int64_t t = q.size(0), tokens = q.size(1), c = q.size(2);
     const int64_t score_bytes = std::max<int64_t>(1, tokens * tokens * int64_t(q.element_size()));
     const int64_t group = std::max<int64_t>(1, (int64_t(1) << 30) / score_bytes);
+    if (score_bytes > (int64_t(1) << 30)) {
+      // One frame's scores alone exceed the budget (e.g. 1080p: 32400² tokens): query blocks
+      // of ~256 MiB of scores each (softmax is per query row, so this is exact).
+      const int64_t rows =
+          std::max<int64_t>(1, (int64_t(1) << 28) / (tokens * int64_t(q.element_size())));
+      at::Tensor out = at::empty({t, tokens, c}, q.options());
+      for (int64_t f = 0; f < t; ++f) {
+        for (int64_t r0 = 0; r0 < tokens; r0 += rows) {
+          const int64_t n = std::min(rows, tokens - r0);
+          out.narrow(0, f, 1).narrow(1, r0, n).copy_(
+              attend(q.narrow(0, f, 1).narrow(1, r0, n), k.narrow(0, f, 1), v.narrow(0, f, 1)));
+        }
+      }
+      return out;
+    }
     at::Tensor out = at::empty({t, tokens, c}, q.options());
     for (int64_t t0 = 0; t0 < t; t0 += group) {
       const int64_t n = std::min(group, t - t0);
@@ -271,7 +538,40 @@ class Attention : public Block {
   int64_t channels_;
   at::Tensor gamma_;
   at::Tensor qkv_weight_, qkv_bias_, proj_weight_, proj_bias_;
+  const Tuning* tuning_;
 };
+
+// Nearest 2× followed by a 3×3 conv (padding 1) equals, per output phase (a, b) ∈ {0,1}², a 2×2
+// conv on the source: rows/columns of the 3×3 kernel fold onto two source taps. All four phases
+// come from one 2×2 conv with padding 1 over the source ([4·C', H+1, W+1]; phase (a, b) at
+// (i + a, j + b)), i.e. 16 instead of 36 multiply-adds per source pixel and channel pair, and
+// no 4× upsampled input in memory.
+at::Tensor subpixel_weight(const at::Tensor& weight3) {  // [C', C, 1, 3, 3] → [4C', C, 1, 2, 2]
+  at::Tensor w = weight3.squeeze(2).to(at::kCPU, at::kDouble);
+  const at::Tensor fold =
+      at::tensor(std::vector<double>{1, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 1}, at::kDouble)
+          .view({2, 2, 3});  // fold[a]: 2 taps × 3 kernel rows
+  std::vector<at::Tensor> phases;
+  for (int64_t a = 0; a < 2; ++a) {
+    for (int64_t b = 0; b < 2; ++b) {
+      phases.push_back(at::matmul(at::matmul(fold[a], w), fold[b].t()));
+    }
+  }
+  return at::cat(phases, 0).unsqueeze(2).to(weight3.device(), weight3.scalar_type());
+}
+
+// out[:, c, t, 2i+a, 2j+b] = y[:, (2a+b)·C' + c, t, i+a, j+b] + bias[c] (ATen fallback).
+void depth_to_space_aten(const at::Tensor& y, const at::Tensor& bias, const at::Tensor& out) {
+  const int64_t c = out.size(1), t = out.size(2), h = out.size(3) / 2, w = out.size(4) / 2;
+  at::Tensor o = out.view({out.size(0), c, t, h, 2, w, 2});
+  for (int64_t a = 0; a < 2; ++a) {
+    for (int64_t b = 0; b < 2; ++b) {
+      o.select(6, b).select(4, a).copy_(
+          y.narrow(1, (2 * a + b) * c, c).narrow(3, a, h).narrow(4, b, w));
+    }
+  }
+  if (bias.defined()) out.add_(channel_view(bias));
+}
 
 // Decoder resample: [temporal ×2 (upsample3d)], then per frame nearest ×2 and a 3×3 conv C → C/2.
 class Upsample : public Block {
@@ -280,18 +580,42 @@ class Upsample : public Block {
       : channels_(c),
         spatial_(b.conv2d(p + ".resample.1", c / 2, c, 3)),
         temporal_(temporal),
-        memory_format_(b.memory_format()) {
+        memory_format_(b.memory_format()),
+        tuning_(&b.tuning()) {
     if (temporal) time_ = CausalConv(b, p + ".time_conv", 2 * c, c, 1);
+    if (b.tuning().subpixel && spatial_.weight.defined()) {
+      phase_weight_ = subpixel_weight(spatial_.weight).contiguous(memory_format_);
+      spatial_.weight.reset();
+    }
   }
 
   at::Tensor forward(at::Tensor x, SequenceState& st, bool first) const override {
-    if (temporal_) x = upsample_time(x, st, first);
+    if (temporal_ && !split_) x = upsample_time(x, st, first);
     const int64_t t = x.size(2), h = x.size(3), w = x.size(4);
-    x = at::upsample_nearest3d(x, {t, 2 * h, 2 * w});
-    return conv(x, spatial_, {1, 1, 1}, {0, 1, 1});
+    if (!phase_weight_.defined()) {
+      x = at::upsample_nearest3d(x, {t, 2 * h, 2 * w});
+      if (raw_ok(x, *tuning_)) {
+        at::Tensor y = conv_raw(x, spatial_.weight, 1, tuning_->conv_frames);
+        y.add_(channel_view(spatial_.bias));
+        return y;
+      }
+      return conv(x, spatial_, {1, 1, 1}, {0, 1, 1});
+    }
+    at::Tensor y = raw_ok(x, *tuning_) ? conv_raw(x, phase_weight_, 1, tuning_->conv_frames)
+                                       : conv(x, Conv{phase_weight_, {}}, {1, 1, 1}, {0, 1, 1});
+    x.reset();
+    at::Tensor out =
+        at::empty({1, channels_ / 2, t, 2 * h, 2 * w}, y.options().memory_format(memory_format_));
+    if (!(tuning_->fused && cuda::depth_to_space(y, spatial_.bias, out))) {
+      depth_to_space_aten(y, spatial_.bias, out);
+    }
+    return out;
   }
 
- private:
+  // From now on forward() is the spatial part only; an UpsampleTime block runs the temporal
+  // part before it (so frame chunking can start between the two).
+  void split() { split_ = temporal_; }
+
   // Sequence frame 0 passes through; every other frame f becomes (a_f, b_f) = the two channel
   // halves of the causal time conv over frames 1.. (frame 0 is not its context).
   at::Tensor upsample_time(const at::Tensor& x, SequenceState& st, bool first) const {
@@ -309,13 +633,28 @@ class Upsample : public Block {
     return out;
   }
 
+ private:
   int64_t channels_;
   Conv spatial_;
+  at::Tensor phase_weight_;  // sub-pixel form of spatial_.weight (then undefined)
   bool temporal_;
+  bool split_ = false;
   CausalConv time_;
   at::MemoryFormat memory_format_;
+  const Tuning* tuning_;
 };
 
+// The temporal part of a split Upsample (which must outlive it: both live in one Network).
+class UpsampleTime : public Block {
+ public:
+  explicit UpsampleTime(const Upsample& up) : up_(up) {}
+  at::Tensor forward(at::Tensor x, SequenceState& st, bool first) const override {
+    return up_.upsample_time(x, st, first);
+  }
+
+ private:
+  const Upsample& up_;
+};
 // Encoder resample: per frame zero-pad right/bottom and a 3×3 stride-2 conv, then (downsample3d)
 // output frame 0 = input frame 0 and output j ≥ 1 = time conv over inputs (2j−2, 2j−1, 2j).
 class Downsample : public Block {
@@ -365,14 +704,28 @@ class Downsample : public Block {
 class Head : public Block {
  public:
   Head(Builder& b, const std::string& p, int64_t in, int64_t out)
-      : gamma_(b.gamma(p + ".0.gamma", in, 3)), conv_(b, p + ".2", out, in, 3) {}
+      : gamma_(b.gamma(p + ".0.gamma", in, 3)),
+        conv_(b, p + ".2", out, in, 3),
+        tuning_(&b.tuning()) {
+    if (tuning_->raw_conv) conv_.pad_outputs(8);
+  }
   at::Tensor forward(at::Tensor x, SequenceState& st, bool) const override {
-    return conv_.forward_norm_silu(x, gamma_, st);
+    bool pending = false;
+    at::Tensor y = conv_.run(
+        x, st,
+        [&](const at::Tensor& body) {
+          norm_into(x, {}, gamma_, body, true, *tuning_);
+          x.reset();
+        },
+        &pending);
+    if (pending) y.add_(channel_view(conv_.bias()));
+    return y;
   }
 
  private:
   at::Tensor gamma_;
   CausalConv conv_;
+  const Tuning* tuning_;
 };
 
 // Channel widths per stage (the official `dims`).
@@ -389,14 +742,68 @@ std::vector<int64_t> stage_dims(const Architecture& a, Task task) {
   return dims;
 }
 
-void add_middle(Builder& b, std::vector<std::unique_ptr<Block>>& blocks, const std::string& p,
-                int64_t c) {
-  blocks.push_back(std::make_unique<Residual>(b, p + ".0", c, c));
-  blocks.push_back(std::make_unique<Attention>(b, p + ".1", c));
-  blocks.push_back(std::make_unique<Residual>(b, p + ".2", c, c));
-}
+bool parse_bool(const std::string& v) { return !(v == "0" || v == "false" || v == "off"); }
 
 }  // namespace
+
+Tuning Tuning::from_env() {
+  Tuning t;
+  const char* env = std::getenv("WMBATCH_WAN21_TUNING");
+  if (!env) return t;
+  std::stringstream in(env);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const size_t eq = item.find('=');
+    if (item.empty()) continue;
+    const std::string key = item.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "1" : item.substr(eq + 1);
+    try {
+      if (key == "fused") {
+        t.fused = parse_bool(value);
+      } else if (key == "raw_conv") {
+        t.raw_conv = parse_bool(value);
+      } else if (key == "subpixel") {
+        t.subpixel = parse_bool(value);
+      } else if (key == "cudnn_benchmark") {
+        t.cudnn_benchmark = parse_bool(value);
+      } else if (key == "conv_frames") {
+        t.conv_frames = std::stoi(value);
+      } else if (key == "tail_frames") {
+        t.tail_frames = std::stoi(value);
+      } else if (key == "tail_budget_mib") {
+        t.tail_budget_mib = std::stoll(value);
+      } else {
+        throw ModelError("WMBATCH_WAN21_TUNING: unknown key '" + key + "'");
+      }
+    } catch (const std::logic_error&) {
+      throw ModelError("WMBATCH_WAN21_TUNING: bad value in '" + item + "'");
+    }
+  }
+  return t;
+}
+
+std::string Tuning::str() const {
+  std::ostringstream s;
+  s << "fused=" << fused << ",raw_conv=" << raw_conv << ",subpixel=" << subpixel
+    << ",cudnn_benchmark=" << cudnn_benchmark << ",conv_frames=" << conv_frames
+    << ",tail_frames=" << tail_frames << ",tail_budget_mib=" << tail_budget_mib;
+  return s.str();
+}
+
+void set_profiling(bool on) {
+  Profile& p = profile();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  p.on = on;
+}
+
+std::vector<StageTime> take_profile() {
+  Profile& p = profile();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  std::vector<StageTime> out;
+  out.swap(p.stages);
+  p.current = -1;
+  return out;
+}
 
 Architecture Architecture::from(const ModelConfig& config) {
   Architecture a;
@@ -424,30 +831,42 @@ Architecture Architecture::from(const ModelConfig& config) {
 }
 
 Network::Network(const Architecture& a, Task task, ParamSource& params, const at::Tensor& mean,
-                 const at::Tensor& std, at::MemoryFormat memory_format)
-    : task_(task), memory_format_(memory_format), mean_(mean), std_(std) {
-  Builder b(params, memory_format);
+                 const at::Tensor& std, at::MemoryFormat memory_format, Tuning tuning)
+    : task_(task), memory_format_(memory_format), tuning_(tuning), mean_(mean), std_(std) {
+  Builder b(params, memory_format, tuning_);
   const std::vector<int64_t> dims = stage_dims(a, task);
   const int stages = int(a.dim_mult.size());
   const int64_t z = a.z_dim;
+  auto add = [&](std::string name, std::unique_ptr<Block> block) {
+    block_names_.push_back(std::move(name));
+    blocks_.push_back(std::move(block));
+  };
+  auto add_middle = [&](const std::string& p, int64_t c) {
+    add("mid.res0", std::make_unique<Residual>(b, p + ".0", c, c));
+    add("mid.attn", std::make_unique<Attention>(b, p + ".1", c));
+    add("mid.res1", std::make_unique<Residual>(b, p + ".2", c, c));
+  };
   if (task == Task::kEncode) {
-    blocks_.push_back(std::make_unique<InputConv>(b, "encoder.conv1", dims[0], 3));
+    add("conv_in", std::make_unique<InputConv>(b, "encoder.conv1", dims[0], 3));
     int index = 0;
     for (int i = 0; i < stages; ++i) {
       int64_t in = dims[size_t(i)];
       const int64_t out = dims[size_t(i) + 1];
+      const std::string stage = "down" + std::to_string(i);
       for (int r = 0; r < a.num_res_blocks; ++r) {
-        blocks_.push_back(std::make_unique<Residual>(
-            b, "encoder.downsamples." + std::to_string(index++), in, out));
+        add(stage + ".res" + std::to_string(r),
+            std::make_unique<Residual>(b, "encoder.downsamples." + std::to_string(index++), in,
+                                       out));
         in = out;
       }
       if (i != stages - 1) {
-        blocks_.push_back(std::make_unique<Downsample>(
-            b, "encoder.downsamples." + std::to_string(index++), out, a.temporal_down[size_t(i)]));
+        add(stage + ".resample",
+            std::make_unique<Downsample>(b, "encoder.downsamples." + std::to_string(index++), out,
+                                         a.temporal_down[size_t(i)]));
       }
     }
-    add_middle(b, blocks_, "encoder.middle", dims.back());
-    blocks_.push_back(std::make_unique<Head>(b, "encoder.head", dims.back(), 2 * z));
+    add_middle("encoder.middle", dims.back());
+    add("head", std::make_unique<Head>(b, "encoder.head", dims.back(), 2 * z));
     // Top-level conv1 (1×1×1, 2z → 2z); only mu, its first z output channels, is used.
     top_weight_ = b.param("conv1.weight", {2 * z, 2 * z, 1, 1, 1});
     top_bias_ = b.param("conv1.bias", {2 * z});
@@ -455,44 +874,102 @@ Network::Network(const Architecture& a, Task task, ParamSource& params, const at
       top_weight_ = top_weight_.narrow(0, 0, z).contiguous(memory_format);
       top_bias_ = top_bias_.narrow(0, 0, z).contiguous();
     }
+    tail_start_ = blocks_.size();
   } else {
     top_weight_ = b.param("conv2.weight", {z, z, 1, 1, 1});
     top_bias_ = b.param("conv2.bias", {z});
     if (top_weight_.defined()) top_weight_ = top_weight_.contiguous(memory_format);
-    blocks_.push_back(std::make_unique<InputConv>(b, "decoder.conv1", dims[0], z));
-    add_middle(b, blocks_, "decoder.middle", dims[0]);
+    add("conv_in", std::make_unique<InputConv>(b, "decoder.conv1", dims[0], z));
+    add_middle("decoder.middle", dims[0]);
     int index = 0;
     for (int i = 0; i < stages; ++i) {
       const int64_t in = i == 0 ? dims[0] : dims[size_t(i)] / 2;
       const int64_t out = dims[size_t(i) + 1];
+      const std::string stage = "up" + std::to_string(i);
       for (int r = 0; r <= a.num_res_blocks; ++r) {
-        blocks_.push_back(std::make_unique<Residual>(
-            b, "decoder.upsamples." + std::to_string(index++), r == 0 ? in : out, out));
+        add(stage + ".res" + std::to_string(r),
+            std::make_unique<Residual>(b, "decoder.upsamples." + std::to_string(index++),
+                                       r == 0 ? in : out, out));
       }
       if (i != stages - 1) {
         const bool temporal = a.temporal_down[a.temporal_down.size() - 1 - size_t(i)];
-        blocks_.push_back(std::make_unique<Upsample>(
-            b, "decoder.upsamples." + std::to_string(index++), out, temporal));
+        auto up = std::make_unique<Upsample>(b, "decoder.upsamples." + std::to_string(index++), out,
+                                             temporal);
+        if (temporal) {
+          // Everything after the time conv is frame-local (or causal with carried state).
+          up->split();
+          add(stage + ".resample_t", std::make_unique<UpsampleTime>(*up));
+          tail_start_ = blocks_.size();
+        }
+        add(stage + ".resample", std::move(up));
       }
     }
-    blocks_.push_back(std::make_unique<Head>(b, "decoder.head", dims.back(), 3));
+    add("head", std::make_unique<Head>(b, "decoder.head", dims.back(), 3));
+    tail_channels_ = dims.back();
   }
   slots_ = b.slots();
 }
 
 Network::~Network() = default;
 
+at::Tensor Network::run_block(size_t i, at::Tensor x, SequenceState& state, bool first) const {
+  StageTimer timer(block_names_[i], x);
+  return blocks_[i]->forward(std::move(x), state, first);
+}
+
 at::Tensor Network::forward(at::Tensor x, SequenceState& state, bool first) const {
-  if (state.slots.size() != size_t(slots_)) state.slots.resize(size_t(slots_));
-  const Conv top{top_weight_, top_bias_};
   if (task_ == Task::kDecode) {
-    x = conv(x.mul(std_).add_(mean_), top);
-    for (const auto& block : blocks_) x = block->forward(std::move(x), state, first);
-    return x;
+    std::vector<at::Tensor> parts;
+    forward_chunks(std::move(x), state, first, 0,
+                   [&](const at::Tensor& y, int64_t, int64_t) { parts.push_back(y); });
+    return parts.size() == 1 ? parts[0] : at::cat(parts, 2);
   }
-  for (const auto& block : blocks_) x = block->forward(std::move(x), state, first);
+  if (state.slots.size() != size_t(slots_)) state.slots.resize(size_t(slots_));
+  for (size_t i = 0; i < blocks_.size(); ++i) x = run_block(i, std::move(x), state, first);
+  const Conv top{top_weight_, top_bias_};
   x = conv(x, top);
   return x.sub_(mean_).div_(std_);
+}
+
+void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, int64_t tail_frames,
+                             const Sink& sink) const {
+  if (task_ == Task::kEncode) {
+    at::Tensor y = forward(std::move(x), state, first);
+    sink(y, 0, y.size(2));
+    return;
+  }
+  if (state.slots.size() != size_t(slots_)) state.slots.resize(size_t(slots_));
+  const Conv top{top_weight_, top_bias_};
+  x = conv(x.mul(std_).add_(mean_), top);
+  for (size_t i = 0; i < tail_start_; ++i) x = run_block(i, std::move(x), state, first);
+  // After the last temporal upsample every layer maps frame f to frame f (causal convs carry
+  // their two frames of history in `state`), so the tail can run in frame chunks exactly.
+  const int64_t frames = x.size(2);
+  const int64_t step = tail_frames > 0 ? std::min(tail_frames, frames) : frames;
+  for (int64_t f0 = 0; f0 < frames; f0 += step) {
+    const int64_t n = std::min(step, frames - f0);
+    at::Tensor y = n == frames ? std::move(x) : x.narrow(2, f0, n);
+    for (size_t i = tail_start_; i < blocks_.size(); ++i) {
+      y = run_block(i, std::move(y), state, first);
+    }
+    sink(y, f0, frames);
+  }
+}
+
+int64_t Network::auto_tail_frames(int64_t out_frames, int64_t out_h, int64_t out_w,
+                                  int64_t device_bytes) const {
+  if (tuning_.tail_frames > 0) return std::min<int64_t>(tuning_.tail_frames, out_frames);
+  const int64_t budget =
+      tuning_.tail_budget_mib > 0 ? (tuning_.tail_budget_mib << 20) : device_bytes / 4;
+  if (budget <= 0) return out_frames;
+  // ~4 live full-resolution activations of the widest tail width per frame (a residual block's
+  // input, padded norm output, conv output, plus the allocator's slack).
+  const int64_t per_frame = 4 * tail_channels_ * out_h * out_w * int64_t(mean_.element_size());
+  // At most 16 frames (conv calls take ≤ 16 anyway), so the output's copy to the host overlaps
+  // the later chunks; chunks of even length.
+  const int64_t most = std::clamp<int64_t>(budget / std::max<int64_t>(1, per_frame), 1, 16);
+  const int64_t chunks = (out_frames + most - 1) / most;
+  return std::max<int64_t>(1, (out_frames + chunks - 1) / chunks);
 }
 
 namespace {

@@ -5,13 +5,24 @@
 #include <c10/core/InferenceMode.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
+
+#ifdef WMBATCH_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include "io/safetensors.h"
 #include "src/base/error.h"
+#include "src/models/cuda_offload.h"
 #include "src/models/tensor.h"
 #include "src/models/wan21_blocks.h"
 
@@ -184,21 +195,37 @@ ParamMap random_params(const std::vector<ParamSpec>& specs, Task task, uint64_t 
 }
 
 // Owns what it needs (traits copy, shared network): it may outlive the Model.
+//
+// On CUDA the session runs on its own stream; decode output leaves the device in frame chunks
+// (Network::forward_chunks) through a pinned ring (OutputOffload), so the copies and the host
+// side overlap the next chunk's compute. An out-of-memory error halves the chunk length and
+// retries the slice from the state it started with.
 class Wan21Session final : public ModelSession {
  public:
   Wan21Session(const ModelTraits& traits, std::shared_ptr<const Network> net, at::Device device,
-               at::ScalarType dtype)
-      : traits_(traits), net_(std::move(net)), device_(device), dtype_(dtype) {}
+               at::ScalarType dtype, int temporal_factor)
+      : traits_(traits),
+        net_(std::move(net)),
+        device_(device),
+        dtype_(dtype),
+        temporal_factor_(temporal_factor) {}
   Planar run(Planar&& input, const RunContext& ctx) override;
 
  private:
   void check(const Planar& input, const RunContext& ctx) const;
+  Planar run_cuda_decode(Planar&& input, SequenceState& state, bool first);
 
   ModelTraits traits_;
   std::shared_ptr<const Network> net_;
   at::Device device_;
   at::ScalarType dtype_;
+  int temporal_factor_;
   std::map<int, SequenceState> tiles_;  // by RunContext::tile_index
+  std::unique_ptr<OutputOffload> offload_;
+  int64_t tail_limit_ = 0;  // > 0: decode tail chunk length that an out-of-memory retry chose
+#ifdef WMBATCH_WITH_CUDA
+  std::optional<c10::cuda::CUDAStream> stream_;
+#endif
 };
 
 class Wan21Model final : public Model {
@@ -247,7 +274,8 @@ class Wan21Model final : public Model {
   }
   std::unique_ptr<ModelSession> open_session(const Device& device) const override {
     auto net = network_for(device);
-    return std::make_unique<Wan21Session>(traits_, net, to_device(device), dtype_for(device));
+    return std::make_unique<Wan21Session>(traits_, net, to_device(device), dtype_for(device),
+                                          arch_.temporal_factor);
   }
 
  private:
@@ -267,6 +295,16 @@ class Wan21Model final : public Model {
       slot = guarded("wan2.1-vae: loading weights", [&] {
         c10::InferenceMode inference;
         const at::Device dev = to_device(device);
+        if (device.kind == Device::Kind::kCuda) {
+          // Shapes repeat slice after slice: let cuDNN time its algorithms once per shape. Float32
+          // runs are meant to be exact: no TF32 (LibTorch enables it for cuDNN convs by default,
+          // ~3.5e-3 error here). Both are process-wide settings.
+          at::globalContext().setBenchmarkCuDNN(tuning_.cudnn_benchmark);
+          if (dtype == at::kFloat) {
+            at::globalContext().setAllowTF32CuDNN(false);
+            at::globalContext().setAllowTF32CuBLAS(false);
+          }
+        }
         // channels_last_3d is what cuDNN's fast 3-D convs want; on CPU (oneDNN) the default
         // layout measured as fast or faster.
         const at::MemoryFormat format = device.kind == Device::Kind::kCuda
@@ -276,8 +314,13 @@ class Wan21Model final : public Model {
           return at::tensor(v, at::kDouble).reshape({1, -1, 1, 1, 1}).to(dev, dtype);
         };
         MapSource source(params_, dev, dtype);
-        return std::make_shared<const Network>(arch_, task_, source, stat(mean_), stat(std_),
-                                               format);
+        auto net = std::make_shared<const Network>(arch_, task_, source, stat(mean_), stat(std_),
+                                                   format, tuning_);
+#ifdef WMBATCH_WITH_CUDA
+        // Sessions run on their own streams: the weight uploads must be complete first.
+        if (device.kind == Device::Kind::kCuda) c10::cuda::device_synchronize();
+#endif
+        return net;
       });
     }
     return slot;
@@ -286,6 +329,7 @@ class Wan21Model final : public Model {
   Architecture arch_;
   Task task_;
   Precision precision_;
+  wan21::Tuning tuning_ = wan21::Tuning::from_env();
   ParamMap params_;  // host float32 master copy
   std::vector<double> mean_, std_;
   ModelTraits traits_;
@@ -336,6 +380,9 @@ Planar Wan21Session::run(Planar&& input, const RunContext& ctx) {
   try {
     return guarded(traits_.name.c_str(), [&] {
       c10::InferenceMode inference;
+      if (device_.is_cuda() && net_->task() == Task::kDecode) {
+        return run_cuda_decode(std::move(input), state, ctx.first_slice);
+      }
       at::Tensor x =
           to_tensor(std::move(input)).to(device_, dtype_).contiguous(net_->memory_format());
       at::Tensor y = net_->forward(std::move(x), state, ctx.first_slice);
@@ -345,6 +392,64 @@ Planar Wan21Session::run(Planar&& input, const RunContext& ctx) {
     tiles_.erase(ctx.tile_index);  // half-updated state must not feed a later slice
     throw;
   }
+}
+
+Planar Wan21Session::run_cuda_decode(Planar&& input, SequenceState& state, bool first) {
+#ifndef WMBATCH_WITH_CUDA
+  (void)input;
+  (void)state;
+  (void)first;
+  throw ModelError(traits_.name + ": this build has no CUDA");
+#else
+  const c10::DeviceIndex index = device_.index();
+  c10::cuda::CUDAGuard device_guard(index);
+  if (!stream_) stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
+  c10::cuda::CUDAStreamGuard stream_guard(*stream_);
+  if (!offload_) offload_ = std::make_unique<OutputOffload>(3);
+
+  const int64_t t_in = input.frames;
+  const int64_t out_h = int64_t(input.height) * traits_.scale_num;
+  const int64_t out_w = int64_t(input.width) * traits_.scale_num;
+  const int64_t t_out = first ? 1 + temporal_factor_ * (t_in - 1) : temporal_factor_ * t_in;
+  // Latents are small: a plain synchronous upload.
+  const at::Tensor x =
+      to_tensor(std::move(input)).to(device_, dtype_).contiguous(net_->memory_format());
+  size_t free_bytes = 0, total_bytes = 0;
+  cudaMemGetInfo(&free_bytes, &total_bytes);
+  int64_t tail = net_->auto_tail_frames(t_out, out_h, out_w, int64_t(total_bytes));
+  if (tail_limit_ > 0) tail = std::min(tail, tail_limit_);
+  const SequenceState start = state;  // slots are replaced, never written: a cheap snapshot
+
+  for (;;) {
+    Planar out;
+    try {
+      net_->forward_chunks(
+          x, state, first, tail, [&](const at::Tensor& y, int64_t f0, int64_t frames) {
+            if (out.empty()) {
+              out = Planar(int(y.size(1)), int(frames), int(y.size(3)), int(y.size(4)));
+            }
+            // [1, C, n, H, W] (channels_last, run dtype) → [C, n, H, W] float32
+            at::Tensor planar = at::empty({y.size(1), y.size(2), y.size(3), y.size(4)},
+                                          y.options().dtype(at::kFloat));
+            planar.copy_(y.squeeze(0));
+            offload_->push(planar, out, int(f0));
+          });
+      offload_->finish();
+      return out;
+    } catch (const c10::OutOfMemoryError&) {
+      offload_->abandon();
+      const int64_t was = tail > 0 ? tail : t_out;
+      if (was <= 1) throw;
+      tail = std::max<int64_t>(1, was / 2);
+      tail_limit_ = tail;  // later slices start from what fitted
+      state = start;
+      c10::cuda::CUDACachingAllocator::emptyCache();
+      // (No spdlog here: LibTorch 2.x bundles its own fmt, which clashes with spdlog's.)
+      std::fprintf(stderr, "%s: out of GPU memory; retrying the slice with %lld-frame chunks\n",
+                   traits_.name.c_str(), static_cast<long long>(tail));
+    }
+  }
+#endif
 }
 
 std::vector<ParamSpec> specs_for(const ModelConfig& config) {

@@ -1,0 +1,132 @@
+#include "src/models/cuda_kernels.h"
+
+#ifdef WMBATCH_WITH_CUDA
+#include <c10/cuda/CUDAStream.h>
+
+#include <string>
+
+#include "src/base/error.h"
+#include "src/models/cuda_launch.h"
+#endif
+
+namespace wm::models::cuda {
+
+#ifndef WMBATCH_WITH_CUDA
+
+bool kernels_available() { return false; }
+bool rms_norm(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+              const at::Tensor&, const at::Tensor&, bool, double) {
+  return false;
+}
+bool depth_to_space(const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
+
+#else
+
+namespace {
+
+bool dtype_of(const at::Tensor& t, DType& out) {
+  switch (t.scalar_type()) {
+    case at::kFloat:
+      out = DType::kFloat32;
+      return true;
+    case at::kHalf:
+      out = DType::kFloat16;
+      return true;
+    case at::kBFloat16:
+      out = DType::kBFloat16;
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool aligned(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+// [1, C, T, H, W] with element (t, h, w, c) at t·HWC + h·WC + w·C + c.
+bool pixel_major(const at::Tensor& t) {
+  if (t.dim() != 5 || t.size(0) != 1) return false;
+  const int64_t c = t.size(1), h = t.size(3), w = t.size(4);
+  return (t.stride(1) == 1 || c == 1) && (t.stride(4) == c || w == 1) &&
+         (t.stride(3) == w * c || h == 1) && (t.stride(2) == h * w * c || t.size(2) == 1);
+}
+
+bool usable(const at::Tensor& t, const at::Tensor& like) {
+  return t.is_cuda() && t.device() == like.device() && t.scalar_type() == like.scalar_type() &&
+         aligned(t) && t.sizes() == like.sizes() && pixel_major(t);
+}
+
+bool usable_vector(const at::Tensor& t, const at::Tensor& like, int64_t n) {
+  return t.is_cuda() && t.device() == like.device() && t.scalar_type() == like.scalar_type() &&
+         aligned(t) && t.numel() == n && t.is_contiguous();
+}
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    throw ModelError(std::string(what) + ": " + cudaGetErrorString(err));
+  }
+}
+
+}  // namespace
+
+bool kernels_available() { return true; }
+
+bool rms_norm(const at::Tensor& x, const at::Tensor& bias, const at::Tensor& residual,
+              const at::Tensor& gamma, const at::Tensor& out, const at::Tensor& sum_out, bool silu,
+              double eps) {
+  DType dtype;
+  if (!x.is_cuda() || !dtype_of(x, dtype) || !aligned(x) || !pixel_major(x)) return false;
+  const int64_t c = x.size(1);
+  if ((c * int64_t(x.element_size())) % 16 != 0) return false;
+  if (bias.defined() && !usable_vector(bias, x, c)) return false;
+  if (residual.defined() && !usable(residual, x)) return false;
+  if (out.defined() && (!usable(out, x) || !gamma.defined() || !usable_vector(gamma, x, c))) {
+    return false;
+  }
+  if (sum_out.defined() && !usable(sum_out, x)) return false;
+  if (!out.defined() && !sum_out.defined()) return true;
+  NormArgs a;
+  a.x = x.data_ptr();
+  a.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  a.residual = residual.defined() ? residual.data_ptr() : nullptr;
+  a.gamma = gamma.defined() ? gamma.data_ptr() : nullptr;
+  a.out = out.defined() ? out.data_ptr() : nullptr;
+  a.sum_out = sum_out.defined() ? sum_out.data_ptr() : nullptr;
+  a.pixels = x.numel() / c;
+  a.channels = int(c);
+  a.eps = float(eps);
+  a.silu = silu;
+  check(launch_rms_norm(dtype, a, c10::cuda::getCurrentCUDAStream(x.get_device()).stream()),
+        "wan2.1-vae: rms_norm kernel");
+  return true;
+}
+
+bool depth_to_space(const at::Tensor& y, const at::Tensor& bias, const at::Tensor& out) {
+  DType dtype;
+  if (!y.is_cuda() || !dtype_of(y, dtype) || !aligned(y) || !pixel_major(y)) return false;
+  if (out.dim() != 5 || !out.is_cuda() || out.scalar_type() != y.scalar_type() || !aligned(out) ||
+      !pixel_major(out)) {
+    return false;
+  }
+  const int64_t c = out.size(1), t = out.size(2), h = out.size(3) / 2, w = out.size(4) / 2;
+  if (y.size(1) != 4 * c || y.size(2) != t || y.size(3) != h + 1 || y.size(4) != w + 1 ||
+      out.size(3) != 2 * h || out.size(4) != 2 * w) {
+    return false;
+  }
+  if ((c * int64_t(y.element_size())) % 16 != 0) return false;
+  if (bias.defined() && !usable_vector(bias, y, c)) return false;
+  DepthToSpaceArgs a;
+  a.y = y.data_ptr();
+  a.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  a.out = out.data_ptr();
+  a.frames = t;
+  a.height = int(h);
+  a.width = int(w);
+  a.channels = int(c);
+  check(launch_depth_to_space(dtype, a, c10::cuda::getCurrentCUDAStream(y.get_device()).stream()),
+        "wan2.1-vae: depth_to_space kernel");
+  return true;
+}
+
+#endif
+
+}  // namespace wm::models::cuda
