@@ -37,7 +37,7 @@ struct VideoFrame {
 struct ReaderOptions {
   // Tolerated fraction of packets that fail to decode before the file counts as corrupt.
   double max_error_rate = 0.0;
-  int threads = 0;          // decoder threads, 0 = one per core (libav's "auto")
+  int threads = 0;  // decoder threads, 0 = one per core (libav's "auto")
   // swscale slice threads for the RGB conversion, 0 = one per core. Default 1: FFmpeg 5.1's
   // threaded swscale gave run-to-run differences in a few pixels (measured), and the pipeline
   // already overlaps conversion with the model and the encoder.

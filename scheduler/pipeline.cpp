@@ -222,13 +222,13 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
 
   flow::sequencer_node<ResultPtr> sequencer(g, [](const ResultPtr& r) { return size_t(r->index); });
 
-  flow::function_node<ResultPtr, flow::continue_msg> writer(
-      g, flow::serial, [&](const ResultPtr& result) {
-        StageTimer timer(sink_ns);
-        ++slices;
-        sink.write(std::move(*result));
-        return flow::continue_msg();
-      });
+  flow::function_node<ResultPtr, flow::continue_msg> writer(g, flow::serial,
+                                                            [&](const ResultPtr& result) {
+                                                              StageTimer timer(sink_ns);
+                                                              ++slices;
+                                                              sink.write(std::move(*result));
+                                                              return flow::continue_msg();
+                                                            });
 
   flow::make_edge(input, limiter);
   flow::make_edge(limiter, tiler);

@@ -75,7 +75,7 @@ struct PipelineOptions {
   int tokens = 3;                             // slices in flight
   TilePlan tiles;                             // spatial plan (one tile = whole frame)
   const std::atomic<bool>* cancel = nullptr;  // set → the source stops with wm::Cancelled
-  PipelineStats* stats = nullptr;              // filled when set
+  PipelineStats* stats = nullptr;             // filled when set
 };
 
 // Runs the graph until the source is exhausted. `sessions` are the model workers (one per

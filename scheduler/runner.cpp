@@ -167,8 +167,7 @@ int run_job_files(const std::vector<std::string>& files, const RunOptions& optio
     jobs.insert(jobs.end(), loaded.begin(), loaded.end());
   }
   // Farm managers (Deadline) parse "Progress: N%" from stdout.
-  Progress progress(options.progress,
-                    options.progress == ProgressStyle::kFarm ? stdout : stderr);
+  Progress progress(options.progress, options.progress == ProgressStyle::kFarm ? stdout : stderr);
   std::vector<JobOutcome> outcomes;
   int exit_code = 0;
   for (const JobSpec& job : jobs) {

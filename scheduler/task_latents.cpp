@@ -397,9 +397,8 @@ class ReconstructRunner : public TaskRunner {
     config.encode.copy_audio = job_.encode.copy_audio;
     config.encode.copy_subtitles = job_.encode.copy_subtitles;
     io::VideoWriter writer(config);
-    VideoSliceSource source(
-        reader, job_slice_rule(job_, traits, info.width, info.height),
-        kVaeRange, options.first_frame, options.end_frame);
+    VideoSliceSource source(reader, job_slice_rule(job_, traits, info.width, info.height),
+                            kVaeRange, options.first_frame, options.end_frame);
     VideoFileSink sink(writer, info.width, info.height, /*same_timing=*/true, kVaeRange, &progress);
     progress.begin(input, info.frames_estimate);
     run_pipeline(source, sessions, sink, pipeline);

@@ -119,8 +119,7 @@ class UpscaleRunner : public TaskRunner {
     }
     io::VideoWriter writer(config);
 
-    const SliceRule rule =
-        job_slice_rule(job_, traits, config.width, config.height);
+    const SliceRule rule = job_slice_rule(job_, traits, config.width, config.height);
     VideoSliceSource source(reader, rule, {}, options.first_frame, options.end_frame);
     VideoFileSink sink(writer, config.width, config.height, /*same_timing=*/true, {}, &progress);
     // A farm chunk with context writes only its own frames.

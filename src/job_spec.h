@@ -50,7 +50,7 @@ struct JobSpec {
   std::vector<int> device_ids;
   TilingSpec tiling;
   int slice_frames = 0;  // frames (latent frames for decode_latents) per slice; 0 = auto
-  int tokens = 3;         // slices in flight (bounds memory)
+  int tokens = 3;        // slices in flight (bounds memory)
   EncodeSpec encode;
   double fps = 0;  // decode_latents: output frame rate (0: from the file, else 16)
   std::string input_tensor = "latent";  // decode_latents / encode_latents with .safetensors input

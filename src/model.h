@@ -62,7 +62,8 @@ struct ModelTraits {
   // True when the model carries state across temporal slices: slices of one video must then be
   // run in order on one session (per tile), starting with the slice that holds frame 0.
   bool causal_state = false;
-  // Valid input frame counts are `frame_offset + frame_group * k` (Wan encode: 1 + 4k; others 1+1k).
+  // Valid input frame counts are `frame_offset + frame_group * k` (Wan encode: 1 + 4k; others
+  // 1+1k).
   int frame_group = 1;
   int frame_offset = 0;
   std::vector<Precision> precisions = {Precision::kFloat32};

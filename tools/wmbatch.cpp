@@ -102,9 +102,10 @@ void start(const std::string& log_level) {
 }
 
 int cmd_plan(int argc, char** argv) {
-  CLI::App app{"wmbatch plan: print the chunks of a job file as JSON (index, input, output, "
-               "first/last frame, context frames before/after).",
-               "wmbatch plan"};
+  CLI::App app{
+      "wmbatch plan: print the chunks of a job file as JSON (index, input, output, "
+      "first/last frame, context frames before/after).",
+      "wmbatch plan"};
   std::string job, log_level = "warn";
   wm::sched::FarmOptions options;
   app.add_option("job", job, "job file (YAML)")->required()->type_name("JOB.yaml");
@@ -125,22 +126,24 @@ int cmd_plan(int argc, char** argv) {
   }
 }
 
-
 int cmd_run(int argc, char** argv) {
-  CLI::App app{"wmbatch run: process one chunk of a job file into a segment beside its output "
-               "(decoding the context frames it needs, writing only its own), or, with no chunk "
-               "given, every chunk in order and then assemble.",
-               "wmbatch run"};
+  CLI::App app{
+      "wmbatch run: process one chunk of a job file into a segment beside its output "
+      "(decoding the context frames it needs, writing only its own), or, with no chunk "
+      "given, every chunk in order and then assemble.",
+      "wmbatch run"};
   std::string job, frames, progress = "auto", log_level = "info";
   int64_t chunk = -1;
   wm::sched::FarmOptions options;
   app.add_option("job", job, "job file (YAML)")->required()->type_name("JOB.yaml");
-  auto* chunk_opt = app.add_option("--chunk", chunk,
-                                   "chunk index from `wmbatch plan` (default: $SLURM_ARRAY_TASK_ID, "
-                                   "else $JOB_COMPLETION_INDEX)")
-                        ->check(CLI::NonNegativeNumber);
-  app.add_option("--frames", frames, "an explicit frame range FIRST-LAST (inclusive, 0-based) "
-                                     "of a job file with one input")
+  auto* chunk_opt =
+      app.add_option("--chunk", chunk,
+                     "chunk index from `wmbatch plan` (default: $SLURM_ARRAY_TASK_ID, "
+                     "else $JOB_COMPLETION_INDEX)")
+          ->check(CLI::NonNegativeNumber);
+  app.add_option("--frames", frames,
+                 "an explicit frame range FIRST-LAST (inclusive, 0-based) "
+                 "of a job file with one input")
       ->type_name("A-B")
       ->excludes(chunk_opt);
   app.add_option("--chunk-frames", options.chunk_frames,
@@ -172,10 +175,11 @@ int cmd_run(int argc, char** argv) {
 }
 
 int cmd_assemble(int argc, char** argv) {
-  CLI::App app{"wmbatch assemble: check every segment of every output of a job file (frame "
-               "count, pts continuity), concatenate them without re-encoding, mux audio and "
-               "subtitles once from the source, verify and rename into place.",
-               "wmbatch assemble"};
+  CLI::App app{
+      "wmbatch assemble: check every segment of every output of a job file (frame "
+      "count, pts continuity), concatenate them without re-encoding, mux audio and "
+      "subtitles once from the source, verify and rename into place.",
+      "wmbatch assemble"};
   std::string job, progress = "auto", log_level = "info";
   wm::sched::FarmOptions options;
   app.add_option("job", job, "job file (YAML)")->required()->type_name("JOB.yaml");
@@ -198,11 +202,12 @@ std::string self_path(const char* argv0) {
 }
 
 int cmd_submit(int argc, char** argv) {
-  CLI::App app{"wmbatch submit: submit job files to a cluster scheduler: per job file one array "
-               "job of chunk tasks (--requeue, --signal) and one assemble job that runs after "
-               "all of them succeeded (afterok). Prints one JSON line per job file with the job "
-               "ids.",
-               "wmbatch submit"};
+  CLI::App app{
+      "wmbatch submit: submit job files to a cluster scheduler: per job file one array "
+      "job of chunk tasks (--requeue, --signal) and one assemble job that runs after "
+      "all of them succeeded (afterok). Prints one JSON line per job file with the job "
+      "ids.",
+      "wmbatch submit"};
   std::vector<std::string> jobs;
   std::string log_level = "info";
   bool slurm = false;
@@ -219,9 +224,9 @@ int cmd_submit(int argc, char** argv) {
   app.add_option("--max-parallel", options.max_parallel,
                  "at most K chunk tasks at once (array throttle %K; default: no limit)")
       ->check(CLI::Range(0, 1000000));
-  app.add_option("--chunk-frames", options.chunk_frames,
-                 "frames per chunk (default " + std::to_string(wm::sched::kDefaultChunkFrames) +
-                     ")")
+  app.add_option(
+         "--chunk-frames", options.chunk_frames,
+         "frames per chunk (default " + std::to_string(wm::sched::kDefaultChunkFrames) + ")")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
   app.add_option("--time", options.time_limit, "time limit per task (sbatch --time)");
   app.add_option("--signal-seconds", options.signal_seconds,
@@ -234,7 +239,8 @@ int cmd_submit(int argc, char** argv) {
   app.add_option("--log-dir", options.log_dir, "folder for the task logs (default: Slurm's)");
   app.add_option("--sbatch-arg", options.sbatch_args, "extra sbatch option, e.g. --account=X")
       ->type_name("ARG");
-  app.add_flag("--dry-run", options.dry_run, "print the scripts and sbatch commands; submit nothing");
+  app.add_flag("--dry-run", options.dry_run,
+               "print the scripts and sbatch commands; submit nothing");
   app.add_flag("--wait", options.wait,
                "wait for the assemble jobs; exit 0 only when all completed");
   add_common(app, log_level);

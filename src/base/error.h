@@ -48,7 +48,10 @@ class AvError : public Error {
 class ConfigError : public Error {
  public:
   ConfigError(const std::string& file, int line, const std::string& key, const std::string& problem)
-      : Error(format(file, line, key, problem), kExitDataErr), file_(file), line_(line), key_(key) {}
+      : Error(format(file, line, key, problem), kExitDataErr),
+        file_(file),
+        line_(line),
+        key_(key) {}
   const std::string& file() const { return file_; }
   int line() const { return line_; }
   const std::string& key() const { return key_; }

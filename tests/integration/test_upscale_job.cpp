@@ -255,8 +255,9 @@ TEST(UpscaleJob, DiskFull) {
   spec.frames = 20;
   spec.audio = false;
   make_clip(dir.file("in.mp4"), spec);
-  write_text(dir.file("job.yaml"), "input: in.mp4\noutput: small/out.mkv\n"
-                                   "encode: {codec: ffv1, pix_fmt: yuv444p}\n");
+  write_text(dir.file("job.yaml"),
+             "input: in.mp4\noutput: small/out.mkv\n"
+             "encode: {codec: ffv1, pix_fmt: yuv444p}\n");
   CommandResult r = wmbatch({dir.file("job.yaml")});
   EXPECT_EQ(r.exit_code, 74) << r.output;
   EXPECT_NE(r.output.find("out.mkv"), std::string::npos) << r.output;
