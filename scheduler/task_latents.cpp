@@ -251,11 +251,7 @@ class DecodeLatentsRunner : public TaskRunner {
     config.height = pipeline.tiles.out_height() & ~1;
     config.frame_rate = rational_fps(fps);
     config.time_base = {config.frame_rate.den, config.frame_rate.num};
-    config.encode.codec = job_.encode.codec;
-    config.encode.crf = job_.encode.crf;
-    config.encode.preset = job_.encode.preset;
-    config.encode.pix_fmt = job_.encode.pix_fmt;
-    config.encode.threads = job_.encode.threads;
+    config.encode = encode_settings(job_.encode);
     io::VideoWriter writer(config);
     VideoFileSink sink(writer, config.width, config.height, /*same_timing=*/false, kVaeRange,
                        &progress);
@@ -390,12 +386,7 @@ class ReconstructRunner : public TaskRunner {
     config.frame_rate = info.frame_rate;
     config.source_path = input;
     config.source = info;
-    config.encode.codec = job_.encode.codec;
-    config.encode.crf = job_.encode.crf;
-    config.encode.preset = job_.encode.preset;
-    config.encode.pix_fmt = job_.encode.pix_fmt;
-    config.encode.copy_audio = job_.encode.copy_audio;
-    config.encode.copy_subtitles = job_.encode.copy_subtitles;
+    config.encode = encode_settings(job_.encode);
     io::VideoWriter writer(config);
     VideoSliceSource source(reader, job_slice_rule(job_, traits, info.width, info.height),
                             kVaeRange, options.first_frame, options.end_frame);

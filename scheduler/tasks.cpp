@@ -52,8 +52,6 @@ std::map<std::string, double> stage_metrics(const PipelineStats& stats) {
           {"stage_sink_seconds", stats.sink_seconds}};
 }
 
-namespace {
-
 io::EncodeSettings encode_settings(const EncodeSpec& spec) {
   io::EncodeSettings s;
   s.codec = spec.codec;
@@ -65,6 +63,8 @@ io::EncodeSettings encode_settings(const EncodeSpec& spec) {
   s.copy_subtitles = spec.copy_subtitles;
   return s;
 }
+
+namespace {
 
 // Encoders for 4:2:0 / 4:2:2 need even sizes; an odd size loses its last row/column.
 void even_size(const std::string& pix_fmt, int& width, int& height) {

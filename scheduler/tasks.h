@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "io/video_writer.h"
 #include "scheduler/pipeline.h"
 #include "scheduler/progress.h"
 #include "scheduler/runner.h"
@@ -53,6 +54,9 @@ TilePlan plan_job_tiles(const JobSpec& job, const ModelTraits& traits, int width
 // slice_frames, or auto_slice_frames when it is 0, grouped as the model needs.
 SliceRule job_slice_rule(const JobSpec& job, const ModelTraits& traits, int out_width,
                          int out_height);
+
+// The writer's encoder settings for a job's `encode:` map.
+io::EncodeSettings encode_settings(const EncodeSpec& spec);
 
 // Per-stage seconds as report metrics ("stage_model_seconds", ...).
 std::map<std::string, double> stage_metrics(const PipelineStats& stats);
