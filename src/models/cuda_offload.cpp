@@ -16,21 +16,40 @@ namespace wm::models {
 
 namespace {
 
-// [C, n, H, W] floats → frames [first, first + n) of every channel plane of dst.
-void copy_planes(const float* src, Planar& dst, int first, int64_t channels, int64_t n) {
-  const size_t frame = dst.plane_size();
-  for (int64_t c = 0; c < channels; ++c) {
-    std::memcpy(dst.plane(int(c), first), src + size_t(c) * size_t(n) * frame,
-                size_t(n) * frame * sizeof(float));
+// Where a chunk goes in its destination.
+struct Region {
+  int first = 0, top = 0, left = 0;
+  int64_t channels = 0, frames = 0, height = 0, width = 0;
+};
+
+// [C, n, h, w] floats → the region of every channel plane of dst.
+void copy_planes(const float* src, Planar& dst, const Region& r) {
+  const size_t row = size_t(r.width);
+  const bool whole = r.top == 0 && r.left == 0 && r.height == dst.height && r.width == dst.width;
+  for (int64_t c = 0; c < r.channels; ++c) {
+    for (int64_t f = 0; f < r.frames; ++f) {
+      const float* from = src + size_t((c * r.frames + f) * r.height) * row;
+      float* to = dst.plane(int(c), r.first + int(f));
+      if (whole) {
+        std::memcpy(to, from, size_t(r.height) * row * sizeof(float));
+        continue;
+      }
+      for (int64_t y = 0; y < r.height; ++y) {
+        std::memcpy(to + size_t(r.top + y) * size_t(dst.width) + size_t(r.left),
+                    from + size_t(y) * row, row * sizeof(float));
+      }
+    }
   }
 }
 
-void check_chunk(const at::Tensor& chunk, const Planar& dst, int first) {
+Region check_chunk(const at::Tensor& chunk, const Planar& dst, int first, int top, int left) {
   if (chunk.dim() != 4 || chunk.scalar_type() != at::kFloat || !chunk.is_contiguous() ||
-      chunk.size(0) != dst.channels || chunk.size(2) != dst.height || chunk.size(3) != dst.width ||
-      first < 0 || first + chunk.size(1) > dst.frames) {
+      chunk.size(0) != dst.channels || first < 0 || top < 0 || left < 0 ||
+      first + chunk.size(1) > dst.frames || top + chunk.size(2) > dst.height ||
+      left + chunk.size(3) > dst.width) {
     throw ModelError("OutputOffload: chunk does not fit its destination");
   }
+  return Region{first, top, left, chunk.size(0), chunk.size(1), chunk.size(2), chunk.size(3)};
 }
 
 }  // namespace
@@ -40,8 +59,7 @@ struct OutputOffload::Impl {
     at::Tensor pinned;  // staging, grown on demand, kept
     at::Tensor source;  // the device chunk, alive until its copy is done
     Planar* dst = nullptr;
-    int first = 0;
-    int64_t channels = 0, frames = 0;
+    Region region;
     bool busy = false;
 #ifdef WMBATCH_WITH_CUDA
     at::cuda::CUDAEvent done;
@@ -57,7 +75,7 @@ struct OutputOffload::Impl {
 #ifdef WMBATCH_WITH_CUDA
     s.done.synchronize();
 #endif
-    if (write) copy_planes(s.pinned.data_ptr<float>(), *s.dst, s.first, s.channels, s.frames);
+    if (write) copy_planes(s.pinned.data_ptr<float>(), *s.dst, s.region);
     s.source.reset();
     s.dst = nullptr;
     s.busy = false;
@@ -81,11 +99,11 @@ OutputOffload::~OutputOffload() {
   }
 }
 
-void OutputOffload::push(const at::Tensor& chunk, Planar& dst, int first_frame) {
-  check_chunk(chunk, dst, first_frame);
+void OutputOffload::push(const at::Tensor& chunk, Planar& dst, int first_frame, int top, int left) {
+  const Region region = check_chunk(chunk, dst, first_frame, top, left);
   if (!chunk.is_cuda()) {
     at::Tensor c = chunk.cpu();
-    copy_planes(c.data_ptr<float>(), dst, first_frame, c.size(0), c.size(1));
+    copy_planes(c.data_ptr<float>(), dst, region);
     return;
   }
 #ifdef WMBATCH_WITH_CUDA
@@ -112,9 +130,7 @@ void OutputOffload::push(const at::Tensor& chunk, Planar& dst, int first_frame) 
   s.done.record(*m.copy_stream);
   s.source = chunk;
   s.dst = &dst;
-  s.first = first_frame;
-  s.channels = chunk.size(0);
-  s.frames = chunk.size(1);
+  s.region = region;
   s.busy = true;
 #else
   throw ModelError("OutputOffload: CUDA tensor in a build without CUDA");

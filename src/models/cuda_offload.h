@@ -25,9 +25,10 @@ class OutputOffload {
   OutputOffload(const OutputOffload&) = delete;
   OutputOffload& operator=(const OutputOffload&) = delete;
 
-  // `chunk`: [C, n, H, W] float32, contiguous; becomes frames [first_frame, first_frame + n) of
-  // `dst` (which has C channels and H×W frames). The chunk is kept alive until copied.
-  void push(const at::Tensor& chunk, Planar& dst, int first_frame);
+  // `chunk`: [C, n, h, w] float32, contiguous; becomes frames [first_frame, first_frame + n),
+  // rows [top, top + h) and columns [left, left + w) of `dst` (C channels). The chunk is kept
+  // alive until copied.
+  void push(const at::Tensor& chunk, Planar& dst, int first_frame, int top = 0, int left = 0);
   // Waits for every pushed chunk and writes it into its Planar.
   void finish();
   // Waits for the copies in flight and forgets them (after an error; destinations untouched).

@@ -36,6 +36,7 @@ void limit_device_memory(const Device& device, double gib) {
     cudaMemGetInfo(&free_bytes, &total_bytes);
     const double fraction = std::min(1.0, gib * double(1 << 30) / double(total_bytes));
     c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, device.index);
+    wan21::set_memory_limit(device.index, int64_t(gib * double(1 << 30)));
   }
 #else
   (void)device;

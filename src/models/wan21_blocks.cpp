@@ -4,15 +4,21 @@
 #include <torch/version.h>
 
 #ifdef WMBATCH_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #endif
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "src/base/error.h"
@@ -327,6 +333,7 @@ class CausalConv {
   CausalConv() = default;
   CausalConv(Builder& b, const std::string& prefix, int64_t out, int64_t in, int64_t kh)
       : conv_(b.conv3d(prefix, out, in, kCausalFrames + 1, kh, kh)),
+        in_channels_(in),
         pad_(kh / 2),
         slot_(b.slot()),
         memory_format_(b.memory_format()),
@@ -354,6 +361,9 @@ class CausalConv {
   at::Tensor bias() const {
     return out_channels_ > 0 ? conv_.bias.narrow(0, 0, out_channels_) : conv_.bias;
   }
+  int slot() const { return slot_; }
+  int64_t in_channels() const { return in_channels_; }
+  int64_t radius() const { return pad_; }
   // CUDA: pads the filters with zero ones up to a multiple of `m` output channels (cuDNN runs
   // 96→3 as a slow non-tensor-core kernel, 22 TFLOP/s on an H200); run() then returns a channel
   // view of the real outputs.
@@ -376,6 +386,7 @@ class CausalConv {
 
   Conv conv_;
   int64_t out_channels_ = 0;  // > 0: conv_ is padded; the real output channels
+  int64_t in_channels_ = 0;
   int64_t pad_ = 0;
   int slot_ = -1;
   at::MemoryFormat memory_format_ = at::MemoryFormat::Contiguous;
@@ -384,10 +395,22 @@ class CausalConv {
 
 }  // namespace
 
+// Slot and input channels of a causal layer (its state: two frames of that many channels at the
+// block's input resolution).
+struct SlotInfo {
+  int slot;
+  int64_t channels;
+};
+
 class Block {
  public:
   virtual ~Block() = default;
   virtual at::Tensor forward(at::Tensor x, SequenceState& st, bool first) const = 0;
+  // Spatial geometry, for exact tiling: the input halo needed for an output halo of `out`
+  // pixels, the output pixels per input pixel, the causal layers. Defaults: per-pixel, no state.
+  virtual int64_t input_halo(int64_t out) const { return out; }
+  virtual int64_t scale() const { return 1; }
+  virtual std::vector<SlotInfo> slots() const { return {}; }
 };
 
 namespace {
@@ -447,6 +470,10 @@ class Residual : public Block {
     x.reset();
     add_bias_residual(y, bias, residual, tu);
     return y;
+  }
+  int64_t input_halo(int64_t out) const override { return out + conv1_.radius() + conv2_.radius(); }
+  std::vector<SlotInfo> slots() const override {
+    return {{conv1_.slot(), conv1_.in_channels()}, {conv2_.slot(), conv2_.in_channels()}};
   }
 
  private:
@@ -615,6 +642,9 @@ class Upsample : public Block {
   // From now on forward() is the spatial part only; an UpsampleTime block runs the temporal
   // part before it (so frame chunking can start between the two).
   void split() { split_ = temporal_; }
+  // Output pixel 2i+a reads source pixels i−1+a..i+a (nearest 2× then a 3×3 conv).
+  int64_t input_halo(int64_t out) const override { return (out + 1) / 2 + 1; }
+  int64_t scale() const override { return 2; }
 
   // Sequence frame 0 passes through; every other frame f becomes (a_f, b_f) = the two channel
   // halves of the causal time conv over frames 1.. (frame 0 is not its context).
@@ -721,6 +751,8 @@ class Head : public Block {
     if (pending) y.add_(channel_view(conv_.bias()));
     return y;
   }
+  int64_t input_halo(int64_t out) const override { return out + conv_.radius(); }
+  std::vector<SlotInfo> slots() const override { return {{conv_.slot(), conv_.in_channels()}}; }
 
  private:
   at::Tensor gamma_;
@@ -772,6 +804,14 @@ Tuning Tuning::from_env() {
         t.tail_frames = std::stoi(value);
       } else if (key == "tail_budget_mib") {
         t.tail_budget_mib = std::stoll(value);
+      } else if (key == "tail_tiles") {  // RxC
+        const size_t x = value.find('x');
+        if (x == std::string::npos) throw std::invalid_argument(value);
+        t.tail_rows = std::stoi(value.substr(0, x));
+        t.tail_cols = std::stoi(value.substr(x + 1));
+        if (t.tail_rows < 1 || t.tail_cols < 1) throw std::invalid_argument(value);
+      } else if (key == "host_state") {
+        t.host_state = std::stoi(value);
       } else {
         throw ModelError("WMBATCH_WAN21_TUNING: unknown key '" + key + "'");
       }
@@ -786,8 +826,31 @@ std::string Tuning::str() const {
   std::ostringstream s;
   s << "fused=" << fused << ",raw_conv=" << raw_conv << ",subpixel=" << subpixel
     << ",cudnn_benchmark=" << cudnn_benchmark << ",conv_frames=" << conv_frames
-    << ",tail_frames=" << tail_frames << ",tail_budget_mib=" << tail_budget_mib;
+    << ",tail_frames=" << tail_frames << ",tail_budget_mib=" << tail_budget_mib
+    << ",tail_tiles=" << tail_rows << "x" << tail_cols << ",host_state=" << host_state;
   return s.str();
+}
+
+std::string TailPlan::str() const {
+  std::ostringstream s;
+  s << "frames=" << frames << ",tiles=" << rows << "x" << cols << ",host_state=" << host_state;
+  return s.str();
+}
+
+namespace {
+std::mutex g_limit_mutex;
+std::map<int, int64_t> g_limits;
+}  // namespace
+
+void set_memory_limit(int device, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(g_limit_mutex);
+  g_limits[device] = bytes;
+}
+
+int64_t memory_limit(int device) {
+  std::lock_guard<std::mutex> lock(g_limit_mutex);
+  auto it = g_limits.find(device);
+  return it == g_limits.end() ? 0 : it->second;
 }
 
 void set_profiling(bool on) {
@@ -900,12 +963,24 @@ Network::Network(const Architecture& a, Task task, ParamSource& params, const at
           up->split();
           add(stage + ".resample_t", std::make_unique<UpsampleTime>(*up));
           tail_start_ = blocks_.size();
+          tail_in_channels_ = out;
         }
         add(stage + ".resample", std::move(up));
       }
     }
     add("head", std::make_unique<Head>(b, "decoder.head", dims.back(), 3));
     tail_channels_ = dims.back();
+    int64_t scale = 1;
+    for (size_t i = tail_start_; i < blocks_.size(); ++i) {
+      for (const SlotInfo& info : blocks_[i]->slots()) {
+        tail_slots_.push_back(info.slot);
+        tail_state_channels_ += info.channels * scale * scale;
+      }
+      scale *= blocks_[i]->scale();
+    }
+    tail_scale_ = scale;
+    for (size_t i = blocks_.size(); i-- > tail_start_;)
+      tail_halo_ = blocks_[i]->input_halo(tail_halo_);
   }
   slots_ = b.slots();
 }
@@ -919,10 +994,26 @@ at::Tensor Network::run_block(size_t i, at::Tensor x, SequenceState& state, bool
 
 at::Tensor Network::forward(at::Tensor x, SequenceState& state, bool first) const {
   if (task_ == Task::kDecode) {
-    std::vector<at::Tensor> parts;
-    forward_chunks(std::move(x), state, first, 0,
-                   [&](const at::Tensor& y, int64_t, int64_t) { parts.push_back(y); });
-    return parts.size() == 1 ? parts[0] : at::cat(parts, 2);
+    // Without a memory limit: the tuning's tiles and chunks, else whole frames.
+    at::Tensor out;
+    forward_chunks(
+        std::move(x), state, first,
+        [&](const at::Tensor& in) { return auto_tail_plan(in.size(2), in.size(3), in.size(4), 0); },
+        [&](const at::Tensor& y, const ChunkPos& p) {
+          if (p.frame == 0 && p.top == 0 && p.left == 0 && y.size(2) == p.frames &&
+              y.size(3) == p.height && y.size(4) == p.width) {
+            out = y;
+            return;
+          }
+          if (!out.defined()) {
+            out = at::empty({1, y.size(1), p.frames, p.height, p.width}, y.options());
+          }
+          out.narrow(2, p.frame, y.size(2))
+              .narrow(3, p.top, y.size(3))
+              .narrow(4, p.left, y.size(4))
+              .copy_(y);
+        });
+    return out;
   }
   if (state.slots.size() != size_t(slots_)) state.slots.resize(size_t(slots_));
   for (size_t i = 0; i < blocks_.size(); ++i) x = run_block(i, std::move(x), state, first);
@@ -931,11 +1022,125 @@ at::Tensor Network::forward(at::Tensor x, SequenceState& state, bool first) cons
   return x.sub_(mean_).div_(std_);
 }
 
-void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, int64_t tail_frames,
+namespace {
+
+// A tile of the decode tail, in tail-input pixels: the core it produces and the crop it reads
+// (the core plus the tail's halo, clipped to the frame).
+struct TailTile {
+  int64_t core_top, core_left, core_h, core_w;
+  int64_t crop_top, crop_left, crop_h, crop_w;
+};
+
+std::vector<TailTile> tail_tiles(int64_t h, int64_t w, int rows, int cols, int64_t halo) {
+  std::vector<TailTile> out;
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) {
+      TailTile t;
+      t.core_top = h * r / rows;
+      t.core_h = h * (r + 1) / rows - t.core_top;
+      t.core_left = w * c / cols;
+      t.core_w = w * (c + 1) / cols - t.core_left;
+      t.crop_top = std::max<int64_t>(0, t.core_top - halo);
+      t.crop_h = std::min(h, t.core_top + t.core_h + halo) - t.crop_top;
+      t.crop_left = std::max<int64_t>(0, t.core_left - halo);
+      t.crop_w = std::min(w, t.core_left + t.core_w + halo) - t.crop_left;
+      out.push_back(t);
+    }
+  }
+  return out;
+}
+
+// Moves tail-tile state between pinned host memory and the device on a copy stream, ordered
+// against the compute (current) stream with events. Inactive (CPU, or state kept on the
+// device): tensors pass through unchanged.
+class StateMover {
+ public:
+  explicit StateMover(bool active) : active_(active) {
+#ifdef WMBATCH_WITH_CUDA
+    if (active_) {
+      compute_ = c10::cuda::getCurrentCUDAStream();
+      copy_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, compute_->device_index());
+    }
+#else
+    active_ = false;
+#endif
+  }
+  ~StateMover() {
+#ifdef WMBATCH_WITH_CUDA
+    // After an error, copies may still be in flight into tensors about to be freed.
+    if (active_ && std::uncaught_exceptions() > 0) copy_->synchronize();
+#endif
+  }
+
+  // Starts uploading `host` (pinned; undefined entries stay undefined); take() returns it.
+  void upload(const std::vector<at::Tensor>& host) {
+    pending_ = host;
+    if (!active_) return;
+#ifdef WMBATCH_WITH_CUDA
+    // Device buffers come from the compute stream's pool: the copy waits for it to get here.
+    std::vector<at::Tensor> dev(host.size());
+    for (size_t i = 0; i < host.size(); ++i) {
+      if (host[i].defined())
+        dev[i] = at::empty_like(host[i],
+                                host[i].options().device(compute_->device()).pinned_memory(false));
+    }
+    at::cuda::CUDAEvent ready;
+    ready.record(*compute_);
+    ready.block(*copy_);
+    {
+      c10::cuda::CUDAStreamGuard guard(*copy_);
+      for (size_t i = 0; i < host.size(); ++i) {
+        if (host[i].defined()) dev[i].copy_(host[i], /*non_blocking=*/true);
+      }
+    }
+    uploaded_.record(*copy_);
+    pending_ = std::move(dev);
+#endif
+  }
+  // The uploaded tensors, usable by work queued on the compute stream from now on.
+  std::vector<at::Tensor> take() {
+#ifdef WMBATCH_WITH_CUDA
+    if (active_) uploaded_.block(*compute_);
+#endif
+    return std::move(pending_);
+  }
+  // Queues copies of `dev` into fresh pinned host tensors (after the compute stream's work so
+  // far) and returns those; the device tensors may be dropped at once.
+  std::vector<at::Tensor> download(const std::vector<at::Tensor>& dev) {
+    if (!active_) return dev;
+    std::vector<at::Tensor> host(dev.size());
+#ifdef WMBATCH_WITH_CUDA
+    at::cuda::CUDAEvent ready;
+    ready.record(*compute_);
+    ready.block(*copy_);
+    c10::cuda::CUDAStreamGuard guard(*copy_);
+    for (size_t i = 0; i < dev.size(); ++i) {
+      if (!dev[i].defined()) continue;
+      host[i] = at::empty_like(dev[i], dev[i].options().device(at::kCPU).pinned_memory(true));
+      host[i].copy_(dev[i], /*non_blocking=*/true);
+      // The compute stream may reuse this memory only after the copy.
+      c10::cuda::CUDACachingAllocator::recordStream(dev[i].storage().data_ptr(), *copy_);
+    }
+#endif
+    return host;
+  }
+
+ private:
+  bool active_;
+  std::vector<at::Tensor> pending_;
+#ifdef WMBATCH_WITH_CUDA
+  std::optional<c10::cuda::CUDAStream> compute_, copy_;
+  at::cuda::CUDAEvent uploaded_;
+#endif
+};
+
+}  // namespace
+
+void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, const Planner& planner,
                              const Sink& sink) const {
   if (task_ == Task::kEncode) {
     at::Tensor y = forward(std::move(x), state, first);
-    sink(y, 0, y.size(2));
+    sink(y, ChunkPos{0, y.size(2), 0, 0, y.size(3), y.size(4)});
     return;
   }
   if (state.slots.size() != size_t(slots_)) state.slots.resize(size_t(slots_));
@@ -943,33 +1148,153 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, int
   x = conv(x.mul(std_).add_(mean_), top);
   for (size_t i = 0; i < tail_start_; ++i) x = run_block(i, std::move(x), state, first);
   // After the last temporal upsample every layer maps frame f to frame f (causal convs carry
-  // their two frames of history in `state`), so the tail can run in frame chunks exactly.
-  const int64_t frames = x.size(2);
-  const int64_t step = tail_frames > 0 ? std::min(tail_frames, frames) : frames;
-  for (int64_t f0 = 0; f0 < frames; f0 += step) {
-    const int64_t n = std::min(step, frames - f0);
-    at::Tensor y = n == frames ? std::move(x) : x.narrow(2, f0, n);
-    for (size_t i = tail_start_; i < blocks_.size(); ++i) {
-      y = run_block(i, std::move(y), state, first);
+  // their two frames of history in `state`) and pixel p to a neighbourhood of p, so the tail can
+  // run in frame chunks and (overlapping) spatial tiles exactly.
+  const TailPlan plan = planner ? planner(x) : TailPlan{};
+  const int64_t frames = x.size(2), h = x.size(3), w = x.size(4), s = tail_scale_;
+  const int64_t step = plan.frames > 0 ? std::min(plan.frames, frames) : frames;
+  ChunkPos pos{0, frames, 0, 0, h * s, w * s};
+  if (plan.tiles() == 1 && !plan.host_state) {
+    for (int64_t f0 = 0; f0 < frames; f0 += step) {
+      const int64_t n = std::min(step, frames - f0);
+      at::Tensor y = n == frames ? std::move(x) : x.narrow(2, f0, n);
+      for (size_t i = tail_start_; i < blocks_.size(); ++i) {
+        y = run_block(i, std::move(y), state, first);
+      }
+      pos.frame = f0;
+      sink(y, pos);
     }
-    sink(y, f0, frames);
+    return;
+  }
+
+  const std::vector<TailTile> tiles = tail_tiles(h, w, plan.rows, plan.cols, tail_halo_);
+  if (first || state.tail_tiles.empty()) {
+    state.tail_tiles.assign(tiles.size(), std::vector<at::Tensor>(tail_slots_.size()));
+    state.tail_rows = plan.rows;
+    state.tail_cols = plan.cols;
+  } else if (state.tail_rows != plan.rows || state.tail_cols != plan.cols) {
+    throw ModelError("wan2.1-vae: the decode tail's tile grid changed within a sequence");
+  }
+  StateMover mover(plan.host_state && x.is_cuda());
+  mover.upload(state.tail_tiles[0]);
+  for (size_t k = 0; k < tiles.size(); ++k) {
+    const TailTile& t = tiles[k];
+    SequenceState tile;
+    tile.slots.resize(size_t(slots_));
+    std::vector<at::Tensor> slots = mover.take();
+    for (size_t j = 0; j < tail_slots_.size(); ++j) tile.slots[size_t(tail_slots_[j])] = slots[j];
+    slots.clear();
+    if (k + 1 < tiles.size()) mover.upload(state.tail_tiles[k + 1]);  // overlaps this tile
+    for (int64_t f0 = 0; f0 < frames; f0 += step) {
+      const int64_t n = std::min(step, frames - f0);
+      at::Tensor y = x.narrow(2, f0, n)
+                         .narrow(3, t.crop_top, t.crop_h)
+                         .narrow(4, t.crop_left, t.crop_w)
+                         .contiguous(memory_format_);
+      for (size_t i = tail_start_; i < blocks_.size(); ++i) {
+        y = run_block(i, std::move(y), tile, first);
+      }
+      y = y.narrow(3, (t.core_top - t.crop_top) * s, t.core_h * s)
+              .narrow(4, (t.core_left - t.crop_left) * s, t.core_w * s);
+      pos.frame = f0;
+      pos.top = t.core_top * s;
+      pos.left = t.core_left * s;
+      sink(y, pos);
+    }
+    std::vector<at::Tensor> kept(tail_slots_.size());
+    for (size_t j = 0; j < tail_slots_.size(); ++j) kept[j] = tile.slots[size_t(tail_slots_[j])];
+    state.tail_tiles[k] = mover.download(kept);
   }
 }
 
-int64_t Network::auto_tail_frames(int64_t out_frames, int64_t out_h, int64_t out_w,
-                                  int64_t device_bytes) const {
-  if (tuning_.tail_frames > 0) return std::min<int64_t>(tuning_.tail_frames, out_frames);
-  const int64_t budget =
-      tuning_.tail_budget_mib > 0 ? (tuning_.tail_budget_mib << 20) : device_bytes / 4;
-  if (budget <= 0) return out_frames;
-  // ~4 live full-resolution activations of the widest tail width per frame (a residual block's
-  // input, padded norm output, conv output, plus the allocator's slack).
-  const int64_t per_frame = 4 * tail_channels_ * out_h * out_w * int64_t(mean_.element_size());
-  // At most 16 frames (conv calls take ≤ 16 anyway), so the output's copy to the host overlaps
-  // the later chunks; chunks of even length.
-  const int64_t most = std::clamp<int64_t>(budget / std::max<int64_t>(1, per_frame), 1, 16);
-  const int64_t chunks = (out_frames + most - 1) / most;
-  return std::max<int64_t>(1, (out_frames + chunks - 1) / chunks);
+int64_t Network::tail_plan_bytes(const TailPlan& plan, int64_t frames, int64_t h, int64_t w) const {
+  const int64_t elt = mean_.element_size();
+  int64_t largest = 0, total = 0;
+  for (const TailTile& t : tail_tiles(h, w, plan.rows, plan.cols, tail_halo_)) {
+    largest = std::max(largest, t.crop_h * t.crop_w);
+    total += t.crop_h * t.crop_w;
+  }
+  // Causal state of every tail layer per tail-input pixel: on the device for all tiles, or (in
+  // host memory between slices) for the tile running and the next one being uploaded.
+  const int64_t state_px = kCausalFrames * tail_state_channels_ * elt;
+  int64_t bytes = state_px * (plan.host_state ? (plan.tiles() > 1 ? 2 * largest : total) : total);
+  // State kept on the device also stands through the next slice's layers before the tail, at
+  // ~3 more activations of the tail input's size.
+  if (!plan.host_state) bytes += 3 * tail_in_channels_ * h * w * elt * frames;
+  // ~4 live activations per chunk frame of the widest full-resolution width (a residual block's
+  // input, the padded norm output, the conv output, the allocator's slack).
+  const int64_t chunk = plan.frames > 0 ? std::min(plan.frames, frames) : frames;
+  return bytes + chunk * 4 * tail_channels_ * tail_scale_ * tail_scale_ * elt * largest;
+}
+
+TailPlan Network::auto_tail_plan(int64_t frames, int64_t h, int64_t w, int64_t avail) const {
+  TailPlan plan;
+  const bool fixed_grid = tuning_.tail_rows > 0 && tuning_.tail_cols > 0;
+  if (fixed_grid) {
+    plan.rows = tuning_.tail_rows;
+    plan.cols = tuning_.tail_cols;
+  }
+  if (tuning_.host_state >= 0) plan.host_state = tuning_.host_state != 0;
+  if (tuning_.tail_budget_mib > 0) avail = tuning_.tail_budget_mib << 20;
+  // At most 16 frames per chunk (conv calls take ≤ 16 anyway), so the output's copy to the host
+  // overlaps the later chunks.
+  const int64_t most = tuning_.tail_frames > 0 ? std::min<int64_t>(tuning_.tail_frames, frames)
+                                               : std::min<int64_t>(16, frames);
+  if (avail <= 0) {
+    plan.frames = tuning_.tail_frames > 0 ? most : frames;
+    return plan;
+  }
+  // Chunk frames that fit `avail` with this grid and state placement (0: not one).
+  auto fit = [&](TailPlan p) -> int64_t {
+    p.frames = 0;
+    const int64_t one = tail_plan_bytes(TailPlan{1, p.rows, p.cols, p.host_state}, frames, h, w);
+    const int64_t two = tail_plan_bytes(TailPlan{2, p.rows, p.cols, p.host_state}, frames, h, w);
+    if (one > avail) return 0;
+    return std::min(most, 1 + (avail - one) / std::max<int64_t>(1, two - one));
+  };
+  auto even = [&](int64_t n) {  // chunks of (nearly) equal length
+    const int64_t chunks = (frames + n - 1) / n;
+    return (frames + chunks - 1) / chunks;
+  };
+  std::vector<std::pair<int, int>> grids;
+  if (fixed_grid) {
+    grids.push_back({plan.rows, plan.cols});
+  } else {
+    // Fewest tiles first; of as many tiles, the least overlap first.
+    for (int n = 1; n <= 64; ++n) {
+      std::vector<std::pair<int64_t, std::pair<int, int>>> same;
+      for (int rows = 1; rows <= n; ++rows) {
+        if (n % rows != 0) continue;
+        int64_t area = 0;
+        for (const TailTile& t : tail_tiles(h, w, rows, n / rows, tail_halo_)) {
+          area += t.crop_h * t.crop_w;
+        }
+        same.push_back({area, {rows, n / rows}});
+      }
+      std::sort(same.begin(), same.end());
+      for (const auto& g : same) grids.push_back(g.second);
+    }
+  }
+  // The first grid (state on the device before host memory) that takes chunks of 4 frames;
+  // failing that, the one that takes the longest chunks.
+  const int64_t want = std::min<int64_t>(4, frames);
+  int64_t best = 0;
+  TailPlan chosen = plan;
+  chosen.frames = 1;
+  for (const auto& [rows, cols] : grids) {
+    for (bool host : {false, true}) {
+      if (tuning_.host_state >= 0 && host != plan.host_state) continue;
+      // One tile with its state in host memory saves nothing during the tail.
+      if (host && rows * cols == 1 && tuning_.host_state < 0) continue;
+      const int64_t n = fit(TailPlan{0, rows, cols, host});
+      if (n > best) {
+        best = n;
+        chosen = TailPlan{even(n), rows, cols, host};
+      }
+      if (n >= want) return chosen;
+    }
+  }
+  return chosen;
 }
 
 namespace {

@@ -30,10 +30,33 @@ class ParamSource {
   virtual at::Tensor get(const std::string& key, const std::vector<int64_t>& shape) = 0;
 };
 
-// Causal state of one sequence: per stateful layer (slot), the input frames it keeps.
+// Causal state of one sequence: per stateful layer (slot), the input frames it keeps. Slot
+// tensors are replaced, never written in place, so a copy of a SequenceState is a snapshot.
 struct SequenceState {
   std::vector<at::Tensor> slots;  // undefined: sequence start (zeros / nothing seen)
+  // Decode tail run in spatial tiles (TailPlan): the tail slots of each tile (on the device, or
+  // in pinned host memory between slices when TailPlan::host_state), and the grid they belong to.
+  std::vector<std::vector<at::Tensor>> tail_tiles;
+  int tail_rows = 0, tail_cols = 0;
 };
+
+// How the decode tail (the layers after the last temporal upsample: 3×3 convs and per-pixel
+// ops only) runs. Its output equals the untiled, unchunked computation up to rounding: tiles
+// overlap by the tail's receptive field (Network::tail_halo) and keep their own causal state.
+struct TailPlan {
+  int64_t frames = 0;      // frames per chunk (0: all)
+  int rows = 1, cols = 1;  // spatial tiles, over the tail input
+  // CUDA: the tiles' causal state lives in pinned host memory between slices; each tile's is
+  // uploaded (the next tile's while the current one computes) and written back on a copy stream.
+  bool host_state = false;
+  int tiles() const { return rows * cols; }
+  std::string str() const;
+};
+
+// Process-wide cap on what a session may plan to use on a CUDA device (0: its free memory), set
+// with the allocator's limit (wmbench --max-gpu-gib).
+void set_memory_limit(int device, int64_t bytes);
+int64_t memory_limit(int device);
 
 // The architecture a config describes; validates the config (ModelError on nonsense).
 struct Architecture {
@@ -56,9 +79,11 @@ struct Tuning {
   bool subpixel = true;  // upsample: 2×2 sub-pixel convs on the source instead of nearest + 3×3
   int conv_frames = 0;   // CUDA: output frames per conv call (0: auto ≤ 16, -1: all)
   int tail_frames = 0;   // decode: frames per chunk after the last temporal upsample (0: auto)
-  int64_t tail_budget_mib = 0;  // auto tail chunks: working-set budget (0: 1/4 of GPU memory)
-  bool cudnn_benchmark = true;  // CUDA: let cuDNN time its algorithms per shape
-  static Tuning from_env();     // defaults, then WMBATCH_WAN21_TUNING
+  int64_t tail_budget_mib = 0;       // auto tail plan: memory budget (0: what the device has free)
+  int tail_rows = 0, tail_cols = 0;  // decode tail tiles (0: auto)
+  int host_state = -1;               // tail state in host memory: 0 no, 1 yes, -1 auto
+  bool cudnn_benchmark = true;       // CUDA: let cuDNN time its algorithms per shape
+  static Tuning from_env();          // defaults, then WMBATCH_WAN21_TUNING
   std::string str() const;
 };
 
@@ -95,15 +120,29 @@ class Network {
   // layers after the last temporal upsample run chunk by chunk, `tail_frames` frames at a time,
   // bounding their memory; 0 = tuning/auto). Each chunk is [1, C_out, n, H, W] and may be
   // overwritten after sink returns. Encode hands over one chunk.
-  // sink(chunk, first_frame, frames_total): chunk holds output frames [first_frame, +n).
-  using Sink = std::function<void(const at::Tensor& chunk, int64_t first_frame, int64_t frames)>;
-  void forward_chunks(at::Tensor x, SequenceState& state, bool first, int64_t tail_frames,
+  // Where a chunk goes: output frames [frame, +n) of `frames`, rows [top, +h) and columns
+  // [left, +w) of the height×width output.
+  struct ChunkPos {
+    int64_t frame = 0, frames = 0, top = 0, left = 0, height = 0, width = 0;
+  };
+  using Sink = std::function<void(const at::Tensor& chunk, const ChunkPos& pos)>;
+  // `plan` returns how to run the tail, given the tail input [1, C, T, h, w] (called once per
+  // call, after the layers before the tail ran; the tile grid must stay the same for a sequence).
+  using Planner = std::function<TailPlan(const at::Tensor& tail_input)>;
+  void forward_chunks(at::Tensor x, SequenceState& state, bool first, const Planner& plan,
                       const Sink& sink) const;
-  // Tail chunk length for `out_frames` output frames of out_h×out_w: tuning.tail_frames when
-  // set, else the most frames whose estimated working set fits tuning.tail_budget_mib (or a
-  // quarter of `device_bytes`; 0 = no limit → all frames).
-  int64_t auto_tail_frames(int64_t out_frames, int64_t out_h, int64_t out_w,
-                           int64_t device_bytes) const;
+  // The tail plan for a tail input of `frames` frames of h×w (tail-input pixels) when `avail`
+  // bytes may be used by the tail (its activations, and its causal state when it stays on the
+  // device); tuning overrides apply. avail <= 0: no limit (one tile, all frames).
+  TailPlan auto_tail_plan(int64_t frames, int64_t h, int64_t w, int64_t avail) const;
+  // The estimate auto_tail_plan works with: device bytes the tail needs beyond what is allocated
+  // when it starts (causal state, activations of a chunk).
+  int64_t tail_plan_bytes(const TailPlan& plan, int64_t frames, int64_t h, int64_t w) const;
+  // Receptive field of the tail in tail-input pixels: a tile given this much overlap computes
+  // exactly the untiled values in its core.
+  int64_t tail_halo() const { return tail_halo_; }
+  // Output pixels per tail-input pixel (per side).
+  int64_t tail_scale() const { return tail_scale_; }
   const Tuning& tuning() const { return tuning_; }
   Task task() const { return task_; }
   int state_slots() const { return slots_; }
@@ -114,8 +153,12 @@ class Network {
   at::MemoryFormat memory_format_;
   Tuning tuning_;
   int slots_ = 0;
-  size_t tail_start_ = 0;             // decode: first block after the last temporal upsample
-  int64_t tail_channels_ = 0;         // decode: widest channel count at full output resolution
+  size_t tail_start_ = 0;      // decode: first block after the last temporal upsample
+  int64_t tail_channels_ = 0;  // decode: widest channel count at full output resolution
+  int64_t tail_halo_ = 0, tail_scale_ = 1;
+  int64_t tail_in_channels_ = 0;      // decode: channels of the tail's input
+  int64_t tail_state_channels_ = 0;   // Σ over tail slots of channels × (scale of its layer)²
+  std::vector<int> tail_slots_;       // slot indices of the tail's causal layers
   at::Tensor mean_, std_;             // [1, z, 1, 1, 1]
   at::Tensor top_weight_, top_bias_;  // conv2 (decode) or conv1[:z] (encode), 1×1×1
   std::vector<std::unique_ptr<Block>> blocks_;

@@ -32,6 +32,7 @@ using wan21::Architecture;
 using wan21::Network;
 using wan21::ParamSpec;
 using wan21::SequenceState;
+using wan21::TailPlan;
 using wan21::Task;
 
 namespace {
@@ -198,8 +199,11 @@ ParamMap random_params(const std::vector<ParamSpec>& specs, Task task, uint64_t 
 //
 // On CUDA the session runs on its own stream; decode output leaves the device in frame chunks
 // (Network::forward_chunks) through a pinned ring (OutputOffload), so the copies and the host
-// side overlap the next chunk's compute. An out-of-memory error halves the chunk length and
-// retries the slice from the state it started with.
+// side overlap the next chunk's compute. The decode tail's plan (chunk length, exact spatial
+// tiles, causal state in host memory) is chosen from the memory the device has (or the limit
+// set with wan21::set_memory_limit) at the first slice of a sequence. An out-of-memory error
+// retries the slice from the state it started with, with half the chunk length (or, in the
+// first slice, twice the tiles); later slices keep what fitted.
 class Wan21Session final : public ModelSession {
  public:
   Wan21Session(const ModelTraits& traits, std::shared_ptr<const Network> net, at::Device device,
@@ -213,7 +217,7 @@ class Wan21Session final : public ModelSession {
 
  private:
   void check(const Planar& input, const RunContext& ctx) const;
-  Planar run_cuda_decode(Planar&& input, SequenceState& state, bool first);
+  Planar run_cuda_decode(Planar&& input, int tile, bool first);
 
   ModelTraits traits_;
   std::shared_ptr<const Network> net_;
@@ -221,8 +225,8 @@ class Wan21Session final : public ModelSession {
   at::ScalarType dtype_;
   int temporal_factor_;
   std::map<int, SequenceState> tiles_;  // by RunContext::tile_index
+  std::map<int, TailPlan> plans_;       // CUDA decode: the tail plan of each tile's sequence
   std::unique_ptr<OutputOffload> offload_;
-  int64_t tail_limit_ = 0;  // > 0: decode tail chunk length that an out-of-memory retry chose
 #ifdef WMBATCH_WITH_CUDA
   std::optional<c10::cuda::CUDAStream> stream_;
 #endif
@@ -381,7 +385,7 @@ Planar Wan21Session::run(Planar&& input, const RunContext& ctx) {
     return guarded(traits_.name.c_str(), [&] {
       c10::InferenceMode inference;
       if (device_.is_cuda() && net_->task() == Task::kDecode) {
-        return run_cuda_decode(std::move(input), state, ctx.first_slice);
+        return run_cuda_decode(std::move(input), ctx.tile_index, ctx.first_slice);
       }
       at::Tensor x =
           to_tensor(std::move(input)).to(device_, dtype_).contiguous(net_->memory_format());
@@ -390,14 +394,15 @@ Planar Wan21Session::run(Planar&& input, const RunContext& ctx) {
     });
   } catch (...) {
     tiles_.erase(ctx.tile_index);  // half-updated state must not feed a later slice
+    plans_.erase(ctx.tile_index);
     throw;
   }
 }
 
-Planar Wan21Session::run_cuda_decode(Planar&& input, SequenceState& state, bool first) {
+Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
 #ifndef WMBATCH_WITH_CUDA
   (void)input;
-  (void)state;
+  (void)tile;
   (void)first;
   throw ModelError(traits_.name + ": this build has no CUDA");
 #else
@@ -406,47 +411,66 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, SequenceState& state, bool 
   if (!stream_) stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
   c10::cuda::CUDAStreamGuard stream_guard(*stream_);
   if (!offload_) offload_ = std::make_unique<OutputOffload>(3);
+  SequenceState& state = tiles_[tile];
+  if (first) plans_.erase(tile);
 
-  const int64_t t_in = input.frames;
-  const int64_t out_h = int64_t(input.height) * traits_.scale_num;
-  const int64_t out_w = int64_t(input.width) * traits_.scale_num;
-  const int64_t t_out = first ? 1 + temporal_factor_ * (t_in - 1) : temporal_factor_ * t_in;
   // Latents are small: a plain synchronous upload.
   const at::Tensor x =
       to_tensor(std::move(input)).to(device_, dtype_).contiguous(net_->memory_format());
-  size_t free_bytes = 0, total_bytes = 0;
-  cudaMemGetInfo(&free_bytes, &total_bytes);
-  int64_t tail = net_->auto_tail_frames(t_out, out_h, out_w, int64_t(total_bytes));
-  if (tail_limit_ > 0) tail = std::min(tail, tail_limit_);
+  // The tail plan, made when the tail of the sequence's first slice starts: what is allocated
+  // then (weights, the state before the tail, the tail input) stays; the rest of the limit (or
+  // of what the device could give us) is the tail's, less a margin for cuDNN workspaces.
+  auto planner = [&](const at::Tensor& tail_in) {
+    auto it = plans_.find(tile);
+    if (it != plans_.end()) return it->second;
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+    const int64_t allocated = stats.allocated_bytes[0].current;
+    const int64_t reserved = stats.reserved_bytes[0].current;
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    const int64_t limit = wan21::memory_limit(index);
+    const int64_t cap = limit > 0 ? limit : reserved + int64_t(free_bytes);
+    const int64_t avail = cap - allocated - cap / 20 - (int64_t(512) << 20);
+    TailPlan plan = net_->auto_tail_plan(tail_in.size(2), tail_in.size(3), tail_in.size(4),
+                                         std::max<int64_t>(avail, 1));
+    return plans_[tile] = plan;
+  };
   const SequenceState start = state;  // slots are replaced, never written: a cheap snapshot
 
   for (;;) {
     Planar out;
     try {
       net_->forward_chunks(
-          x, state, first, tail, [&](const at::Tensor& y, int64_t f0, int64_t frames) {
-            if (out.empty()) {
-              out = Planar(int(y.size(1)), int(frames), int(y.size(3)), int(y.size(4)));
-            }
-            // [1, C, n, H, W] (channels_last, run dtype) → [C, n, H, W] float32
+          x, state, first, planner, [&](const at::Tensor& y, const Network::ChunkPos& p) {
+            if (out.empty())
+              out = Planar(int(y.size(1)), int(p.frames), int(p.height), int(p.width));
+            // [1, C, n, h, w] (channels_last, run dtype, maybe a crop) → [C, n, h, w] float32
             at::Tensor planar = at::empty({y.size(1), y.size(2), y.size(3), y.size(4)},
                                           y.options().dtype(at::kFloat));
             planar.copy_(y.squeeze(0));
-            offload_->push(planar, out, int(f0));
+            offload_->push(planar, out, int(p.frame), int(p.top), int(p.left));
           });
       offload_->finish();
       return out;
     } catch (const c10::OutOfMemoryError&) {
       offload_->abandon();
-      const int64_t was = tail > 0 ? tail : t_out;
-      if (was <= 1) throw;
-      tail = std::max<int64_t>(1, was / 2);
-      tail_limit_ = tail;  // later slices start from what fitted
+      c10::cuda::device_synchronize();  // copies in flight must land before their buffers go
+      auto it = plans_.find(tile);
+      if (it == plans_.end()) throw;  // before the tail: nothing to shrink
+      TailPlan& plan = it->second;
+      if (plan.frames > 1) {
+        plan.frames /= 2;
+      } else if (first && plan.tiles() < 64) {
+        plan.cols *= 2;
+        plan.host_state = true;
+      } else {
+        throw;
+      }
       state = start;
       c10::cuda::CUDACachingAllocator::emptyCache();
       // (No spdlog here: LibTorch 2.x bundles its own fmt, which clashes with spdlog's.)
-      std::fprintf(stderr, "%s: out of GPU memory; retrying the slice with %lld-frame chunks\n",
-                   traits_.name.c_str(), static_cast<long long>(tail));
+      std::fprintf(stderr, "%s: out of GPU memory; retrying the slice with tail plan %s\n",
+                   traits_.name.c_str(), plan.str().c_str());
     }
   }
 #endif

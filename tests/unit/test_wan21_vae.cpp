@@ -19,6 +19,7 @@
 
 #include "io/safetensors.h"
 #include "src/base/error.h"
+#include "src/models/wan21_blocks.h"
 
 namespace fs = std::filesystem;
 using wm::Planar;
@@ -249,6 +250,79 @@ TEST_F(Wan21VaeSlicing, FirstSliceResetsState) {
   const Planar first = session->run(input.clone(), slice_context(0, true));
   const Planar again = session->run(input.clone(), slice_context(0, true));
   EXPECT_EQ(max_abs_diff(first, again), 0.0);
+}
+
+// --- decode tail tiles ----------------------------------------------------------------------
+
+// A decoder (dim 16, random weights) built with WMBATCH_WAN21_TUNING = tuning.
+std::unique_ptr<wm::Model> tuned_decoder(const std::string& tuning) {
+  wm::ModelConfig config;
+  config.kind = "wan2.1-vae";
+  config.task = "decode";
+  config.dim = 16;
+  setenv("WMBATCH_WAN21_TUNING", tuning.c_str(), 1);
+  auto model = wm::models::make_wan21_vae_random(config, wm::Device{}, 11);
+  unsetenv("WMBATCH_WAN21_TUNING");
+  return model;
+}
+
+TEST(Wan21VaeTail, TilesAndChunksEqualWholeFrames) {
+  // 5 latent frames of 14×18 → tail input 28×36 (halo 7): 2×3 tiles have real interior seams;
+  // causal state per tile carries across the 3 + 2 latent-frame slices.
+  Planar z(16, 5, 14, 18);
+  uint32_t seed = 5;
+  for (float& v : z.data) {
+    seed = seed * 1664525u + 1013904223u;
+    v = float(seed >> 8) / float(1 << 24) * 4.f - 2.f;
+  }
+  const Planar whole = run_slices(*tuned_decoder(""), z, {3, 2});
+  ASSERT_EQ(whole.frames, 17);
+  ASSERT_EQ(whole.height, 112);
+  for (const std::string tuning :
+       {"tail_tiles=2x3", "tail_tiles=2x3,tail_frames=3", "tail_tiles=1x4,tail_frames=2",
+        "tail_tiles=3x1,host_state=1", "tail_tiles=1x1,host_state=1,tail_frames=5"}) {
+    const double err = max_abs_diff(run_slices(*tuned_decoder(tuning), z, {3, 2}), whole);
+    std::cout << "[ tail     ] " << tuning << ": max diff " << err << "\n";
+    EXPECT_LE(err, 1e-5) << tuning;
+  }
+}
+
+TEST(Wan21VaeTail, AutoPlanFitsTheBudget) {
+  // The full-size decoder's layout (no weights needed) at 1920×1080 output: tail input 270×480
+  // (bf16-sized elements do not matter to the logic; the recorder's stats are float32 here).
+  wm::ModelConfig config;
+  config.kind = "wan2.1-vae";
+  config.task = "decode";
+  struct Zeros : wm::models::wan21::ParamSource {
+    at::Tensor get(const std::string&, const std::vector<int64_t>& shape) override {
+      return at::zeros(shape);
+    }
+  } zeros;
+  const auto arch = wm::models::wan21::Architecture::from(config);
+  const at::Tensor stat = at::ones({1, 16, 1, 1, 1});
+  const wm::models::wan21::Network net(arch, wm::models::wan21::Task::kDecode, zeros, stat, stat,
+                                       at::MemoryFormat::Contiguous);
+  EXPECT_EQ(net.tail_scale(), 4);
+  EXPECT_EQ(net.tail_halo(), 7);
+  const int64_t frames = 16, h = 270, w = 480;
+  using wm::models::wan21::TailPlan;
+  const TailPlan roomy = net.auto_tail_plan(frames, h, w, int64_t(1) << 40);
+  EXPECT_EQ(roomy.tiles(), 1);
+  EXPECT_FALSE(roomy.host_state);
+  EXPECT_EQ(roomy.frames, 16);
+  const int64_t resident = net.tail_plan_bytes(TailPlan{1, 1, 1, false}, frames, h, w);
+  int last_tiles = 1;
+  for (double f : {0.9, 0.6, 0.4, 0.25, 0.15}) {
+    const int64_t avail = int64_t(double(resident) * f);
+    const TailPlan p = net.auto_tail_plan(frames, h, w, avail);
+    std::cout << "[ plan     ] " << f << " of the one-tile need: " << p.str() << "\n";
+    EXPECT_LE(net.tail_plan_bytes(p, frames, h, w), avail) << p.str();
+    EXPECT_GE(p.tiles(), last_tiles);
+    EXPECT_GE(p.frames, 1);
+    last_tiles = p.tiles();
+  }
+  EXPECT_GT(last_tiles, 1);
+  EXPECT_TRUE(net.auto_tail_plan(frames, h, w, int64_t(double(resident) * 0.15)).host_state);
 }
 
 // --- traits and layout -----------------------------------------------------------------------

@@ -170,6 +170,10 @@ TEST(Wan21VaeGpu, GoldenDecodeSlices) {
   REQUIRE_GPU();
   check_golden("decode", "decode_t9", "", {1, 1, 1, 1, 1, 1, 1, 1, 1});
   check_golden("decode", "decode_t9", "tail_frames=3", {2, 3, 4});
+  // Exact tail tiles, their causal state in pinned host memory between slices.
+  check_golden("decode", "decode_t9", "tail_tiles=2x2,host_state=1,tail_frames=3", {2, 3, 4});
+  check_golden("decode", "decode_t9", "tail_tiles=1x3,host_state=0", {4, 5});
+  check_golden("decode", "decode_t9", "tail_tiles=1x1,host_state=1", {1, 8});
   check_golden("encode", "encode_t17", "", {5, 4, 4, 4});
 }
 
