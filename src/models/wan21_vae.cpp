@@ -433,6 +433,10 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
     const int64_t avail = cap - allocated - cap / 20 - (int64_t(512) << 20);
     TailPlan plan = net_->auto_tail_plan(tail_in.size(2), tail_in.size(3), tail_in.size(4),
                                          std::max<int64_t>(avail, 1));
+    if (plan.tiles() > 1 || plan.host_state) {
+      std::fprintf(stderr, "%s: %.1f GiB for the decode tail: %s\n", traits_.name.c_str(),
+                   double(avail) / double(1 << 30), plan.str().c_str());
+    }
     return plans_[tile] = plan;
   };
   const SequenceState start = state;  // slots are replaced, never written: a cheap snapshot
