@@ -1050,16 +1050,21 @@ std::vector<TailTile> tail_tiles(int64_t h, int64_t w, int rows, int cols, int64
   return out;
 }
 
-// Moves tail-tile state between pinned host memory and the device on a copy stream, ordered
-// against the compute (current) stream with events. Inactive (CPU, or state kept on the
-// device): tensors pass through unchanged.
+// Moves tail-tile state between pinned host memory and the device on two copy streams (one per
+// direction, so both copy engines work), ordered against the compute (current) stream with
+// events. Inactive (CPU, or state kept on the device): tensors pass through unchanged.
+//
+// Device memory: a download's device tensors are freed once the copy is done (recordStream);
+// upload() first waits (on the host) for the previous download, so at most two tiles' state
+// are on the device while the tail runs: the tile computing and the one being uploaded.
 class StateMover {
  public:
   explicit StateMover(bool active) : active_(active) {
 #ifdef WMBATCH_WITH_CUDA
     if (active_) {
       compute_ = c10::cuda::getCurrentCUDAStream();
-      copy_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, compute_->device_index());
+      up_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, compute_->device_index());
+      down_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, compute_->device_index());
     }
 #else
     active_ = false;
@@ -1068,7 +1073,10 @@ class StateMover {
   ~StateMover() {
 #ifdef WMBATCH_WITH_CUDA
     // After an error, copies may still be in flight into tensors about to be freed.
-    if (active_ && std::uncaught_exceptions() > 0) copy_->synchronize();
+    if (active_ && std::uncaught_exceptions() > 0) {
+      up_->synchronize();
+      down_->synchronize();
+    }
 #endif
   }
 
@@ -1077,23 +1085,25 @@ class StateMover {
     pending_ = host;
     if (!active_) return;
 #ifdef WMBATCH_WITH_CUDA
+    if (downloading_) downloaded_.synchronize();  // its device memory is free again
+    downloading_ = false;
     // Device buffers come from the compute stream's pool: the copy waits for it to get here.
     std::vector<at::Tensor> dev(host.size());
     for (size_t i = 0; i < host.size(); ++i) {
-      if (host[i].defined())
-        dev[i] = at::empty_like(host[i],
-                                host[i].options().device(compute_->device()).pinned_memory(false));
+      if (!host[i].defined()) continue;
+      dev[i] = at::empty_like(host[i],
+                              host[i].options().device(compute_->device()).pinned_memory(false));
     }
     at::cuda::CUDAEvent ready;
     ready.record(*compute_);
-    ready.block(*copy_);
+    ready.block(*up_);
     {
-      c10::cuda::CUDAStreamGuard guard(*copy_);
+      c10::cuda::CUDAStreamGuard guard(*up_);
       for (size_t i = 0; i < host.size(); ++i) {
         if (host[i].defined()) dev[i].copy_(host[i], /*non_blocking=*/true);
       }
     }
-    uploaded_.record(*copy_);
+    uploaded_.record(*up_);
     pending_ = std::move(dev);
 #endif
   }
@@ -1112,15 +1122,17 @@ class StateMover {
 #ifdef WMBATCH_WITH_CUDA
     at::cuda::CUDAEvent ready;
     ready.record(*compute_);
-    ready.block(*copy_);
-    c10::cuda::CUDAStreamGuard guard(*copy_);
+    ready.block(*down_);
+    c10::cuda::CUDAStreamGuard guard(*down_);
     for (size_t i = 0; i < dev.size(); ++i) {
       if (!dev[i].defined()) continue;
       host[i] = at::empty_like(dev[i], dev[i].options().device(at::kCPU).pinned_memory(true));
       host[i].copy_(dev[i], /*non_blocking=*/true);
       // The compute stream may reuse this memory only after the copy.
-      c10::cuda::CUDACachingAllocator::recordStream(dev[i].storage().data_ptr(), *copy_);
+      c10::cuda::CUDACachingAllocator::recordStream(dev[i].storage().data_ptr(), *down_);
     }
+    downloaded_.record(*down_);
+    downloading_ = true;
 #endif
     return host;
   }
@@ -1129,8 +1141,9 @@ class StateMover {
   bool active_;
   std::vector<at::Tensor> pending_;
 #ifdef WMBATCH_WITH_CUDA
-  std::optional<c10::cuda::CUDAStream> compute_, copy_;
-  at::cuda::CUDAEvent uploaded_;
+  std::optional<c10::cuda::CUDAStream> compute_, up_, down_;
+  at::cuda::CUDAEvent uploaded_, downloaded_;
+  bool downloading_ = false;
 #endif
 };
 
@@ -1184,9 +1197,11 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
     std::vector<at::Tensor> slots = mover.take();
     for (size_t j = 0; j < tail_slots_.size(); ++j) tile.slots[size_t(tail_slots_[j])] = slots[j];
     slots.clear();
-    if (k + 1 < tiles.size()) mover.upload(state.tail_tiles[k + 1]);  // overlaps this tile
     for (int64_t f0 = 0; f0 < frames; f0 += step) {
       const int64_t n = std::min(step, frames - f0);
+      // The next tile's state comes up while this tile's last chunk computes (by then the
+      // previous tile's download is done: two tiles' state on the device, not three).
+      if (f0 + n == frames && k + 1 < tiles.size()) mover.upload(state.tail_tiles[k + 1]);
       at::Tensor y = x.narrow(2, f0, n)
                          .narrow(3, t.crop_top, t.crop_h)
                          .narrow(4, t.crop_left, t.crop_w)
@@ -1218,12 +1233,14 @@ int64_t Network::tail_plan_bytes(const TailPlan& plan, int64_t frames, int64_t h
   // host memory between slices) for the tile running and the next one being uploaded.
   const int64_t state_px = kCausalFrames * tail_state_channels_ * elt;
   int64_t bytes = state_px * (plan.host_state ? (plan.tiles() > 1 ? 2 * largest : total) : total);
+  // The tail input stays while the tiles run; each tile reads its crop of a chunk.
+  const int64_t chunk = plan.frames > 0 ? std::min(plan.frames, frames) : frames;
+  bytes += tail_in_channels_ * largest * elt * chunk;
   // State kept on the device also stands through the next slice's layers before the tail, at
   // ~3 more activations of the tail input's size.
   if (!plan.host_state) bytes += 3 * tail_in_channels_ * h * w * elt * frames;
   // ~4 live activations per chunk frame of the widest full-resolution width (a residual block's
   // input, the padded norm output, the conv output, the allocator's slack).
-  const int64_t chunk = plan.frames > 0 ? std::min(plan.frames, frames) : frames;
   return bytes + chunk * 4 * tail_channels_ * tail_scale_ * tail_scale_ * elt * largest;
 }
 
