@@ -1050,6 +1050,24 @@ std::vector<TailTile> tail_tiles(int64_t h, int64_t w, int rows, int cols, int64
   return out;
 }
 
+// Tile grids for a tail input of h×w: fewest tiles first; of as many tiles, the least overlap
+// first.
+std::vector<std::pair<int, int>> tail_grids(int64_t h, int64_t w, int64_t halo) {
+  std::vector<std::pair<int, int>> grids;
+  for (int n = 1; n <= 64; ++n) {
+    std::vector<std::pair<int64_t, std::pair<int, int>>> same;
+    for (int rows = 1; rows <= n; ++rows) {
+      if (n % rows != 0) continue;
+      int64_t area = 0;
+      for (const TailTile& t : tail_tiles(h, w, rows, n / rows, halo)) area += t.crop_h * t.crop_w;
+      same.push_back({area, {rows, n / rows}});
+    }
+    std::sort(same.begin(), same.end());
+    for (const auto& g : same) grids.push_back(g.second);
+  }
+  return grids;
+}
+
 // Moves tail-tile state between pinned host memory and the device on two copy streams (one per
 // direction, so both copy engines work), ordered against the compute (current) stream with
 // events. Inactive (CPU, or state kept on the device): tensors pass through unchanged.
@@ -1239,13 +1257,30 @@ int64_t Network::tail_plan_bytes(const TailPlan& plan, int64_t frames, int64_t h
   // State kept on the device also stands through the next slice's layers before the tail, at
   // ~3 more activations of the tail input's size.
   if (!plan.host_state) bytes += 3 * tail_in_channels_ * h * w * elt * frames;
-  // ~4 live activations per chunk frame of the widest full-resolution width (a residual block's
-  // input, the padded norm output, the conv output, the allocator's slack).
-  return bytes + chunk * 4 * tail_channels_ * tail_scale_ * tail_scale_ * elt * largest;
+  // Live activations of the widest full-resolution width: a residual block holds its input,
+  // the padded norm output (two more frames) and the conv output, plus the new state; 3n + 4
+  // frames for n-frame chunks.
+  return bytes + (3 * chunk + 4) * tail_channels_ * tail_scale_ * tail_scale_ * elt * largest;
+}
+
+TailPlan Network::more_tiles(const TailPlan& plan) const {
+  TailPlan next = plan;
+  next.host_state = true;
+  for (const auto& [rows, cols] : tail_grids(plan.in_h, plan.in_w, tail_halo_)) {
+    if (rows * cols > plan.tiles()) {
+      next.rows = rows;
+      next.cols = cols;
+      return next;
+    }
+  }
+  next.cols *= 2;
+  return next;
 }
 
 TailPlan Network::auto_tail_plan(int64_t frames, int64_t h, int64_t w, int64_t avail) const {
   TailPlan plan;
+  plan.in_h = h;
+  plan.in_w = w;
   const bool fixed_grid = tuning_.tail_rows > 0 && tuning_.tail_cols > 0;
   if (fixed_grid) {
     plan.rows = tuning_.tail_rows;
@@ -1277,20 +1312,7 @@ TailPlan Network::auto_tail_plan(int64_t frames, int64_t h, int64_t w, int64_t a
   if (fixed_grid) {
     grids.push_back({plan.rows, plan.cols});
   } else {
-    // Fewest tiles first; of as many tiles, the least overlap first.
-    for (int n = 1; n <= 64; ++n) {
-      std::vector<std::pair<int64_t, std::pair<int, int>>> same;
-      for (int rows = 1; rows <= n; ++rows) {
-        if (n % rows != 0) continue;
-        int64_t area = 0;
-        for (const TailTile& t : tail_tiles(h, w, rows, n / rows, tail_halo_)) {
-          area += t.crop_h * t.crop_w;
-        }
-        same.push_back({area, {rows, n / rows}});
-      }
-      std::sort(same.begin(), same.end());
-      for (const auto& g : same) grids.push_back(g.second);
-    }
+    grids = tail_grids(h, w, tail_halo_);
   }
   // The first grid (state on the device before host memory) that takes chunks of 4 frames;
   // failing that, the one that takes the longest chunks.
@@ -1306,7 +1328,7 @@ TailPlan Network::auto_tail_plan(int64_t frames, int64_t h, int64_t w, int64_t a
       const int64_t n = fit(TailPlan{0, rows, cols, host});
       if (n > best) {
         best = n;
-        chosen = TailPlan{even(n), rows, cols, host};
+        chosen = TailPlan{even(n), rows, cols, host, h, w};
       }
       if (n >= want) return chosen;
     }

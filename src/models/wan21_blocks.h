@@ -49,6 +49,7 @@ struct TailPlan {
   // CUDA: the tiles' causal state lives in pinned host memory between slices; each tile's is
   // uploaded (the next tile's while the current one computes) and written back on a copy stream.
   bool host_state = false;
+  int64_t in_h = 0, in_w = 0;  // the tail input size it was made for
   int tiles() const { return rows * cols; }
   std::string str() const;
 };
@@ -135,6 +136,9 @@ class Network {
   // bytes may be used by the tail (its activations, and its causal state when it stays on the
   // device); tuning overrides apply. avail <= 0: no limit (one tile, all frames).
   TailPlan auto_tail_plan(int64_t frames, int64_t h, int64_t w, int64_t avail) const;
+  // The next grid auto_tail_plan would try after `plan`'s (more tiles), state in host memory
+  // on CUDA; frames unchanged.
+  TailPlan more_tiles(const TailPlan& plan) const;
   // The estimate auto_tail_plan works with: device bytes the tail needs beyond what is allocated
   // when it starts (causal state, activations of a chunk).
   int64_t tail_plan_bytes(const TailPlan& plan, int64_t frames, int64_t h, int64_t w) const;

@@ -319,6 +319,9 @@ TEST(Wan21VaeTail, AutoPlanFitsTheBudget) {
     EXPECT_LE(net.tail_plan_bytes(p, frames, h, w), avail) << p.str();
     EXPECT_GE(p.tiles(), last_tiles);
     EXPECT_GE(p.frames, 1);
+    const TailPlan more = net.more_tiles(p);  // the out-of-memory back-off's next grid
+    EXPECT_GT(more.tiles(), p.tiles());
+    EXPECT_TRUE(more.host_state);
     last_tiles = p.tiles();
   }
   EXPECT_GT(last_tiles, 1);
