@@ -1,5 +1,6 @@
 // The Wan2.1 VAE tasks: decode_latents (latents → video or tensor), encode_latents (video or
 // tensor → latents with metadata) and reconstruct (video → VAE → video, with PSNR/SSIM).
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -232,10 +233,13 @@ class DecodeLatentsRunner : public TaskRunner {
     pipeline.tiles = plan_job_tiles(job_, traits, source.width(), source.height());
     auto sessions = models_.open_sessions();
     progress.begin(input, frames);
+    PipelineStats stats;
+    pipeline.stats = &stats;
 
     if (ends_with(output, ".safetensors")) {
       TensorSink sink(&progress);
       run_pipeline(source, sessions, sink, pipeline);
+      metrics_ = stage_metrics(stats);
       Planar out = sink.take(frames);
       write_tensor(output, "output", out,
                    {{"source", input},
@@ -257,14 +261,22 @@ class DecodeLatentsRunner : public TaskRunner {
                        &progress);
     sink.set_limit(frames);
     run_pipeline(source, sessions, sink, pipeline);
+    // finish() flushes the encoder, then fsyncs and verifies the file: a serial tail after the
+    // graph, reported apart from the stages.
+    const auto finish_start = std::chrono::steady_clock::now();
     const int64_t written = writer.finish();
+    metrics_ = stage_metrics(stats);
+    metrics_["writer_finish_seconds"] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - finish_start).count();
     progress.end();
     return written;
   }
+  std::map<std::string, double> metrics() const override { return metrics_; }
 
  private:
   JobSpec job_;
   ModelSet models_;
+  std::map<std::string, double> metrics_;
 };
 
 class EncodeLatentsRunner : public TaskRunner {

@@ -4,3 +4,4 @@
 
 int bench_upscale(int argc, char** argv);
 int bench_vae_decode(int argc, char** argv);
+int bench_vae_job(int argc, char** argv);

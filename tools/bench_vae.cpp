@@ -16,8 +16,6 @@
 // the PSNR of the timed run's output against it. --tuning sets WMBATCH_WAN21_TUNING (execution
 // choices of the Wan2.1 model, src/models/wan21_blocks.h) for A/B measurements. tflops_ref counts
 // the reference decoder's 8.5 MFLOP per output pixel.
-#include <sys/resource.h>
-
 #include <cmath>
 #include <cstdlib>
 
@@ -34,6 +32,7 @@
 #include "src/models/wan21_bench_support.h"
 #include "src/models/wan21_vae.h"
 #include "tools/bench.h"
+#include "tools/bench_vae_common.h"
 
 namespace {
 
@@ -65,20 +64,7 @@ const char* kUsage =
 // Throws std::invalid_argument with a one-line reason.
 Options parse(int argc, char** argv) {
   Options o;
-  auto integer = [](const std::string& flag, const std::string& v, int min) {
-    size_t used = 0;
-    int x = 0;
-    try {
-      x = std::stoi(v, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != v.size() || used == 0 || x < min) {
-      throw std::invalid_argument(flag + ": expected an integer >= " + std::to_string(min) +
-                                  ", got '" + v + "'");
-    }
-    return x;
-  };
+  const auto integer = wm::bench::parse_int;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "-h" || flag == "--help") throw std::invalid_argument("");
@@ -128,56 +114,6 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-wm::Device parse_device(const std::string& s) {
-  wm::Device d;
-  if (s == "cpu") return d;
-  if (s.rfind("cuda", 0) == 0) {
-    d.kind = wm::Device::Kind::kCuda;
-    d.index = s.size() > 5 && s[4] == ':' ? std::stoi(s.substr(5)) : 0;
-    return d;
-  }
-  throw std::invalid_argument("--device: expected cpu or cuda:N, got '" + s + "'");
-}
-
-wm::Precision parse_precision(const std::string& s) {
-  if (s == "bf16") return wm::Precision::kBFloat16;
-  if (s == "fp16") return wm::Precision::kFloat16;
-  return wm::Precision::kFloat32;
-}
-
-// The latents cut into slices of `slice` frames.
-std::vector<wm::Planar> make_slices(const wm::Planar& latents, int slice) {
-  std::vector<wm::Planar> slices;
-  for (int t0 = 0; t0 < latents.frames; t0 += slice) {
-    const int n = std::min(slice, latents.frames - t0);
-    wm::Planar s(latents.channels, n, latents.height, latents.width);
-    for (int c = 0; c < latents.channels; ++c) {
-      std::copy_n(latents.plane(c, t0), size_t(n) * latents.plane_size(), s.plane(c, 0));
-    }
-    slices.push_back(std::move(s));
-  }
-  return slices;
-}
-
-// Runs the slices in order on one session; returns the outputs.
-std::vector<wm::Planar> decode(wm::ModelSession& session, std::vector<wm::Planar> slices) {
-  std::vector<wm::Planar> outs;
-  for (size_t i = 0; i < slices.size(); ++i) {
-    wm::RunContext ctx;
-    ctx.slice_index = int64_t(i);
-    ctx.first_slice = i == 0;
-    ctx.last_slice = i + 1 == slices.size();
-    outs.push_back(session.run(std::move(slices[i]), ctx));
-  }
-  return outs;
-}
-
-double peak_rss_mib() {
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  return double(ru.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
-}
-
 }  // namespace
 
 int bench_vae_decode(int argc, char** argv) {
@@ -185,7 +121,7 @@ int bench_vae_decode(int argc, char** argv) {
   wm::Device device;
   try {
     o = parse(argc, argv);
-    device = parse_device(o.device);
+    device = wm::bench::parse_device(o.device);
   } catch (const std::invalid_argument& e) {
     if (*e.what()) std::cerr << "wmbench vae-decode: " << e.what() << "\n";
     std::cerr << kUsage;
@@ -199,7 +135,7 @@ int bench_vae_decode(int argc, char** argv) {
     config.kind = "wan2.1-vae";
     config.task = "decode";
     config.dim = o.dim;
-    config.precision = parse_precision(o.dtype);
+    config.precision = wm::bench::parse_precision(o.dtype);
     auto model = wm::models::make_wan21_vae_random(config, device, o.seed);
     auto session = model->open_session(device);
     wm::models::limit_device_memory(device, o.max_gpu_gib);  // after the allocator's first use
@@ -218,14 +154,13 @@ int bench_vae_decode(int argc, char** argv) {
     std::vector<wm::Planar> last;  // the last timed run's output (for --compare-fp32)
     for (int it = 0; it < o.warmup + o.iters; ++it) {
       // Slices are prepared outside the timed region.
-      std::vector<wm::Planar> slices = make_slices(latents, slice);
+      std::vector<wm::Planar> slices = wm::bench::make_slices(latents, slice);
       if (it == o.warmup) wm::models::reset_peak_device_memory(device);
       const auto start = std::chrono::steady_clock::now();
-      std::vector<wm::Planar> outs = decode(*session, std::move(slices));
+      std::vector<wm::Planar> outs;
+      const int64_t frames = wm::bench::run_slices(*session, std::move(slices), &outs);
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      int64_t frames = 0;
-      for (const wm::Planar& p : outs) frames += p.frames;
       if (frames != frames_out) {
         throw wm::ModelError("bench: decoded " + std::to_string(frames) + " frames, expected " +
                              std::to_string(frames_out));
@@ -253,7 +188,7 @@ int bench_vae_decode(int argc, char** argv) {
     out["best_seconds"] = best;
     out["fps"] = double(frames_out) / seconds;
     out["cpu_threads"] = wm::models::cpu_threads();
-    out["peak_rss_mib"] = peak_rss_mib();
+    out["peak_rss_mib"] = wm::bench::peak_rss_mib();
     out["tflops_ref"] = 8.5e6 * double(o.width) * o.height * double(frames_out) / seconds / 1e12;
     out["tuning"] = wm::models::wan21_tuning();
     if (o.max_gpu_gib > 0) out["max_gpu_gib"] = o.max_gpu_gib;
@@ -267,7 +202,7 @@ int bench_vae_decode(int argc, char** argv) {
       wm::models::set_wan21_profiling(true);
       wm::models::take_wan21_stage_timings();
       const auto start = std::chrono::steady_clock::now();
-      decode(*session, make_slices(latents, slice));
+      wm::bench::run_slices(*session, wm::bench::make_slices(latents, slice));
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count();
@@ -298,7 +233,8 @@ int bench_vae_decode(int argc, char** argv) {
       setenv("WMBATCH_WAN21_TUNING", ref_tuning.c_str(), 1);
       auto ref_model = wm::models::make_wan21_vae_random(ref_config, device, o.seed);
       auto ref_session = ref_model->open_session(device);
-      std::vector<wm::Planar> ref = decode(*ref_session, make_slices(latents, slice));
+      std::vector<wm::Planar> ref;
+      wm::bench::run_slices(*ref_session, wm::bench::make_slices(latents, slice), &ref);
       double lo = 1e300, hi = -1e300, se = 0, ref2 = 0, max_abs = 0;
       size_t count = 0;
       for (size_t i = 0; i < ref.size(); ++i) {

@@ -11,6 +11,7 @@ const char* kUsage =
     "wmbench BENCH [options]   (each prints one JSON object on stdout)\n"
     "  upscale      wmbatch's upscale job vs the ffmpeg CLI on the same clip\n"
     "  vae-decode   Wan2.1 VAE decode speed and peak memory (random weights)\n"
+    "  vae-job      end-to-end decode_latents job (→ H.264) vs decode only (random weights)\n"
     "  BENCH --help for its options\n";
 }
 
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   const std::string bench = argv[1];
   if (bench == "upscale") return bench_upscale(argc - 1, argv + 1);
   if (bench == "vae-decode") return bench_vae_decode(argc - 1, argv + 1);
+  if (bench == "vae-job") return bench_vae_job(argc - 1, argv + 1);
   std::fprintf(stderr, "wmbench: unknown benchmark '%s'\n%s", bench.c_str(), kUsage);
   return 64;
 }

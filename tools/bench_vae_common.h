@@ -1,0 +1,36 @@
+// Pieces shared by the Wan2.1 VAE benchmarks (tools/bench_vae.cpp, tools/bench_vae_job.cpp):
+// option values, slicing latents the way the job runner does, running slices on one session,
+// and the process's peak resident memory. Torch-free (models through src/model.h only).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/base/planar.h"
+#include "src/model.h"
+
+namespace wm::bench {
+
+// Option values; each throws std::invalid_argument with a one-line reason naming `flag`.
+int parse_int(const std::string& flag, const std::string& value, int min);
+Device parse_device(const std::string& value);        // cpu | cuda | cuda:N
+Precision parse_precision(const std::string& value);  // fp32 | bf16 | fp16
+
+// The latents [C, T, h, w] cut into consecutive slices of `slice` frames (the last one shorter),
+// as decode_latents cuts its input.
+std::vector<Planar> make_slices(const Planar& latents, int slice);
+
+// Runs `slices` in order on one session as one sequence (the first with first_slice set).
+// Returns the frames produced; the outputs are appended to `outputs` when it is not null and
+// freed slice by slice otherwise (as a streaming job holds them).
+int64_t run_slices(ModelSession& session, std::vector<Planar> slices,
+                   std::vector<Planar>* outputs = nullptr);
+
+// Peak resident memory of this process in MiB (VmHWM). reset_peak_rss() restarts it from the
+// current resident size (Linux /proc/self/clear_refs); false when the kernel refused, and the
+// peak then stays the process's.
+double peak_rss_mib();
+bool reset_peak_rss();
+
+}  // namespace wm::bench
