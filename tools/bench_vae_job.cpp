@@ -88,6 +88,7 @@ struct Options {
   int latent_frames_long = 0;
   bool long_job = false;
   std::string keep;
+  int max_gpu_gib = 0;
 };
 
 const char* kUsage =
@@ -97,6 +98,7 @@ const char* kUsage =
     "                       [--warmup N] [--job-warmup N] [--iters N] [--threads N] [--seed N]\n"
     "                       [--weights-dtype f32|bf16] [--tuning KEY=V,...]\n"
     "                       [--latent-frames-long N] [--long-job 0|1] [--keep DIR]\n"
+    "                       [--max-gpu-gib N]\n"
     "  End-to-end decode_latents job (latents → VAE → libx264 .mp4) vs decode only on the same\n"
     "  latents and model file; H and W are output pixels (multiples of 8).\n";
 
@@ -149,6 +151,8 @@ Options parse(int argc, char** argv) {
       o.latent_frames_long = integer(flag, v, 0);
     } else if (flag == "--long-job") {
       o.long_job = integer(flag, v, 0) != 0;
+    } else if (flag == "--max-gpu-gib") {
+      o.max_gpu_gib = integer(flag, v, 0);
     } else if (flag == "--keep") {
       o.keep = v;
     } else {
@@ -470,6 +474,8 @@ int bench_vae_job(int argc, char** argv) {
       // applies after it, for both paths.
       wm::models::set_cpu_threads(o.threads);
       auto session = model->open_session(device);
+      // Process-wide from here on: the job's model gets the same cap.
+      wm::models::limit_device_memory(device, o.max_gpu_gib);
       frames_want = model->output_frames(o.latent_frames);
       std::vector<std::vector<wm::Planar>> warmups;
       for (int i = 0; i < o.warmup; ++i) warmups.push_back(wm::bench::make_slices(latents, slice));
@@ -495,6 +501,7 @@ int bench_vae_job(int argc, char** argv) {
 
     Json out;
     out["bench"] = "vae-job";
+    if (o.max_gpu_gib > 0) out["max_gpu_gib"] = o.max_gpu_gib;
     std::string args;
     for (int i = 0; i < argc; ++i) args += (i ? " " : "") + std::string(argv[i]);
     out["args"] = "wmbench " + args;
