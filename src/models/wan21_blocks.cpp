@@ -810,6 +810,8 @@ Tuning Tuning::from_env() {
         t.tail_rows = std::stoi(value.substr(0, x));
         t.tail_cols = std::stoi(value.substr(x + 1));
         if (t.tail_rows < 1 || t.tail_cols < 1) throw std::invalid_argument(value);
+      } else if (key == "prefetch_early") {
+        t.prefetch_early = parse_bool(value);
       } else if (key == "host_state") {
         t.host_state = std::stoi(value);
       } else {
@@ -827,7 +829,8 @@ std::string Tuning::str() const {
   s << "fused=" << fused << ",raw_conv=" << raw_conv << ",subpixel=" << subpixel
     << ",cudnn_benchmark=" << cudnn_benchmark << ",conv_frames=" << conv_frames
     << ",tail_frames=" << tail_frames << ",tail_budget_mib=" << tail_budget_mib
-    << ",tail_tiles=" << tail_rows << "x" << tail_cols << ",host_state=" << host_state;
+    << ",tail_tiles=" << tail_rows << "x" << tail_cols << ",host_state=" << host_state
+    << ",prefetch_early=" << prefetch_early;
   return s.str();
 }
 
@@ -1099,11 +1102,11 @@ class StateMover {
   }
 
   // Starts uploading `host` (pinned; undefined entries stay undefined); take() returns it.
-  void upload(const std::vector<at::Tensor>& host) {
+  void upload(const std::vector<at::Tensor>& host, bool wait_download = true) {
     pending_ = host;
     if (!active_) return;
 #ifdef WMBATCH_WITH_CUDA
-    if (downloading_) downloaded_.synchronize();  // its device memory is free again
+    if (downloading_ && wait_download) downloaded_.synchronize();  // its memory is free again
     downloading_ = false;
     // Device buffers come from the compute stream's pool: the copy waits for it to get here.
     std::vector<at::Tensor> dev(host.size());
@@ -1219,7 +1222,10 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
       const int64_t n = std::min(step, frames - f0);
       // The next tile's state comes up while this tile's last chunk computes (by then the
       // previous tile's download is done: two tiles' state on the device, not three).
-      if (f0 + n == frames && k + 1 < tiles.size()) mover.upload(state.tail_tiles[k + 1]);
+      const bool early = tuning_.prefetch_early;
+      if (k + 1 < tiles.size() && (early ? f0 == 0 : f0 + n == frames)) {
+        mover.upload(state.tail_tiles[k + 1], /*wait_download=*/!early);
+      }
       at::Tensor y = x.narrow(2, f0, n)
                          .narrow(3, t.crop_top, t.crop_h)
                          .narrow(4, t.crop_left, t.crop_w)
