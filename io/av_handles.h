@@ -46,6 +46,10 @@ struct SwsContextDeleter {
 struct AvDictionaryDeleter {
   void operator()(AVDictionary* dict) const { av_dict_free(&dict); }
 };
+// For reference-counted buffers (hardware device contexts): drops this reference.
+struct BufferRefDeleter {
+  void operator()(AVBufferRef* buffer) const { av_buffer_unref(&buffer); }
+};
 
 using FramePtr = std::unique_ptr<AVFrame, FrameDeleter>;
 using PacketPtr = std::unique_ptr<AVPacket, PacketDeleter>;
@@ -53,6 +57,7 @@ using CodecContextPtr = std::unique_ptr<AVCodecContext, CodecContextDeleter>;
 using FormatInputPtr = std::unique_ptr<AVFormatContext, FormatInputDeleter>;
 using FormatOutputPtr = std::unique_ptr<AVFormatContext, FormatOutputDeleter>;
 using SwsContextPtr = std::unique_ptr<SwsContext, SwsContextDeleter>;
+using BufferRefPtr = std::unique_ptr<AVBufferRef, BufferRefDeleter>;
 
 // Allocating constructors; throw std::bad_alloc when libav returns null.
 FramePtr make_frame();

@@ -18,6 +18,7 @@
 
 extern "C" {
 #include <libavutil/display.h>
+#include <libavutil/hwcontext.h>
 #include <libavutil/pixdesc.h>
 }
 
@@ -44,6 +45,46 @@ double tag_duration_seconds(const AVStream* stream) {
   return hours * 3600.0 + minutes * 60.0 + seconds;
 }
 
+bool has_cuda_device_config(const AVCodec* codec) {
+  for (int i = 0;; ++i) {
+    const AVCodecHWConfig* config = avcodec_get_hw_config(codec, i);
+    if (!config) return false;
+    if ((config->methods & AV_CODEC_HW_CONFIG_METHOD_HW_DEVICE_CTX) &&
+        config->device_type == AV_HWDEVICE_TYPE_CUDA) {
+      return true;
+    }
+  }
+}
+
+// The decoder of `id` that can run on NVDEC: libavcodec's default one when it can, else another
+// decoder of that codec (AV1: the default is libdav1d; the native av1 decoder has NVDEC). Null
+// when none can.
+const AVCodec* find_nvdec_decoder(AVCodecID id) {
+  const AVCodec* preferred = avcodec_find_decoder(id);
+  if (preferred && has_cuda_device_config(preferred)) return preferred;
+  void* iterator = nullptr;
+  while (const AVCodec* codec = av_codec_iterate(&iterator)) {
+    if (codec->id == id && av_codec_is_decoder(codec) && has_cuda_device_config(codec)) {
+      return codec;
+    }
+  }
+  return nullptr;
+}
+
+// get_format for NVDEC: CUDA frames when offered. libavcodec drops CUDA from the list when the
+// hwaccel cannot take the stream (profile, chroma format, size) and asks again; then the first
+// software format, and the reader notices the software frame (Impl::take_frame).
+AVPixelFormat pick_cuda_format(AVCodecContext*, const AVPixelFormat* formats) {
+  for (const AVPixelFormat* f = formats; *f != AV_PIX_FMT_NONE; ++f) {
+    if (*f == AV_PIX_FMT_CUDA) return *f;
+  }
+  for (const AVPixelFormat* f = formats; *f != AV_PIX_FMT_NONE; ++f) {
+    const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(*f);
+    if (desc && !(desc->flags & AV_PIX_FMT_FLAG_HWACCEL)) return *f;
+  }
+  return AV_PIX_FMT_NONE;
+}
+
 }  // namespace
 
 struct VideoReader::Impl {
@@ -58,6 +99,12 @@ struct VideoReader::Impl {
   FramePtr frame = make_frame();
   FrameToPlanar converter;
   VideoInfo info;
+
+  // NVDEC state. kTrying: the decoder runs on NVDEC but no frame has come out of it yet; any
+  // failure until then restarts the file in software (fall_back). kOn: frames came out.
+  enum class Hw { kOff, kTrying, kOn };
+  Hw hw = Hw::kOff;
+  FramePtr downloaded = make_frame();  // a CUDA frame copied to system memory
 
   int64_t frame_duration = 0;  // nominal, in time_base; 0 when the rate is unknown
   bool constant_rate = false;
@@ -79,12 +126,12 @@ struct VideoReader::Impl {
       : path(p), options(o), converter(o.convert_threads) {
     install_av_log();
     open_file();
-    open_decoder();
     fill_info();
     log = wm::log::get("dec:" + info.codec);
-    log->debug("{}: {}x{} {} {} fps, ~{} frames, time base {}/{}", path, info.width, info.height,
-               info.pix_fmt, info.frame_rate.value(), info.frames_estimate, info.time_base.num,
-               info.time_base.den);
+    open_decoder();
+    log->debug("{}: {}x{} {} {} fps, ~{} frames, time base {}/{}, decoder {}", path, info.width,
+               info.height, info.pix_fmt, info.frame_rate.value(), info.frames_estimate,
+               info.time_base.num, info.time_base.den, decoder_name());
   }
 
   [[noreturn]] void corrupt(const std::string& detail) const {
@@ -121,6 +168,16 @@ struct VideoReader::Impl {
   }
 
   void open_decoder() {
+    if (options.nvdec) {
+      const std::string problem = open_nvdec();
+      if (problem.empty()) return;
+      log->warn("{}: NVDEC not used, decoding in software: {}", path, problem);
+    }
+    open_software_decoder();
+  }
+
+  void open_software_decoder() {
+    hw = Hw::kOff;
     const AVCodec* codec = avcodec_find_decoder(stream->codecpar->codec_id);
     if (!codec) {
       throw InputError(
@@ -139,6 +196,111 @@ struct VideoReader::Impl {
       throw InputError(path + ": cannot open " + codec->name + " decoder: " + av_error_string(rc),
                        kExitDataErr);
     }
+  }
+
+  // Opens the decoder on NVDEC; returns why not (the reader then decodes in software), or "".
+  std::string open_nvdec() {
+    const AVCodecID id = stream->codecpar->codec_id;
+    const AVCodec* codec = find_nvdec_decoder(id);
+    if (!codec) return std::string("NVDEC does not decode ") + avcodec_get_name(id);
+    const std::string gpu = std::to_string(options.cuda_device);
+    AVBufferRef* raw_device = nullptr;
+    {
+      // Fails with two libav errors on a host without the CUDA driver; the caller says it once.
+      AvLogCapture capture;
+      // Its own CUDA context, not the device's primary one: FFmpeg 5.1 would set the primary
+      // context's scheduling flags and refuses when LibTorch already made it with others.
+      const int rc =
+          av_hwdevice_ctx_create(&raw_device, AV_HWDEVICE_TYPE_CUDA, gpu.c_str(), nullptr, 0);
+      if (rc < 0) {
+        std::string problem =
+            "cannot open CUDA device " + gpu + " for NVDEC: " + av_error_string(rc);
+        if (!capture.first_problem().empty()) problem += " (" + capture.first_problem() + ")";
+        return problem;
+      }
+    }
+    const BufferRefPtr device(raw_device);
+    CodecContextPtr context(avcodec_alloc_context3(codec));
+    if (!context) throw std::bad_alloc();
+    av_check(avcodec_parameters_to_context(context.get(), stream->codecpar),
+             "avcodec_parameters_to_context", path);
+    context->pkt_timebase = stream->time_base;
+    context->hw_device_ctx = av_buffer_ref(device.get());
+    if (!context->hw_device_ctx) throw std::bad_alloc();
+    context->get_format = pick_cuda_format;
+    // NVDEC does the decoding; more threads would only parse ahead (and hold more surfaces).
+    // One thread also keeps every libav line of the attempt on the reading thread.
+    context->thread_count = 1;
+    // Until the first frame is out, libav's lines about this context go to the debug level: a
+    // failure then is reported once, by fall_back().
+    context->log_level_offset = AV_LOG_DEBUG - AV_LOG_ERROR;
+    const int rc = avcodec_open2(context.get(), codec, nullptr);
+    if (rc < 0) {
+      return std::string("cannot open ") + codec->name + " on NVDEC: " + av_error_string(rc);
+    }
+    decoder = std::move(context);
+    hw = Hw::kTrying;
+    return {};
+  }
+
+  // NVDEC failed before its first frame (or a frame could not be copied out of GPU memory):
+  // decodes again in software, from the start (or, after a seek or frames already returned, by
+  // seeking to the next frame due), so indices, pts and pixels are those of a software read.
+  void fall_back(const std::string& problem) {
+    const int64_t target = std::max(discard_below, next_index);
+    log->warn("{}: NVDEC failed ({}); decoding in software from {}", path, problem,
+              target > 0 ? "frame " + std::to_string(target) : std::string("the start"));
+    av_frame_unref(frame.get());
+    open_software_decoder();
+    seek_to_frame(target);
+  }
+
+  // A decode call failed while NVDEC had not produced a frame yet: falls back and returns true.
+  bool hw_not_working(const std::string& problem) {
+    if (hw != Hw::kTrying) return false;
+    fall_back(problem);
+    return true;
+  }
+
+  // Takes a frame from the decoder: a CUDA frame is copied to system memory with its
+  // properties; the first frame decides whether NVDEC works. False when the reader fell back to
+  // software instead (decoding starts again).
+  bool take_frame() {
+    if (hw == Hw::kOff) return true;
+    if (frame->format != AV_PIX_FMT_CUDA) {
+      if (hw == Hw::kOn) return true;  // libavcodec decodes a later stream change in software
+      std::string stream_kind = decoder->codec->name;
+      if (const char* profile = avcodec_profile_name(decoder->codec_id, decoder->profile)) {
+        stream_kind += std::string(" ") + profile;
+      }
+      fall_back("stream not supported: " + stream_kind + ", " + info.pix_fmt + ", " +
+                std::to_string(info.width) + "x" + std::to_string(info.height));
+      return false;
+    }
+    av_frame_unref(downloaded.get());
+    int rc = av_hwframe_transfer_data(downloaded.get(), frame.get(), 0);
+    if (rc >= 0) rc = av_frame_copy_props(downloaded.get(), frame.get());
+    // libavcodec crops hardware frames only at the right and bottom; the left and top crop
+    // travel in the properties and are applied here, as the software decoder would.
+    if (rc >= 0) rc = av_frame_apply_cropping(downloaded.get(), 0);
+    if (rc < 0) {
+      fall_back("cannot copy frame " + std::to_string(next_index) +
+                " from the GPU: " + av_error_string(rc));
+      return false;
+    }
+    av_frame_unref(frame.get());
+    av_frame_move_ref(frame.get(), downloaded.get());
+    if (hw == Hw::kTrying) {
+      hw = Hw::kOn;
+      decoder->log_level_offset = 0;
+      log->debug("{}: decoding on NVDEC (CUDA device {})", path, options.cuda_device);
+    }
+    return true;
+  }
+
+  std::string decoder_name() const {
+    const std::string name = decoder->codec->name;
+    return hw == Hw::kOff ? name : name + " (nvdec)";
   }
 
   void fill_info() {
@@ -287,22 +449,31 @@ struct VideoReader::Impl {
     for (;;) {
       int rc = avcodec_receive_frame(decoder.get(), frame.get());
       if (rc == 0) {
+        if (!take_frame()) continue;
         if (accept_frame()) return true;
         av_frame_unref(frame.get());
         continue;
       }
-      if (rc == AVERROR_EOF) return false;
+      if (rc == AVERROR_EOF) {
+        if (packets > 0 && hw_not_working("no frame decoded")) continue;
+        return false;
+      }
       if (rc != AVERROR(EAGAIN)) {
-        count_error(rc, "decode error");
+        if (!hw_not_working("decode error: " + av_error_string(rc)))
+          count_error(rc, "decode error");
         continue;
       }
-      if (demux_eof) return false;  // draining never asks for input; do not spin if it does
+      if (demux_eof) {  // draining never asks for input; do not spin if it does
+        if (packets > 0 && hw_not_working("no frame decoded")) continue;
+        return false;
+      }
       rc = av_read_frame(format.get(), packet.get());
       if (rc == AVERROR_EOF) {
         demux_eof = true;
         // The flush is accepted even when an error of an earlier packet is reported with it.
         rc = avcodec_send_packet(decoder.get(), nullptr);
-        if (rc < 0 && rc != AVERROR_EOF) count_error(rc, "decode error");
+        if (rc < 0 && rc != AVERROR_EOF && !hw_not_working("decode error: " + av_error_string(rc)))
+          count_error(rc, "decode error");
         continue;
       }
       if (rc < 0) {
@@ -317,6 +488,8 @@ struct VideoReader::Impl {
       const bool damaged = packet->flags & AV_PKT_FLAG_CORRUPT;
       rc = avcodec_send_packet(decoder.get(), packet.get());
       av_packet_unref(packet.get());
+      if (rc < 0 && rc != AVERROR_EOF && hw_not_working("decode error: " + av_error_string(rc)))
+        continue;
       if (rc < 0 && rc != AVERROR_EOF)
         count_error(rc, "decode error");
       else if (damaged)
@@ -394,5 +567,6 @@ bool VideoReader::read(VideoFrame& out) { return impl_->read(out); }
 void VideoReader::seek_to_frame(int64_t frame_index) { impl_->seek_to_frame(frame_index); }
 int64_t VideoReader::frames_read() const { return impl_->frames_read; }
 int64_t VideoReader::decode_errors() const { return impl_->errors; }
+std::string VideoReader::decoder_name() const { return impl_->decoder_name(); }
 
 }  // namespace wm::io

@@ -15,6 +15,15 @@
 // ending more than 1.5 frame durations before its declared end (Matroska per-track DURATION tag,
 // stream duration; the file duration only when the file has no other stream).
 // Files that declare neither (e.g. MPEG-TS) are checked by decode errors alone.
+//
+// Hardware decoding (ReaderOptions::nvdec): libavcodec's NVDEC hwaccel on one CUDA device, for
+// codecs whose decoder has it (H.264, HEVC, AV1, VP9, MPEG-2, ...). Decoded frames are copied to
+// system memory (NV12, P010, ... as NVDEC hands them over) and converted like software frames;
+// H.264/HEVC decoding is bit-exact, so the RGB frames match a software read. When NVDEC cannot be
+// used (no CUDA driver or device, a codec or stream NVDEC does not take, a setup error, or a
+// failure before the first frame is out), the reader decodes the file in software from the
+// start, with one warning naming the file and the reason; libav's own lines about the abandoned
+// attempt go to the debug level. decoder_name() says which decoder is in use.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +51,10 @@ struct ReaderOptions {
   // threaded swscale gave run-to-run differences in a few pixels (measured), and the pipeline
   // already overlaps conversion with the model and the encoder.
   int convert_threads = 1;
+  // Decode on NVDEC (CUDA device `cuda_device`) where the codec has it; software otherwise and
+  // on any failure (see above). Software decoding uses `threads`; NVDEC one parsing thread.
+  bool nvdec = false;
+  int cuda_device = 0;
 };
 
 class VideoReader {
@@ -70,6 +83,10 @@ class VideoReader {
   // Frames returned by read() so far, and packets that failed to decode (tolerated ones).
   int64_t frames_read() const;
   int64_t decode_errors() const;
+  // The libavcodec decoder in use: "h264", or "h264 (nvdec)" on NVDEC. Final once the first
+  // frame has been read (a fallback to software happens at the latest then, or on a later
+  // failure to copy a frame out of GPU memory).
+  std::string decoder_name() const;
 
  private:
   struct Impl;

@@ -180,7 +180,9 @@ std::string absolute_in(const std::string& path, const std::string& dir) {
   return dir + "/" + path;
 }
 
-// Every job setting that can change the output's bits. Not `tokens` (scheduling only).
+// Every job setting that can change the output's bits. Not `tokens` (scheduling only), nor
+// `decode`: NVDEC and libavcodec decode H.264/HEVC bit-exactly and their frames convert to the
+// same RGB (tests/unit/test_nvdec*.cpp), so chunks decoded either way fit together.
 std::string settings_text(const JobSpec& job) {
   std::ostringstream s;
   s.precision(17);

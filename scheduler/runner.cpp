@@ -102,6 +102,7 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
       } else {
         in.frames = runner->process(input, in.output, options, progress);
         in.metrics = runner->metrics();
+        in.decoder = runner->decoder();
         in.state = InputState::kDone;
       }
     } catch (const Error& e) {
@@ -139,6 +140,7 @@ void write_report(const std::string& path, const std::vector<JobOutcome>& outcom
                           {"seconds", in.seconds},
                           {"fps", in.seconds > 0 ? in.frames / in.seconds : 0.0}};
       for (const auto& [name, value] : in.metrics) j[name] = value;
+      if (!in.decoder.empty()) j["decoder"] = in.decoder;
       if (in.state == InputState::kFailed) {
         j["error"] = in.error;
         j["exit_code"] = in.exit_code;

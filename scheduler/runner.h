@@ -46,6 +46,7 @@ struct InputOutcome {
   int64_t frames = 0;
   double seconds = 0;
   std::map<std::string, double> metrics;  // task measurements (reconstruct: psnr, ssim)
+  std::string decoder;  // the video decoder used ("h264", "h264 (nvdec)"); empty: none or unsaid
 };
 
 struct JobOutcome {

@@ -52,6 +52,17 @@ std::map<std::string, double> stage_metrics(const PipelineStats& stats) {
           {"stage_sink_seconds", stats.sink_seconds}};
 }
 
+io::ReaderOptions reader_options(const JobSpec& job, const std::vector<Device>& devices) {
+  io::ReaderOptions options;
+  options.max_error_rate = job.max_error_rate;
+  const auto gpu = std::find_if(devices.begin(), devices.end(),
+                                [](const Device& d) { return d.kind == Device::Kind::kCuda; });
+  options.nvdec =
+      job.decode == DecodeMode::kNvdec || (job.decode == DecodeMode::kAuto && gpu != devices.end());
+  options.cuda_device = gpu != devices.end() ? gpu->index : 0;
+  return options;
+}
+
 io::EncodeSettings encode_settings(const EncodeSpec& spec) {
   io::EncodeSettings s;
   s.codec = spec.codec;
@@ -84,9 +95,8 @@ class UpscaleRunner : public TaskRunner {
 
   int64_t process(const std::string& input, const std::string& output, const RunOptions& options,
                   Progress& progress) override {
-    io::ReaderOptions reader_options;
-    reader_options.max_error_rate = job_.max_error_rate;
-    io::VideoReader reader(input, reader_options);
+    decoder_.clear();
+    io::VideoReader reader(input, reader_options(job_, models_.devices()));
     const io::VideoInfo& info = reader.info();
     const ModelTraits& traits = models_.traits();
 
@@ -137,6 +147,7 @@ class UpscaleRunner : public TaskRunner {
     const int64_t written = writer.finish();
     progress.end();
     metrics_ = stage_metrics(stats);
+    decoder_ = reader.decoder_name();
     if (written != source.frames_read() - sink.frames_dropped()) {
       throw Error(output + ": wrote " + std::to_string(written) + " frames but read " +
                       std::to_string(source.frames_read() - sink.frames_dropped()),
@@ -145,11 +156,13 @@ class UpscaleRunner : public TaskRunner {
     return written;
   }
   std::map<std::string, double> metrics() const override { return metrics_; }
+  std::string decoder() const override { return decoder_; }
 
  private:
   JobSpec job_;
   ModelSet models_;
   std::map<std::string, double> metrics_;
+  std::string decoder_;
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "io/video_reader.h"
 #include "io/video_writer.h"
 #include "scheduler/pipeline.h"
 #include "scheduler/progress.h"
@@ -28,6 +29,9 @@ class TaskRunner {
                           const RunOptions& options, Progress& progress) = 0;
   // Measurements of the last process() call (e.g. PSNR/SSIM for reconstruct) for the report.
   virtual std::map<std::string, double> metrics() const { return {}; }
+  // The video decoder the last process() call used ("h264", "h264 (nvdec)"); empty when it read
+  // no video or does not say.
+  virtual std::string decoder() const { return {}; }
 };
 
 std::unique_ptr<TaskRunner> make_task_runner(const JobSpec& job);
@@ -54,6 +58,11 @@ TilePlan plan_job_tiles(const JobSpec& job, const ModelTraits& traits, int width
 // slice_frames, or auto_slice_frames when it is 0, grouped as the model needs.
 SliceRule job_slice_rule(const JobSpec& job, const ModelTraits& traits, int out_width,
                          int out_height);
+
+// The reader options for a job's inputs: its max_error_rate and its `decode:` mode on
+// `devices` (the job's resolved devices): nvdec uses the first CUDA device (GPU 0 when there is
+// none), auto asks for NVDEC only when there is one.
+io::ReaderOptions reader_options(const JobSpec& job, const std::vector<Device>& devices);
 
 // The writer's encoder settings for a job's `encode:` map.
 io::EncodeSettings encode_settings(const EncodeSpec& spec);

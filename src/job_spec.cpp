@@ -54,6 +54,18 @@ const char* to_string(OnExists o) {
   return "?";
 }
 
+const char* to_string(DecodeMode d) {
+  switch (d) {
+    case DecodeMode::kSoftware:
+      return "software";
+    case DecodeMode::kNvdec:
+      return "nvdec";
+    case DecodeMode::kAuto:
+      return "auto";
+  }
+  return "?";
+}
+
 const char* to_string(Precision p) {
   switch (p) {
     case Precision::kFloat32:
@@ -79,7 +91,7 @@ struct KeyTable {
 const KeyTable kTopKeys{
     "",
     {"job", "task", "input", "output", "on_exists", "model", "precision", "devices", "tiling",
-     "slice_frames", "tokens", "encode", "fps", "input_tensor", "max_error_rate"}};
+     "slice_frames", "tokens", "encode", "fps", "input_tensor", "max_error_rate", "decode"}};
 const KeyTable kModelKeys{"model",
                           {"kind", "scale", "weights", "dim", "z_dim", "dim_mult", "num_res_blocks",
                            "temporal_downsample", "latent_mean", "latent_std"}};
@@ -470,6 +482,10 @@ const std::vector<std::pair<std::string, std::string>> kModelKinds = {
     {"wan2.1-vae", "wan2.1-vae"},
     {"torchscript", "torchscript"}};
 const std::vector<std::pair<std::string, bool>> kCopyOrNone = {{"copy", true}, {"none", false}};
+const std::vector<std::pair<std::string, DecodeMode>> kDecodeModes = {
+    {"software", DecodeMode::kSoftware},
+    {"nvdec", DecodeMode::kNvdec},
+    {"auto", DecodeMode::kAuto}};
 
 // Model kinds each task can run.
 std::vector<std::string> kinds_for(Task task) {
@@ -519,6 +535,12 @@ class JobParser {
       job_.input_tensor = get_string(*f);
     }
     if (const Field* f = top_.find("max_error_rate")) job_.max_error_rate = get_number(*f, {0, 1});
+    if (const Field* f = top_.find("decode")) {
+      // encode_latents and reconstruct read video too, but their runner (task_latents.cpp) does
+      // not pass the mode to its reader yet: refused rather than ignored.
+      only_for_tasks(*f, {Task::kUpscale});
+      job_.decode = get_enum(*f, kDecodeModes);
+    }
     return job_;
   }
 

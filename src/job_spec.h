@@ -14,8 +14,13 @@ namespace wm {
 
 enum class OnExists { kFail, kSkip, kOverwrite };
 enum class Task { kUpscale, kDecodeLatents, kEncodeLatents, kReconstruct };
+// How input video is decoded: software (libavcodec on the CPU), nvdec (NVDEC on the job's first
+// GPU, GPU 0 when the job runs on the CPU; software where that fails), auto (nvdec when the job's
+// devices include a GPU, else software).
+enum class DecodeMode { kSoftware, kNvdec, kAuto };
 const char* to_string(Task t);
 const char* to_string(OnExists o);
+const char* to_string(DecodeMode d);
 
 struct EncodeSpec {
   std::string codec = "libx264";  // libx264 | libx265 | ffv1 | prores_ks | any libav encoder
@@ -55,6 +60,7 @@ struct JobSpec {
   double fps = 0;  // decode_latents: output frame rate (0: from the file, else 16)
   std::string input_tensor = "latent";  // decode_latents / encode_latents with .safetensors input
   double max_error_rate = 0.0;          // tolerated fraction of undecodable packets
+  DecodeMode decode = DecodeMode::kSoftware;  // upscale only so far (see docs/job-format.md)
 };
 
 // Loads every job in `path` (one YAML document per job; `---` separates several).

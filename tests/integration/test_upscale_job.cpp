@@ -177,6 +177,67 @@ TEST(UpscaleJob, TiledEqualsUntiled) {
   }
 }
 
+// `decode: nvdec` writes what `decode: software` writes. On a host without NVDEC the reader
+// falls back with one warning; with a GPU it decodes on NVDEC. The report names the decoder.
+TEST(UpscaleJob, NvdecDecodeWritesTheSameOutputAsSoftware) {
+  TempDir dir("nvdec");
+  ClipSpec spec;
+  spec.width = 96;
+  spec.height = 64;
+  spec.frames = 10;
+  spec.gop = 4;
+  make_clip(dir.file("in.mp4"), spec);
+  const std::string common =
+      "input: in.mp4\nmodel: {kind: lanczos, scale: 2}\n"
+      "encode: {codec: ffv1, pix_fmt: yuv444p}\n";
+  const auto run = [&](const std::string& name, const std::string& decode) {
+    write_text(dir.file(name + ".yaml"),
+               common + "output: " + name + ".mkv\ndecode: " + decode + "\n");
+    CommandResult r = wmbatch({dir.file(name + ".yaml"), "--report", dir.file(name + ".json")});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r;
+  };
+  const CommandResult software = run("software", "software");
+  const CommandResult nvdec = run("nvdec", "nvdec");
+  const CommandResult automatic = run("auto", "auto");  // devices: cpu → software, no warning
+  const auto decoder = [&](const std::string& name) {
+    const auto report = nlohmann::json::parse(read_text(dir.file(name + ".json")));
+    return report.at(0).at("inputs").at(0).value("decoder", std::string("(none)"));
+  };
+  EXPECT_EQ(decoder("software"), "h264");
+  EXPECT_EQ(decoder("auto"), "h264");
+  const std::string used = decoder("nvdec");
+  EXPECT_TRUE(used == "h264" || used == "h264 (nvdec)") << used;
+  const auto warnings = [](const std::string& output) {
+    size_t n = 0;
+    for (size_t at = output.find("warning:"); at != std::string::npos;
+         at = output.find("warning:", at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(warnings(software.output), 0u) << software.output;
+  EXPECT_EQ(warnings(automatic.output), 0u) << automatic.output;
+  if (used == "h264") {  // the fallback: one warning naming the input and NVDEC
+    EXPECT_EQ(warnings(nvdec.output), 1u) << nvdec.output;
+    EXPECT_NE(nvdec.output.find("in.mp4: NVDEC not used, decoding in software: "),
+              std::string::npos)
+        << nvdec.output;
+  }
+  EXPECT_EQ(nvdec.output.find("error:"), std::string::npos) << nvdec.output;  // libav's stay quiet
+
+  const auto expected = read_all(dir.file("software.mkv"));
+  ASSERT_EQ(expected.size(), 10u);
+  for (const char* name : {"nvdec.mkv", "auto.mkv"}) {
+    const auto got = read_all(dir.file(name));
+    ASSERT_EQ(got.size(), expected.size()) << name;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].pts, expected[i].pts) << name << " frame " << i;
+      EXPECT_EQ(got[i].image.data, expected[i].image.data) << name << " frame " << i;
+    }
+  }
+}
+
 TEST(UpscaleJob, BadJobFileExits65AndWritesNothing) {
   TempDir dir("badjob");
   write_text(dir.file("bad.yaml"),

@@ -153,6 +153,14 @@ TEST(JobSpec, UpscaleKeysAndScalarForms) {
   EXPECT_FALSE(none.tiling.enabled);
 }
 
+TEST(JobSpec, DecodeModes) {
+  const std::string job = "input: a.mp4\noutput: o/{stem}.mp4\n";
+  EXPECT_EQ(parse_one(job).decode, DecodeMode::kSoftware);
+  EXPECT_EQ(parse_one(job + "decode: software\n").decode, DecodeMode::kSoftware);
+  EXPECT_EQ(parse_one(job + "decode: nvdec\n").decode, DecodeMode::kNvdec);
+  EXPECT_EQ(parse_one(job + "decode: auto\ndevices: [0]\n").decode, DecodeMode::kAuto);
+}
+
 TEST(JobSpec, Defaults) {
   const JobSpec j = parse_one("input: a.mp4\noutput: out/{stem}.mp4\n");
   EXPECT_EQ(j.name, "t");  // the file's stem
@@ -332,6 +340,15 @@ const BadJob kBadJobs[] = {
      "tiling: {tile: 100}\n",
      5, "tiling.tile", "must be a multiple of 8 for wan2.1-vae encoding (got 100)"},
     {JOB "precision: fp64\n", 3, "precision", "must be fp32, bf16 or fp16 (got 'fp64')"},
+    // decode
+    {JOB "decode: nvdc\n", 3, "decode",
+     "must be software, nvdec or auto (got 'nvdc'; did you mean `nvdec`?)"},
+    {JOB "decode: cuda\n", 3, "decode", "must be software, nvdec or auto (got 'cuda')"},
+    {JOB "decode: [nvdec]\n", 3, "decode", "must be software, nvdec or auto (got a list)"},
+    {JOB "tokens: 2\ndecod: nvdec\n", 4, "decod", "unknown key (did you mean `decode`?)"},
+    {JOB "encode:\n  decode: nvdec\n", 4, "encode.decode", "did you mean top-level `decode`?"},
+    {"task: reconstruct\ninput: a.mp4\noutput: o/{stem}.mp4\n" VAE "decode: nvdec\n", 5, "decode",
+     "applies only to task upscale (task is reconstruct)"},
     // devices
     {JOB "devices: gpu\n", 3, "devices", "must be cpu, auto or a list of GPU indices"},
     {JOB "devices: 0\n", 3, "devices", "like [0, 1]"},
@@ -402,6 +419,9 @@ TEST(JobSpec, ToString) {
   EXPECT_STREQ(to_string(Precision::kFloat32), "fp32");
   EXPECT_STREQ(to_string(Precision::kBFloat16), "bf16");
   EXPECT_STREQ(to_string(Precision::kFloat16), "fp16");
+  EXPECT_STREQ(to_string(DecodeMode::kSoftware), "software");
+  EXPECT_STREQ(to_string(DecodeMode::kNvdec), "nvdec");
+  EXPECT_STREQ(to_string(DecodeMode::kAuto), "auto");
 }
 
 TEST(ExpandOutput, Placeholders) {
