@@ -1190,7 +1190,10 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
   // run in frame chunks and (overlapping) spatial tiles exactly.
   const TailPlan plan = planner ? planner(x) : TailPlan{};
   const int64_t frames = x.size(2), h = x.size(3), w = x.size(4), s = tail_scale_;
-  const int64_t step = plan.frames > 0 ? std::min(plan.frames, frames) : frames;
+  // Chunks of at most plan.frames, of (nearly) equal length: 16 frames in 8s go 8 + 8, 13 go 7 + 6.
+  int64_t step = plan.frames > 0 ? std::min(plan.frames, frames) : frames;
+  const int64_t chunks = (frames + step - 1) / step;
+  step = (frames + chunks - 1) / chunks;
   ChunkPos pos{0, frames, 0, 0, h * s, w * s};
   if (plan.tiles() == 1 && !plan.host_state) {
     for (int64_t f0 = 0; f0 < frames; f0 += step) {
@@ -1210,20 +1213,15 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
     state.tail_tiles.assign(tiles.size(), std::vector<at::Tensor>(tail_slots_.size()));
     state.tail_rows = plan.rows;
     state.tail_cols = plan.cols;
-    state.tail_backwards = false;
   } else if (state.tail_rows != plan.rows || state.tail_cols != plan.cols) {
     throw ModelError("wan2.1-vae: the decode tail's tile grid changed within a sequence");
   }
   StateMover mover(plan.host_state && x.is_cuda());
-  // Tiles run in snake order (forwards, then backwards the next slice): the last tile's state
-  // stays on the device for the next slice's first, so no transfer waits at slice boundaries.
+  // (Tiles in snake order, keeping the last tile's state on the device for the next slice's
+  // first, measured slower at 1080p in 12 GiB on an H200: 14.9 against 17.0 fps.)
   const size_t count = tiles.size();
-  const bool backwards = state.tail_backwards;
-  state.tail_backwards = !backwards;
-  auto order = [&](size_t i) { return backwards ? count - 1 - i : i; };
-  mover.upload(state.tail_tiles[order(0)]);
-  for (size_t i = 0; i < count; ++i) {
-    const size_t k = order(i);
+  mover.upload(state.tail_tiles[0]);
+  for (size_t k = 0; k < count; ++k) {
     const TailTile& t = tiles[k];
     SequenceState tile;
     tile.slots.resize(size_t(slots_));
@@ -1235,8 +1233,8 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
       // The next tile's state comes up while this tile's last chunk computes (by then the
       // previous tile's download is done: two tiles' state on the device, not three).
       const bool early = tuning_.prefetch_early;
-      if (i + 1 < count && (early ? f0 == 0 : f0 + n == frames)) {
-        mover.upload(state.tail_tiles[order(i + 1)], /*wait_download=*/!early);
+      if (k + 1 < count && (early ? f0 == 0 : f0 + n == frames)) {
+        mover.upload(state.tail_tiles[k + 1], /*wait_download=*/!early);
       }
       at::Tensor y = x.narrow(2, f0, n)
                          .narrow(3, t.crop_top, t.crop_h)
@@ -1254,7 +1252,7 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
     }
     std::vector<at::Tensor> kept(tail_slots_.size());
     for (size_t j = 0; j < tail_slots_.size(); ++j) kept[j] = tile.slots[size_t(tail_slots_[j])];
-    state.tail_tiles[k] = i + 1 < count ? mover.download(kept) : std::move(kept);
+    state.tail_tiles[k] = mover.download(kept);
   }
 }
 
@@ -1325,10 +1323,6 @@ TailPlan Network::auto_tail_plan(int64_t frames, int64_t h, int64_t w, int64_t a
     if (one > avail) return 0;
     return std::min(most, 1 + (avail - one) / std::max<int64_t>(1, two - one));
   };
-  auto even = [&](int64_t n) {  // chunks of (nearly) equal length
-    const int64_t chunks = (frames + n - 1) / n;
-    return (frames + chunks - 1) / chunks;
-  };
   std::vector<std::pair<int, int>> grids;
   if (fixed_grid) {
     grids.push_back({plan.rows, plan.cols});
@@ -1350,7 +1344,7 @@ TailPlan Network::auto_tail_plan(int64_t frames, int64_t h, int64_t w, int64_t a
       const int64_t n = fit(TailPlan{0, rows, cols, host});
       if (n > best) {
         best = n;
-        chosen = TailPlan{even(n), rows, cols, host, h, w};
+        chosen = TailPlan{n, rows, cols, host, h, w};
       }
       if (n >= want) return chosen;
     }

@@ -38,7 +38,6 @@ struct SequenceState {
   // in pinned host memory between slices when TailPlan::host_state), and the grid they belong to.
   std::vector<std::vector<at::Tensor>> tail_tiles;
   int tail_rows = 0, tail_cols = 0;
-  bool tail_backwards = false;  // the next slice runs the tiles in reverse order
 };
 
 // How the decode tail (the layers after the last temporal upsample: 3×3 convs and per-pixel
