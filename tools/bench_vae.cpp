@@ -70,36 +70,11 @@ Options parse(int argc, char** argv) {
     if (flag == "-h" || flag == "--help") throw std::invalid_argument("");
     if (i + 1 >= argc) throw std::invalid_argument(flag + ": missing value");
     const std::string v = argv[++i];
-    if (flag == "--dim") {
-      o.dim = integer(flag, v, 2);
-    } else if (flag == "--latent-frames") {
-      o.latent_frames = integer(flag, v, 1);
-    } else if (flag == "--height") {
-      o.height = integer(flag, v, 8);
-    } else if (flag == "--width") {
-      o.width = integer(flag, v, 8);
-    } else if (flag == "--dtype") {
-      o.dtype = v;
-    } else if (flag == "--device") {
-      o.device = v;
-    } else if (flag == "--warmup") {
-      o.warmup = integer(flag, v, 0);
-    } else if (flag == "--iters") {
-      o.iters = integer(flag, v, 1);
-    } else if (flag == "--slice-frames") {
-      o.slice_frames = integer(flag, v, 0);
-    } else if (flag == "--threads") {
-      o.threads = integer(flag, v, 0);
-    } else if (flag == "--seed") {
-      o.seed = uint64_t(integer(flag, v, 0));
-    } else if (flag == "--profile") {
+    if (wm::bench::parse_shared_flag(flag, v, o)) continue;
+    if (flag == "--profile") {
       o.profile = integer(flag, v, 0) != 0;
     } else if (flag == "--compare-fp32") {
       o.compare_fp32 = integer(flag, v, 0) != 0;
-    } else if (flag == "--tuning") {
-      o.tuning = v;
-    } else if (flag == "--max-gpu-gib") {
-      o.max_gpu_gib = integer(flag, v, 0);
     } else {
       throw std::invalid_argument("unknown option " + flag);
     }

@@ -17,6 +17,43 @@ int parse_int(const std::string& flag, const std::string& value, int min);
 Device parse_device(const std::string& value);        // cpu | cuda | cuda:N
 Precision parse_precision(const std::string& value);  // fp32 | bf16 | fp16
 
+// The flags both VAE benchmarks take, parsed into any options struct with these members: dim,
+// latent_frames, height, width, dtype, device, warmup, iters, slice_frames, threads, seed, tuning,
+// max_gpu_gib. False when `flag` is not one of them.
+template <typename Options>
+bool parse_shared_flag(const std::string& flag, const std::string& v, Options& o) {
+  if (flag == "--dim") {
+    o.dim = parse_int(flag, v, 2);
+  } else if (flag == "--latent-frames") {
+    o.latent_frames = parse_int(flag, v, 1);
+  } else if (flag == "--height") {
+    o.height = parse_int(flag, v, 8);
+  } else if (flag == "--width") {
+    o.width = parse_int(flag, v, 8);
+  } else if (flag == "--dtype") {
+    o.dtype = v;
+  } else if (flag == "--device") {
+    o.device = v;
+  } else if (flag == "--warmup") {
+    o.warmup = parse_int(flag, v, 0);
+  } else if (flag == "--iters") {
+    o.iters = parse_int(flag, v, 1);
+  } else if (flag == "--slice-frames") {
+    o.slice_frames = parse_int(flag, v, 0);
+  } else if (flag == "--threads") {
+    o.threads = parse_int(flag, v, 0);
+  } else if (flag == "--seed") {
+    o.seed = uint64_t(parse_int(flag, v, 0));
+  } else if (flag == "--tuning") {
+    o.tuning = v;
+  } else if (flag == "--max-gpu-gib") {
+    o.max_gpu_gib = parse_int(flag, v, 0);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 // The latents [C, T, h, w] cut into consecutive slices of `slice` frames (the last one shorter),
 // as decode_latents cuts its input.
 std::vector<Planar> make_slices(const Planar& latents, int slice);

@@ -1112,10 +1112,6 @@ class StateMover {
     std::vector<at::Tensor> dev(host.size());
     for (size_t i = 0; i < host.size(); ++i) {
       if (!host[i].defined()) continue;
-      if (host[i].is_cuda()) {  // kept on the device (the last tile of the previous slice)
-        dev[i] = host[i];
-        continue;
-      }
       dev[i] = at::empty_like(host[i],
                               host[i].options().device(compute_->device()).pinned_memory(false));
     }
@@ -1125,7 +1121,7 @@ class StateMover {
     {
       c10::cuda::CUDAStreamGuard guard(*up_);
       for (size_t i = 0; i < host.size(); ++i) {
-        if (host[i].defined() && !host[i].is_cuda()) dev[i].copy_(host[i], /*non_blocking=*/true);
+        if (host[i].defined()) dev[i].copy_(host[i], /*non_blocking=*/true);
       }
     }
     uploaded_.record(*up_);
@@ -1313,8 +1309,7 @@ TailPlan Network::auto_tail_plan(int64_t frames, int64_t h, int64_t w, int64_t a
     return plan;
   }
   // Chunk frames that fit `avail` with this grid and state placement (0: not one).
-  auto fit = [&](TailPlan p) -> int64_t {
-    p.frames = 0;
+  auto fit = [&](const TailPlan& p) -> int64_t {
     // 1.2×: on an H200 the tail used ~5 % more than estimated, and the allocator needs slack.
     auto need = [&](int64_t n) {
       return tail_plan_bytes(TailPlan{n, p.rows, p.cols, p.host_state}, frames, h, w) * 6 / 5;
