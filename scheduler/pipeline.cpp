@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 
+#include "parallel/model_thread.h"
 #include "src/base/error.h"
 
 namespace wm::sched {
@@ -27,27 +28,27 @@ struct TileJob {
 };
 using TilePtr = std::shared_ptr<TileJob>;
 
-// A pool of sessions; a worker takes one for the duration of a call. The worker node's
-// concurrency equals the pool size, so a free session always exists.
+// A pool of sessions; a worker takes one (with its index) for the duration of a call. The
+// worker node's concurrency equals the pool size, so a free session always exists.
 class SessionPool {
  public:
   explicit SessionPool(std::vector<std::unique_ptr<ModelSession>>& sessions) {
-    for (auto& s : sessions) free_.push_back(s.get());
+    for (size_t i = 0; i < sessions.size(); ++i) free_.push_back({sessions[i].get(), int(i)});
   }
-  ModelSession* take() {
+  std::pair<ModelSession*, int> take() {
     std::lock_guard<std::mutex> lock(mutex_);
-    ModelSession* s = free_.back();
+    auto s = free_.back();
     free_.pop_back();
     return s;
   }
-  void give(ModelSession* s) {
+  void give(std::pair<ModelSession*, int> s) {
     std::lock_guard<std::mutex> lock(mutex_);
     free_.push_back(s);
   }
 
  private:
   std::mutex mutex_;
-  std::vector<ModelSession*> free_;
+  std::vector<std::pair<ModelSession*, int>> free_;
 };
 
 // Adds the seconds a scope took to an atomic counter.
@@ -167,12 +168,12 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
   flow::function_node<TilePtr, TilePtr> worker(
       g, sessions.size(), [&](const TilePtr& job) -> TilePtr {
         StageTimer timer(model_ns);
-        ModelSession* session = pool.take();
+        const auto taken = pool.take();
         struct Return {
           SessionPool& pool;
-          ModelSession* session;
-          ~Return() { pool.give(session); }
-        } give_back{pool, session};
+          std::pair<ModelSession*, int> taken;
+          ~Return() { pool.give(taken); }
+        } give_back{pool, taken};
         RunContext ctx;
         ctx.slice_index = job->slice->index;
         ctx.first_slice = job->slice->first;
@@ -180,7 +181,10 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
         ctx.tile_index = job->tile;
         ctx.tiles = tiles;
         ctx.padded_frames = job->slice->padded;
-        job->output = session->run(std::move(job->input), ctx);
+        // Session i always runs on model thread i (LibTorch's per-thread cuDNN plan cache).
+        job->output = parallel::model_thread(taken.second).call([&] {
+          return taken.first->run(std::move(job->input), ctx);
+        });
         return job;
       });
 

@@ -79,7 +79,8 @@ struct PipelineOptions {
 };
 
 // Runs the graph until the source is exhausted. `sessions` are the model workers (one per
-// device/stream); a model with causal state gets exactly one so slices run in order.
+// device/stream); a model with causal state gets exactly one so slices run in order. Session i
+// runs on parallel::model_thread(i), whichever graph thread hands it its slice.
 void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>>& sessions,
                   SliceSink& sink, const PipelineOptions& options);
 

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "scheduler/pipeline.h"
@@ -73,6 +75,18 @@ class ThrowingSession : public ModelSession {
   }
 };
 
+// Records the threads it ran on.
+class ThreadRecordingSession : public ModelSession {
+ public:
+  Planar run(Planar&& input, const RunContext&) override {
+    std::lock_guard<std::mutex> lock(mutex);
+    threads.insert(std::this_thread::get_id());
+    return std::move(input);
+  }
+  std::mutex mutex;
+  std::set<std::thread::id> threads;
+};
+
 std::vector<std::unique_ptr<ModelSession>> resampler_sessions(const std::string& kind, int n) {
   ModelConfig config;
   config.kind = kind;
@@ -96,6 +110,39 @@ TEST(Pipeline, KeepsSliceOrderWithParallelWorkers) {
   for (size_t i = 0; i < sink.order.size(); ++i) EXPECT_EQ(sink.order[i], int64_t(i));
   EXPECT_LE(source.max_in_flight.load(), 4);  // the limiter bounds slices in flight
   EXPECT_GE(source.max_in_flight.load(), 1);
+}
+
+// LibTorch caches cuDNN's tuned plans per thread: session i must always run on the same thread,
+// in this pipeline and in the next one (the next job of a batch).
+TEST(Pipeline, EachSessionRunsOnItsOwnLastingThread) {
+  std::vector<std::set<std::thread::id>> seen;
+  for (int run = 0; run < 2; ++run) {
+    RandomSource source(24, 1, 4, 4);
+    CollectSink sink(&source);
+    std::vector<std::unique_ptr<ModelSession>> sessions;
+    for (int i = 0; i < 3; ++i) sessions.push_back(std::make_unique<ThreadRecordingSession>());
+    PipelineOptions options;
+    options.tokens = 6;
+    options.tiles = plan_tiles(4, 4, 0, 0, 0, 0);
+    run_pipeline(source, sessions, sink, options);
+    ASSERT_EQ(sink.order.size(), 24u);
+    for (size_t i = 0; i < sessions.size(); ++i) {
+      const auto& threads = static_cast<ThreadRecordingSession&>(*sessions[i]).threads;
+      EXPECT_LE(threads.size(), 1u) << "session " << i;
+      if (run == 0) {
+        seen.push_back(threads);
+      } else if (!threads.empty() && !seen[i].empty()) {
+        EXPECT_EQ(threads, seen[i]) << "session " << i << " moved to another thread";
+      }
+      EXPECT_EQ(threads.count(std::this_thread::get_id()), 0u);
+    }
+  }
+  std::set<std::thread::id> all;
+  for (const auto& s : seen) all.insert(s.begin(), s.end());
+  size_t used = 0;
+  for (const auto& s : seen) used += s.size();
+  EXPECT_EQ(all.size(), used) << "two sessions shared a thread";
+  EXPECT_GE(used, 1u);
 }
 
 TEST(Pipeline, ModelErrorPropagatesFromWait) {
