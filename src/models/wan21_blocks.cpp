@@ -12,6 +12,7 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -350,7 +351,12 @@ class CausalConv {
   at::Tensor run(const at::Tensor& x, SequenceState& st, Fill&& fill, bool* bias_pending) const {
     at::Tensor buf = history_buffer(x, st.slots[slot_], kCausalFrames, memory_format_);
     fill(buf.narrow(2, kCausalFrames, x.size(2)));
-    st.slots[slot_] = last_frames(buf, kCausalFrames, memory_format_);
+    at::Tensor& slot = st.slots[slot_];
+    if (st.write_in_place && slot.defined()) {
+      slot.copy_(buf.narrow(2, buf.size(2) - kCausalFrames, kCausalFrames));
+    } else {
+      slot = last_frames(buf, kCausalFrames, memory_format_);
+    }
     if (bias_pending) *bias_pending = false;
     if (bias_pending && raw_ok(buf, *tuning_)) {
       *bias_pending = true;
@@ -810,8 +816,6 @@ Tuning Tuning::from_env() {
         t.tail_rows = std::stoi(value.substr(0, x));
         t.tail_cols = std::stoi(value.substr(x + 1));
         if (t.tail_rows < 1 || t.tail_cols < 1) throw std::invalid_argument(value);
-      } else if (key == "prefetch_early") {
-        t.prefetch_early = parse_bool(value);
       } else if (key == "host_state") {
         t.host_state = std::stoi(value);
       } else {
@@ -829,8 +833,7 @@ std::string Tuning::str() const {
   s << "fused=" << fused << ",raw_conv=" << raw_conv << ",subpixel=" << subpixel
     << ",cudnn_benchmark=" << cudnn_benchmark << ",conv_frames=" << conv_frames
     << ",tail_frames=" << tail_frames << ",tail_budget_mib=" << tail_budget_mib
-    << ",tail_tiles=" << tail_rows << "x" << tail_cols << ",host_state=" << host_state
-    << ",prefetch_early=" << prefetch_early;
+    << ",tail_tiles=" << tail_rows << "x" << tail_cols << ",host_state=" << host_state;
   return s.str();
 }
 
@@ -976,7 +979,7 @@ Network::Network(const Architecture& a, Task task, ParamSource& params, const at
     int64_t scale = 1;
     for (size_t i = tail_start_; i < blocks_.size(); ++i) {
       for (const SlotInfo& info : blocks_[i]->slots()) {
-        tail_slots_.push_back(info.slot);
+        tail_slots_.push_back({info.slot, info.channels, scale});
         tail_state_channels_ += info.channels * scale * scale;
       }
       scale *= blocks_[i]->scale();
@@ -1025,14 +1028,14 @@ at::Tensor Network::forward(at::Tensor x, SequenceState& state, bool first) cons
   return x.sub_(mean_).div_(std_);
 }
 
-namespace {
-
 // A tile of the decode tail, in tail-input pixels: the core it produces and the crop it reads
 // (the core plus the tail's halo, clipped to the frame).
 struct TailTile {
   int64_t core_top, core_left, core_h, core_w;
   int64_t crop_top, crop_left, crop_h, crop_w;
 };
+
+namespace {
 
 std::vector<TailTile> tail_tiles(int64_t h, int64_t w, int rows, int cols, int64_t halo) {
   std::vector<TailTile> out;
@@ -1071,101 +1074,124 @@ std::vector<std::pair<int, int>> tail_grids(int64_t h, int64_t w, int64_t halo) 
   return grids;
 }
 
-// Moves tail-tile state between pinned host memory and the device on two copy streams (one per
-// direction, so both copy engines work), ordered against the compute (current) stream with
-// events. Inactive (CPU, or state kept on the device): tensors pass through unchanged.
-//
-// Device memory: a download's device tensors are freed once the copy is done (recordStream);
-// upload() first waits (on the host) for the previous download, so at most two tiles' state
-// are on the device while the tail runs: the tile computing and the one being uploaded.
-class StateMover {
- public:
-  explicit StateMover(bool active) : active_(active) {
+}  // namespace
+
+// Device buffers for the decode tail's causal state when it lives in host memory between
+// slices (TailPlan::host_state): two sets, one for the tile computing and one for the next tile,
+// whose state comes up meanwhile. Each set holds, per tail slot, a flat buffer sized for the
+// largest tile; a tile's slots are views into it and the causal convs write their new state in
+// place (SequenceState::write_in_place). The buffers are made once per sequence and reused by
+// every tile of every slice, so there is no allocator churn and no host wait: on CUDA, copies
+// run on an upload and a download stream ordered against the compute stream by events (a set is
+// refilled only after its previous tile's state has been written back). On the CPU the same
+// steps are plain copies (which keeps the in-place path under the CPU tests).
+struct TailArena {
+  std::array<std::vector<at::Tensor>, 2> flat;
 #ifdef WMBATCH_WITH_CUDA
-    if (active_) {
-      compute_ = c10::cuda::getCurrentCUDAStream();
-      up_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, compute_->device_index());
-      down_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, compute_->device_index());
-    }
-#else
-    active_ = false;
+  std::optional<c10::cuda::CUDAStream> compute, up, down;
+  std::array<at::cuda::CUDAEvent, 2> uploaded, released;
+  std::array<bool, 2> was_released{};
+#endif
+  ~TailArena() {
+#ifdef WMBATCH_WITH_CUDA
+    // Copies may still be in flight into or out of buffers about to be freed.
+    if (up) up->synchronize();
+    if (down) down->synchronize();
 #endif
   }
-  ~StateMover() {
+};
+
+namespace {
+
+// A [1, C, 2, h, w] view of the front of `flat` in `format`.
+at::Tensor slot_view(const at::Tensor& flat, at::IntArrayRef sizes, at::MemoryFormat format) {
+  int64_t numel = 1;
+  for (int64_t v : sizes) numel *= v;
+  at::Tensor front = flat.narrow(0, 0, numel);
+  if (format != at::MemoryFormat::ChannelsLast3d) return front.view(sizes);
+  return front.view({sizes[0], sizes[2], sizes[3], sizes[4], sizes[1]}).permute({0, 4, 1, 2, 3});
+}
+
+// Moves tiles' tail state between host tensors and the arena's buffer sets.
+class ArenaMover {
+ public:
+  ArenaMover(TailArena& arena, bool cuda) : arena_(arena), cuda_(cuda) {
 #ifdef WMBATCH_WITH_CUDA
-    // After an error, copies may still be in flight into tensors about to be freed.
-    if (active_ && std::uncaught_exceptions() > 0) {
-      up_->synchronize();
-      down_->synchronize();
+    if (cuda_) {
+      const auto current = c10::cuda::getCurrentCUDAStream();
+      if (!arena_.compute || *arena_.compute != current) {
+        // A new compute stream (first use): streams of our own for the copies.
+        arena_.compute = current;
+        arena_.up = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, current.device_index());
+        arena_.down = c10::cuda::getStreamFromPool(false, current.device_index());
+      }
     }
+#else
+    cuda_ = false;
 #endif
   }
 
-  // Starts uploading `host` (pinned; undefined entries stay undefined); take() returns it.
-  void upload(const std::vector<at::Tensor>& host, bool wait_download = true) {
-    pending_ = host;
-    if (!active_) return;
+  // Fills buffer set `set` with `host` (a tile's state; undefined entries: the sequence start,
+  // zeros) as `views`, after the set's previous tile has been written back. Returns at once.
+  void fill(int set, const std::vector<at::Tensor>& host, const std::vector<at::Tensor>& views) {
 #ifdef WMBATCH_WITH_CUDA
-    if (downloading_ && wait_download) downloaded_.synchronize();  // its memory is free again
-    downloading_ = false;
-    // Device buffers come from the compute stream's pool: the copy waits for it to get here.
-    std::vector<at::Tensor> dev(host.size());
-    for (size_t i = 0; i < host.size(); ++i) {
-      if (!host[i].defined()) continue;
-      dev[i] = at::empty_like(host[i],
-                              host[i].options().device(compute_->device()).pinned_memory(false));
+    if (cuda_) {
+      if (arena_.was_released[size_t(set)]) arena_.released[size_t(set)].block(*arena_.up);
+      c10::cuda::CUDAStreamGuard guard(*arena_.up);
+      for (size_t j = 0; j < views.size(); ++j) {
+        if (host[j].defined()) {
+          views[j].copy_(host[j], /*non_blocking=*/true);
+        } else {
+          views[j].zero_();
+        }
+      }
+      arena_.uploaded[size_t(set)].record(*arena_.up);
+      return;
     }
-    at::cuda::CUDAEvent ready;
-    ready.record(*compute_);
-    ready.block(*up_);
-    {
-      c10::cuda::CUDAStreamGuard guard(*up_);
-      for (size_t i = 0; i < host.size(); ++i) {
-        if (host[i].defined()) dev[i].copy_(host[i], /*non_blocking=*/true);
+#endif
+    (void)set;
+    for (size_t j = 0; j < views.size(); ++j) {
+      if (host[j].defined()) {
+        views[j].copy_(host[j]);
+      } else {
+        views[j].zero_();
       }
     }
-    uploaded_.record(*up_);
-    pending_ = std::move(dev);
-#endif
   }
-  // The uploaded tensors, usable by work queued on the compute stream from now on.
-  std::vector<at::Tensor> take() {
+  // Work queued on the compute stream from now on sees set `set` filled.
+  void ready(int set) {
 #ifdef WMBATCH_WITH_CUDA
-    if (active_) uploaded_.block(*compute_);
+    if (cuda_) arena_.uploaded[size_t(set)].block(*arena_.compute);
 #endif
-    return std::move(pending_);
+    (void)set;
   }
-  // Queues copies of `dev` into fresh pinned host tensors (after the compute stream's work so
-  // far) and returns those; the device tensors may be dropped at once.
-  std::vector<at::Tensor> download(const std::vector<at::Tensor>& dev) {
-    if (!active_) return dev;
-    std::vector<at::Tensor> host(dev.size());
+  // Queues copies of `views` (after the compute stream's work so far) into fresh host tensors
+  // (pinned on CUDA) and returns those; the set may be refilled once they have landed.
+  std::vector<at::Tensor> write_back(int set, const std::vector<at::Tensor>& views) {
+    std::vector<at::Tensor> host(views.size());
 #ifdef WMBATCH_WITH_CUDA
-    at::cuda::CUDAEvent ready;
-    ready.record(*compute_);
-    ready.block(*down_);
-    c10::cuda::CUDAStreamGuard guard(*down_);
-    for (size_t i = 0; i < dev.size(); ++i) {
-      if (!dev[i].defined()) continue;
-      host[i] = at::empty_like(dev[i], dev[i].options().device(at::kCPU).pinned_memory(true));
-      host[i].copy_(dev[i], /*non_blocking=*/true);
-      // The compute stream may reuse this memory only after the copy.
-      c10::cuda::CUDACachingAllocator::recordStream(dev[i].storage().data_ptr(), *down_);
+    if (cuda_) {
+      at::cuda::CUDAEvent computed;
+      computed.record(*arena_.compute);
+      computed.block(*arena_.down);
+      c10::cuda::CUDAStreamGuard guard(*arena_.down);
+      for (size_t j = 0; j < views.size(); ++j) {
+        host[j] = at::empty_like(views[j], views[j].options().device(at::kCPU).pinned_memory(true));
+        host[j].copy_(views[j], /*non_blocking=*/true);
+      }
+      arena_.released[size_t(set)].record(*arena_.down);
+      arena_.was_released[size_t(set)] = true;
+      return host;
     }
-    downloaded_.record(*down_);
-    downloading_ = true;
 #endif
+    (void)set;
+    for (size_t j = 0; j < views.size(); ++j) host[j] = views[j].clone();
     return host;
   }
 
  private:
-  bool active_;
-  std::vector<at::Tensor> pending_;
-#ifdef WMBATCH_WITH_CUDA
-  std::optional<c10::cuda::CUDAStream> compute_, up_, down_;
-  at::cuda::CUDAEvent uploaded_, downloaded_;
-  bool downloading_ = false;
-#endif
+  TailArena& arena_;
+  bool cuda_;
 };
 
 }  // namespace
@@ -1212,44 +1238,94 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
   } else if (state.tail_rows != plan.rows || state.tail_cols != plan.cols) {
     throw ModelError("wan2.1-vae: the decode tail's tile grid changed within a sequence");
   }
-  StateMover mover(plan.host_state && x.is_cuda());
-  // (Tiles in snake order, keeping the last tile's state on the device for the next slice's
-  // first, measured slower at 1080p in 12 GiB on an H200: 14.9 against 17.0 fps.)
   const size_t count = tiles.size();
-  mover.upload(state.tail_tiles[0]);
+  if (!plan.host_state) {
+    // Every tile's state stays on the device.
+    for (size_t k = 0; k < count; ++k) {
+      SequenceState tile;
+      tile.slots.resize(size_t(slots_));
+      for (size_t j = 0; j < tail_slots_.size(); ++j)
+        tile.slots[size_t(tail_slots_[j].slot)] = state.tail_tiles[k][j];
+      run_tail_tile(x, tiles[k], step, tile, first, pos, sink);
+      for (size_t j = 0; j < tail_slots_.size(); ++j)
+        state.tail_tiles[k][j] = tile.slots[size_t(tail_slots_[j].slot)];
+    }
+    return;
+  }
+  // State in host memory between slices, two tiles' worth of device buffers (TailArena).
+  TailArena& arena = tail_arena(state, tiles, x.options());
+  ArenaMover mover(arena, x.is_cuda());
+  auto views = [&](size_t k) {
+    std::vector<at::Tensor> v(tail_slots_.size());
+    for (size_t j = 0; j < v.size(); ++j) {
+      v[j] = slot_view(arena.flat[k % 2][j], tail_slot_sizes(tiles[k], j), memory_format_);
+    }
+    return v;
+  };
+  mover.fill(0, state.tail_tiles[0], views(0));
   for (size_t k = 0; k < count; ++k) {
-    const TailTile& t = tiles[k];
+    const int set = int(k % 2);
+    const std::vector<at::Tensor> mine = views(k);
+    // The next tile's state comes up while this one computes, into the other set (once the
+    // tile before this one has been written back from it).
+    if (k + 1 < count) mover.fill(1 - set, state.tail_tiles[k + 1], views(k + 1));
+    mover.ready(set);
     SequenceState tile;
     tile.slots.resize(size_t(slots_));
-    std::vector<at::Tensor> slots = mover.take();
-    for (size_t j = 0; j < tail_slots_.size(); ++j) tile.slots[size_t(tail_slots_[j])] = slots[j];
-    slots.clear();
-    for (int64_t f0 = 0; f0 < frames; f0 += step) {
-      const int64_t n = std::min(step, frames - f0);
-      // The next tile's state comes up while this tile's last chunk computes (by then the
-      // previous tile's download is done: two tiles' state on the device, not three).
-      const bool early = tuning_.prefetch_early;
-      if (k + 1 < count && (early ? f0 == 0 : f0 + n == frames)) {
-        mover.upload(state.tail_tiles[k + 1], /*wait_download=*/!early);
-      }
-      at::Tensor y = x.narrow(2, f0, n)
-                         .narrow(3, t.crop_top, t.crop_h)
-                         .narrow(4, t.crop_left, t.crop_w)
-                         .contiguous(memory_format_);
-      for (size_t i = tail_start_; i < blocks_.size(); ++i) {
-        y = run_block(i, std::move(y), tile, first);
-      }
-      y = y.narrow(3, (t.core_top - t.crop_top) * s, t.core_h * s)
-              .narrow(4, (t.core_left - t.crop_left) * s, t.core_w * s);
-      pos.frame = f0;
-      pos.top = t.core_top * s;
-      pos.left = t.core_left * s;
-      sink(y, pos);
-    }
-    std::vector<at::Tensor> kept(tail_slots_.size());
-    for (size_t j = 0; j < tail_slots_.size(); ++j) kept[j] = tile.slots[size_t(tail_slots_[j])];
-    state.tail_tiles[k] = mover.download(kept);
+    tile.write_in_place = true;
+    for (size_t j = 0; j < tail_slots_.size(); ++j)
+      tile.slots[size_t(tail_slots_[j].slot)] = mine[j];
+    run_tail_tile(x, tiles[k], step, tile, first, pos, sink);
+    state.tail_tiles[k] = mover.write_back(set, mine);
   }
+}
+
+void Network::run_tail_tile(const at::Tensor& x, const TailTile& t, int64_t step,
+                            SequenceState& tile, bool first, ChunkPos pos, const Sink& sink) const {
+  const int64_t frames = x.size(2), s = tail_scale_;
+  for (int64_t f0 = 0; f0 < frames; f0 += step) {
+    const int64_t n = std::min(step, frames - f0);
+    at::Tensor y = x.narrow(2, f0, n)
+                       .narrow(3, t.crop_top, t.crop_h)
+                       .narrow(4, t.crop_left, t.crop_w)
+                       .contiguous(memory_format_);
+    for (size_t i = tail_start_; i < blocks_.size(); ++i)
+      y = run_block(i, std::move(y), tile, first);
+    y = y.narrow(3, (t.core_top - t.crop_top) * s, t.core_h * s)
+            .narrow(4, (t.core_left - t.crop_left) * s, t.core_w * s);
+    pos.frame = f0;
+    pos.top = t.core_top * s;
+    pos.left = t.core_left * s;
+    sink(y, pos);
+  }
+}
+
+std::vector<int64_t> Network::tail_slot_sizes(const TailTile& t, size_t j) const {
+  const TailSlot& slot = tail_slots_[j];
+  return {1, slot.channels, kCausalFrames, t.crop_h * slot.scale, t.crop_w * slot.scale};
+}
+
+TailArena& Network::tail_arena(SequenceState& state, const std::vector<TailTile>& tiles,
+                               const at::TensorOptions& options) const {
+  if (!state.tail_arena) state.tail_arena = std::make_shared<TailArena>();
+  TailArena& arena = *state.tail_arena;
+  for (size_t j = 0; j < tail_slots_.size(); ++j) {
+    int64_t largest = 0;
+    for (const TailTile& t : tiles) {
+      int64_t numel = 1;
+      for (int64_t v : tail_slot_sizes(t, j)) numel *= v;
+      largest = std::max(largest, numel);
+    }
+    for (auto& set : arena.flat) {
+      if (set.size() != tail_slots_.size()) set.resize(tail_slots_.size());
+      if (!set[j].defined() || set[j].numel() < largest || set[j].dtype() != options.dtype() ||
+          set[j].device() != options.device()) {
+        set[j] = at::Tensor();
+        set[j] = at::empty({largest}, options.memory_format(at::MemoryFormat::Contiguous));
+      }
+    }
+  }
+  return arena;
 }
 
 int64_t Network::tail_plan_bytes(const TailPlan& plan, int64_t frames, int64_t h, int64_t w) const {

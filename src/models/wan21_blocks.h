@@ -32,12 +32,21 @@ class ParamSource {
 
 // Causal state of one sequence: per stateful layer (slot), the input frames it keeps. Slot
 // tensors are replaced, never written in place, so a copy of a SequenceState is a snapshot.
+struct TailArena;  // device buffers for tail state kept in host memory (wan21_blocks.cpp)
+struct TailTile;
+
 struct SequenceState {
   std::vector<at::Tensor> slots;  // undefined: sequence start (zeros / nothing seen)
+  // Causal layers copy their new state into their defined slot instead of replacing it (the
+  // slots are views into a TailArena).
+  bool write_in_place = false;
   // Decode tail run in spatial tiles (TailPlan): the tail slots of each tile (on the device, or
   // in pinned host memory between slices when TailPlan::host_state), and the grid they belong to.
   std::vector<std::vector<at::Tensor>> tail_tiles;
   int tail_rows = 0, tail_cols = 0;
+  // Made at the first host_state slice and kept for the sequence; contents are scratch (a
+  // snapshot of the state may share it).
+  std::shared_ptr<TailArena> tail_arena;
 };
 
 // How the decode tail (the layers after the last temporal upsample: 3×3 convs and per-pixel
@@ -85,7 +94,6 @@ struct Tuning {
   int host_state = -1;               // tail state in host memory: 0 no, 1 yes, -1 auto
   // Host state: upload the next tile's state when a tile starts (three tiles' state on the
   // device) rather than at its last chunk after the previous download (two).
-  bool prefetch_early = false;
   bool cudnn_benchmark = true;  // CUDA: let cuDNN time its algorithms per shape
   static Tuning from_env();     // defaults, then WMBATCH_WAN21_TUNING
   std::string str() const;
@@ -163,15 +171,28 @@ class Network {
   size_t tail_start_ = 0;      // decode: first block after the last temporal upsample
   int64_t tail_channels_ = 0;  // decode: widest channel count at full output resolution
   int64_t tail_halo_ = 0, tail_scale_ = 1;
-  int64_t tail_in_channels_ = 0;      // decode: channels of the tail's input
-  int64_t tail_state_channels_ = 0;   // Σ over tail slots of channels × (scale of its layer)²
-  std::vector<int> tail_slots_;       // slot indices of the tail's causal layers
+  int64_t tail_in_channels_ = 0;     // decode: channels of the tail's input
+  int64_t tail_state_channels_ = 0;  // Σ over tail slots of channels × (scale of its layer)²
+  struct TailSlot {
+    int slot;  // index into SequenceState::slots
+    int64_t channels;
+    int64_t scale;  // its layer's resolution in tail-input pixels
+  };
+  std::vector<TailSlot> tail_slots_;  // the tail's causal layers
   at::Tensor mean_, std_;             // [1, z, 1, 1, 1]
   at::Tensor top_weight_, top_bias_;  // conv2 (decode) or conv1[:z] (encode), 1×1×1
   std::vector<std::unique_ptr<Block>> blocks_;
   std::vector<std::string> block_names_;  // for per-stage timings
 
   at::Tensor run_block(size_t i, at::Tensor x, SequenceState& state, bool first) const;
+  // The tail over one tile, chunk by chunk (state in `tile`), into `sink`.
+  void run_tail_tile(const at::Tensor& x, const TailTile& t, int64_t step, SequenceState& tile,
+                     bool first, ChunkPos pos, const Sink& sink) const;
+  // [1, C, 2, h, w] of tail slot j for tile t.
+  std::vector<int64_t> tail_slot_sizes(const TailTile& t, size_t j) const;
+  // The sequence's arena, its buffers large enough for `tiles` in `options`' dtype and device.
+  TailArena& tail_arena(SequenceState& state, const std::vector<TailTile>& tiles,
+                        const at::TensorOptions& options) const;
 };
 
 // The full checkpoint layout (encoder, then top-level conv1, conv2, then decoder) for a config:
