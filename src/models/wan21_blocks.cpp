@@ -1087,7 +1087,11 @@ std::vector<std::pair<int, int>> tail_grids(int64_t h, int64_t w, int64_t halo) 
 // steps are plain copies (which keeps the in-place path under the CPU tests).
 struct TailArena {
   std::array<std::vector<at::Tensor>, 2> flat;
+  std::vector<TailTile> tiles;  // the grid the buffers were last used for
 #ifdef WMBATCH_WITH_CUDA
+  // Buffers just allocated from the compute stream's pool: a copy stream may write them only
+  // after the compute stream's work queued so far (their memory's previous users).
+  std::array<bool, 2> fresh{};
   std::optional<c10::cuda::CUDAStream> compute, up, down;
   std::array<at::cuda::CUDAEvent, 2> uploaded, released;
   std::array<bool, 2> was_released{};
@@ -1137,6 +1141,12 @@ class ArenaMover {
 #ifdef WMBATCH_WITH_CUDA
     if (cuda_) {
       if (arena_.was_released[size_t(set)]) arena_.released[size_t(set)].block(*arena_.up);
+      if (arena_.fresh[size_t(set)]) {
+        at::cuda::CUDAEvent allocated;
+        allocated.record(*arena_.compute);
+        allocated.block(*arena_.up);
+        arena_.fresh[size_t(set)] = false;
+      }
       c10::cuda::CUDAStreamGuard guard(*arena_.up);
       for (size_t j = 0; j < views.size(); ++j) {
         if (host[j].defined()) {
@@ -1204,6 +1214,23 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
     return;
   }
   if (state.slots.size() != size_t(slots_)) state.slots.resize(size_t(slots_));
+  // Views of the tail state buffer set `set` for tile t (TailArena).
+  auto arena_views = [&](TailArena& arena, int set, const TailTile& t) {
+    std::vector<at::Tensor> v(tail_slots_.size());
+    for (size_t j = 0; j < v.size(); ++j) {
+      v[j] = slot_view(arena.flat[size_t(set)][j], tail_slot_sizes(t, j), memory_format_);
+    }
+    return v;
+  };
+  // A later slice's first tile state (host memory) comes up while the layers before the tail
+  // run: the grid cannot change within a sequence, so the arena fits it already.
+  bool prefilled = false;
+  if (!first && state.tail_arena && !state.tail_arena->tiles.empty() && !state.tail_tiles.empty()) {
+    TailArena& arena = *state.tail_arena;
+    ArenaMover(arena, x.is_cuda())
+        .fill(0, state.tail_tiles[0], arena_views(arena, 0, arena.tiles[0]));
+    prefilled = true;
+  }
   const Conv top{top_weight_, top_bias_};
   x = conv(x.mul(std_).add_(mean_), top);
   for (size_t i = 0; i < tail_start_; ++i) x = run_block(i, std::move(x), state, first);
@@ -1255,14 +1282,8 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
   // State in host memory between slices, two tiles' worth of device buffers (TailArena).
   TailArena& arena = tail_arena(state, tiles, x.options());
   ArenaMover mover(arena, x.is_cuda());
-  auto views = [&](size_t k) {
-    std::vector<at::Tensor> v(tail_slots_.size());
-    for (size_t j = 0; j < v.size(); ++j) {
-      v[j] = slot_view(arena.flat[k % 2][j], tail_slot_sizes(tiles[k], j), memory_format_);
-    }
-    return v;
-  };
-  mover.fill(0, state.tail_tiles[0], views(0));
+  auto views = [&](size_t k) { return arena_views(arena, int(k % 2), tiles[k]); };
+  if (!prefilled) mover.fill(0, state.tail_tiles[0], views(0));
   for (size_t k = 0; k < count; ++k) {
     const int set = int(k % 2);
     const std::vector<at::Tensor> mine = views(k);
@@ -1316,15 +1337,20 @@ TailArena& Network::tail_arena(SequenceState& state, const std::vector<TailTile>
       for (int64_t v : tail_slot_sizes(t, j)) numel *= v;
       largest = std::max(largest, numel);
     }
-    for (auto& set : arena.flat) {
+    for (size_t k = 0; k < arena.flat.size(); ++k) {
+      std::vector<at::Tensor>& set = arena.flat[k];
       if (set.size() != tail_slots_.size()) set.resize(tail_slots_.size());
       if (!set[j].defined() || set[j].numel() < largest || set[j].dtype() != options.dtype() ||
           set[j].device() != options.device()) {
         set[j] = at::Tensor();
         set[j] = at::empty({largest}, options.memory_format(at::MemoryFormat::Contiguous));
+#ifdef WMBATCH_WITH_CUDA
+        arena.fresh[k] = true;
+#endif
       }
     }
   }
+  arena.tiles = tiles;
   return arena;
 }
 
