@@ -430,7 +430,16 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
   // The tail plan, made when the tail of the sequence's first slice starts: what is allocated
   // then (weights, the state before the tail, the tail input) stays; the rest of the limit (or
   // of what the device could give us) is the tail's, less a margin for cuDNN workspaces.
+  // The slice's output (hundreds of MB at 1080p, zero-filled and page-faulted in) is made
+  // when the tail starts, while the device still runs the layers before it: made at the first
+  // chunk, it kept the host from queueing the next chunk's work (the device idled meanwhile).
+  Planar out;
+  auto make_output = [&](int64_t frames, int64_t h, int64_t w) {
+    if (out.empty()) out = Planar(traits_.out_channels, int(frames), int(h), int(w));
+  };
   auto planner = [&](const at::Tensor& tail_in) {
+    const int64_t s = net_->tail_scale();
+    make_output(tail_in.size(2), tail_in.size(3) * s, tail_in.size(4) * s);
     auto it = plans_.find(tile);
     if (it != plans_.end()) return it->second;
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
@@ -453,12 +462,10 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
   const SequenceState start = state;  // slots are replaced, never written: a cheap snapshot
 
   for (;;) {
-    Planar out;
     try {
       net_->forward_chunks(
           x, state, first, planner, [&](const at::Tensor& y, const Network::ChunkPos& p) {
-            if (out.empty())
-              out = Planar(int(y.size(1)), int(p.frames), int(p.height), int(p.width));
+            make_output(p.frames, p.height, p.width);  // (a retry reuses it: every chunk rewrites)
             // [1, C, n, h, w] (channels_last, run dtype, maybe a crop) → [C, n, h, w] float32
             at::Tensor planar = at::empty({y.size(1), y.size(2), y.size(3), y.size(4)},
                                           y.options().dtype(at::kFloat));
@@ -466,7 +473,7 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
             offload_->push(planar, out, int(p.frame), int(p.top), int(p.left));
           });
       offload_->finish();
-      return out;
+      return std::move(out);
     } catch (const c10::OutOfMemoryError&) {
       offload_->abandon();
       c10::cuda::device_synchronize();  // copies in flight must land before their buffers go
