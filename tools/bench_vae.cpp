@@ -171,6 +171,10 @@ int bench_vae_decode(int argc, char** argv) {
       const double peak = wm::models::peak_device_memory_mib(device);
       out["peak_gpu_mib"] = peak;
       out["peak_gpu_gib"] = peak / 1024.0;
+      const auto counts = wm::models::device_allocator_counts(device);
+      out["peak_reserved_gib"] = counts.peak_reserved_mib / 1024.0;
+      out["alloc_retries"] = counts.alloc_retries;
+      out["segment_allocs"] = counts.segment_allocs;
     }
 
     if (o.profile) {

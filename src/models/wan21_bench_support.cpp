@@ -23,6 +23,8 @@ void reset_peak_device_memory(const Device& device) {
 #ifdef WMBATCH_WITH_CUDA
   if (device.kind == Device::Kind::kCuda) {
     c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device.index));
+    c10::cuda::CUDACachingAllocator::resetAccumulatedStats(
+        static_cast<c10::DeviceIndex>(device.index));
   }
 #else
   (void)device;
@@ -55,6 +57,22 @@ double peak_device_memory_mib(const Device& device) {
   (void)device;
 #endif
   return -1;
+}
+
+AllocatorCounts device_allocator_counts(const Device& device) {
+  AllocatorCounts out;
+#ifdef WMBATCH_WITH_CUDA
+  if (device.kind == Device::Kind::kCuda) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
+        static_cast<c10::DeviceIndex>(device.index));
+    out.alloc_retries = stats.num_alloc_retries;
+    out.segment_allocs = stats.segment[0].allocated;
+    out.peak_reserved_mib = double(stats.reserved_bytes[0].peak) / double(1 << 20);
+  }
+#else
+  (void)device;
+#endif
+  return out;
 }
 
 void set_wan21_profiling(bool on) { wan21::set_profiling(on); }

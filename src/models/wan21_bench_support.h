@@ -21,6 +21,14 @@ void reset_peak_device_memory(const Device& device);
 // the Wan2.1 session retries with shorter chunks). No-op for the CPU.
 void limit_device_memory(const Device& device, double gib);
 double peak_device_memory_mib(const Device& device);
+// The allocator's work since the last reset_peak_device_memory: allocations that had to free its
+// cache and retry (each synchronises the device), device allocations made, peak reserved MiB.
+struct AllocatorCounts {
+  int64_t alloc_retries = 0;
+  int64_t segment_allocs = 0;
+  double peak_reserved_mib = 0;
+};
+AllocatorCounts device_allocator_counts(const Device& device);
 
 // Per-stage timings of the Wan2.1 VAE (synchronising the device around each block and conv;
 // see wan21::set_profiling). take_ returns what was gathered since the last take and resets.
