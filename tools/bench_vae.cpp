@@ -175,6 +175,7 @@ int bench_vae_decode(int argc, char** argv) {
       out["peak_reserved_gib"] = counts.peak_reserved_mib / 1024.0;
       out["alloc_retries"] = counts.alloc_retries;
       out["segment_allocs"] = counts.segment_allocs;
+      out["segments"] = counts.segments;
     }
 
     if (o.profile) {

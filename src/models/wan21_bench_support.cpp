@@ -67,6 +67,7 @@ AllocatorCounts device_allocator_counts(const Device& device) {
         static_cast<c10::DeviceIndex>(device.index));
     out.alloc_retries = stats.num_alloc_retries;
     out.segment_allocs = stats.segment[0].allocated;
+    out.segments = stats.segment[0].current;
     out.peak_reserved_mib = double(stats.reserved_bytes[0].peak) / double(1 << 20);
   }
 #else

@@ -26,6 +26,7 @@ double peak_device_memory_mib(const Device& device);
 struct AllocatorCounts {
   int64_t alloc_retries = 0;
   int64_t segment_allocs = 0;
+  int64_t segments = 0;  // now (a handful with expandable segments)
   double peak_reserved_mib = 0;
 };
 AllocatorCounts device_allocator_counts(const Device& device);
