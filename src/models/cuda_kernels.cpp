@@ -1,8 +1,11 @@
 #include "src/models/cuda_kernels.h"
 
 #ifdef WMBATCH_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cublas_v2.h>
 
+#include <limits>
 #include <string>
 
 #include "src/base/error.h"
@@ -19,6 +22,9 @@ bool rms_norm(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at:
   return false;
 }
 bool depth_to_space(const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
+bool attention_scores(const at::Tensor&, const at::Tensor&, double, const at::Tensor&) {
+  return false;
+}
 
 #else
 
@@ -124,6 +130,35 @@ bool depth_to_space(const at::Tensor& y, const at::Tensor& bias, const at::Tenso
   a.channels = int(c);
   check(launch_depth_to_space(dtype, a, c10::cuda::getCurrentCUDAStream(y.get_device()).stream()),
         "wan2.1-vae: depth_to_space kernel");
+  return true;
+}
+
+bool attention_scores(const at::Tensor& q, const at::Tensor& k, double scale,
+                      const at::Tensor& out) {
+  const at::ScalarType dt = q.scalar_type();
+  if (dt != at::kBFloat16 && dt != at::kHalf) return false;
+  if (!q.is_cuda() || k.device() != q.device() || out.device() != q.device()) return false;
+  if (k.scalar_type() != dt || out.scalar_type() != at::kFloat) return false;
+  if (q.dim() != 2 || k.dim() != 2 || out.dim() != 2 || !out.is_contiguous()) return false;
+  const int64_t rows = q.size(0), keys = k.size(0), d = q.size(1);
+  if (k.size(1) != d || out.size(0) != rows || out.size(1) != keys) return false;
+  if (q.stride(1) != 1 || k.stride(1) != 1 || q.stride(0) < d || k.stride(0) < d) return false;
+  const int64_t limit = std::numeric_limits<int>::max();
+  if (rows > limit || keys > limit || d > limit || q.stride(0) > limit || k.stride(0) > limit)
+    return false;
+  const cudaDataType_t type = dt == at::kBFloat16 ? CUDA_R_16BF : CUDA_R_16F;
+  const float alpha = float(scale), beta = 0.0f;
+  // Column-major view: outᵀ [keys × rows] = k [keys × d] · qᵀ [d × rows], k and q read as their
+  // row-major buffers (= column-major transposes).
+  cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();  // on the current stream
+  const cublasStatus_t status = cublasGemmEx(
+      handle, CUBLAS_OP_T, CUBLAS_OP_N, int(keys), int(rows), int(d), &alpha, k.data_ptr(), type,
+      int(k.stride(0)), q.data_ptr(), type, int(q.stride(0)), &beta, out.data_ptr(), CUDA_R_32F,
+      int(keys), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw ModelError("attention scores: cublasGemmEx failed with status " +
+                     std::to_string(int(status)));
+  }
   return true;
 }
 

@@ -24,4 +24,11 @@ bool rms_norm(const at::Tensor& x, const at::Tensor& bias, const at::Tensor& res
 // [1, C, T, 2H, 2W], both channels_last_3d, plus bias [C] (may be undefined).
 bool depth_to_space(const at::Tensor& y, const at::Tensor& bias, const at::Tensor& out);
 
+// Attention scores in float32 from half-precision inputs: out = scale · q kᵀ, with q [R, D] and
+// k [N, D] (bf16 or fp16, the same dtype, unit stride along D, any row stride) and out [R, N]
+// float32 contiguous; one cuBLAS GEMM accumulating in float32 (ATen's half-precision matmul
+// would round the scores to the inputs' dtype before the softmax).
+bool attention_scores(const at::Tensor& q, const at::Tensor& k, double scale,
+                      const at::Tensor& out);
+
 }  // namespace wm::models::cuda

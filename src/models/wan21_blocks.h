@@ -92,6 +92,9 @@ struct Tuning {
   int64_t tail_budget_mib = 0;       // auto tail plan: memory budget (0: what the device has free)
   int tail_rows = 0, tail_cols = 0;  // decode tail tiles (0: auto)
   int host_state = -1;               // tail state in host memory: 0 no, 1 yes, -1 auto
+  // CUDA half precision attention as two GEMMs with float32 scores: 0 no, 1 yes, -1 auto
+  // (heads wider than the fused SDPA kernels take, i.e. Wan2.1's 384)
+  int gemm_attention = -1;
   // Host state: upload the next tile's state when a tile starts (three tiles' state on the
   // device) rather than at its last chunk after the previous download (two).
   bool cudnn_benchmark = true;  // CUDA: let cuDNN time its algorithms per shape
