@@ -537,14 +537,15 @@ class Attention : public Block {
   // CUDA, half precision: per frame and block of queries, the scores in float32 by one cuBLAS
   // GEMM, softmax in float32, the probabilities rounded to the input dtype (as flash attention
   // rounds them) for the second GEMM, with float32 accumulation. Blocks keep the float32 scores
-  // ≤ 512 MiB. False (out untouched) when the inputs do not suit it.
+  // ≤ 128 MiB (512 MiB blocks fragmented the allocator enough to force a retry at a 12 GiB cap,
+  // and were no faster). False (out untouched) when the inputs do not suit it.
   static bool attend_gemm(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                           at::Tensor& out) {
     const int64_t t = q.size(0), tokens = q.size(1), c = q.size(2);
     if (!q.is_cuda() || (q.scalar_type() != at::kBFloat16 && q.scalar_type() != at::kHalf))
       return false;
     const int64_t rows =
-        std::clamp<int64_t>((int64_t(1) << 29) / (tokens * int64_t(sizeof(float))), 1, tokens);
+        std::clamp<int64_t>((int64_t(1) << 27) / (tokens * int64_t(sizeof(float))), 1, tokens);
     at::Tensor scores = at::empty({rows, tokens}, q.options().dtype(at::kFloat));
     at::Tensor result = at::empty({t, tokens, c}, q.options());
     const double scale = 1.0 / std::sqrt(double(c));
