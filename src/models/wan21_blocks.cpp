@@ -699,13 +699,15 @@ class Upsample : public Block {
     at::Tensor out =
         at::empty({1, c, keep + 2 * rest, h, w}, x.options().memory_format(memory_format_));
     if (keep) out.narrow(2, 0, 1).copy_(x.narrow(2, 0, 1));
-    // In chunks of a few frames (the causal conv carries its history from chunk to chunk, so
-    // this is exact): the time conv's [2C, n] output and padded input then stand beside `out`
-    // a chunk at a time, not for the whole slice (at 1080p, 4 frames each: 1.2 GB less at the
-    // decoder's peak, which is here, just before the tail).
-    constexpr int64_t kChunk = 4;
-    for (int64_t f0 = 0; f0 < rest; f0 += kChunk) {
-      const int64_t n = std::min(kChunk, rest - f0);
+    // A large slice goes in chunks of 4 frames (the causal conv carries its history from chunk
+    // to chunk, so this is exact): the time conv's [2C, n] output and padded input then stand
+    // beside `out` a chunk at a time (at 1080p: 1.2 GB less at the decoder's peak, which is
+    // here, just before the tail). Small ones go whole (fewer, larger calls).
+    const int64_t out_bytes = 2 * c * rest * h * w * int64_t(x.element_size());
+    int64_t chunk = out_bytes > (int64_t(1) << 30) ? 4 : std::max<int64_t>(rest, 1);
+    if (tuning_->time_conv_frames > 0) chunk = tuning_->time_conv_frames;
+    for (int64_t f0 = 0; f0 < rest; f0 += chunk) {
+      const int64_t n = std::min(chunk, rest - f0);
       at::Tensor y = time_.forward(x.narrow(2, keep + f0, n), st);  // [1, 2C, n, H, W]
       out.narrow(2, keep + 2 * f0, 2 * n)
           .view({1, c, n, 2, h, w})
@@ -861,6 +863,8 @@ Tuning Tuning::from_env() {
         t.tail_rows = std::stoi(value.substr(0, x));
         t.tail_cols = std::stoi(value.substr(x + 1));
         if (t.tail_rows < 1 || t.tail_cols < 1) throw std::invalid_argument(value);
+      } else if (key == "time_conv_frames") {
+        t.time_conv_frames = std::stoi(value);
       } else if (key == "gemm_attention") {
         t.gemm_attention = std::stoi(value);
         if (t.gemm_attention < -1 || t.gemm_attention > 1) throw std::invalid_argument(key);
@@ -882,7 +886,7 @@ std::string Tuning::str() const {
     << ",cudnn_benchmark=" << cudnn_benchmark << ",conv_frames=" << conv_frames
     << ",tail_frames=" << tail_frames << ",tail_budget_mib=" << tail_budget_mib
     << ",tail_tiles=" << tail_rows << "x" << tail_cols << ",host_state=" << host_state
-    << ",gemm_attention=" << gemm_attention;
+    << ",gemm_attention=" << gemm_attention << ",time_conv_frames=" << time_conv_frames;
   return s.str();
 }
 

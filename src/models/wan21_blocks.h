@@ -95,6 +95,9 @@ struct Tuning {
   // CUDA half precision attention as two GEMMs with float32 scores: 0 no, 1 yes, -1 auto
   // (heads wider than the fused SDPA kernels take, i.e. Wan2.1's 384)
   int gemm_attention = -1;
+  // decode: frames per call of an upsample's time conv (0: auto, 4 when the slice's output
+  // would pass 1 GiB, else all)
+  int time_conv_frames = 0;
   // Host state: upload the next tile's state when a tile starts (three tiles' state on the
   // device) rather than at its last chunk after the previous download (two).
   bool cudnn_benchmark = true;  // CUDA: let cuDNN time its algorithms per shape

@@ -281,7 +281,8 @@ TEST(Wan21VaeTail, TilesAndChunksEqualWholeFrames) {
   for (const std::string tuning :
        {"tail_tiles=2x3", "tail_tiles=2x3,tail_frames=3", "tail_tiles=1x4,tail_frames=2",
         "tail_tiles=3x1,host_state=1", "tail_tiles=2x3,host_state=1,tail_frames=3",
-        "tail_tiles=1x1,host_state=1,tail_frames=5"}) {
+        "tail_tiles=1x1,host_state=1,tail_frames=5", "time_conv_frames=1",
+        "time_conv_frames=3,tail_frames=4"}) {
     const double err = max_abs_diff(run_slices(*tuned_decoder(tuning), z, {3, 2}), whole);
     std::cout << "[ tail     ] " << tuning << ": max diff " << err << "\n";
     EXPECT_LE(err, 1e-5) << tuning;
