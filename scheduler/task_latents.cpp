@@ -295,6 +295,7 @@ class EncodeLatentsRunner : public TaskRunner {
     TensorSink sink(&progress);
     std::map<std::string, std::string> meta = {{"source", input}, {"model", traits.name}};
     int64_t frames = 0;
+    decoder_.clear();
     if (ends_with(input, ".safetensors")) {
       io::SafetensorsFile file(input);
       TensorSliceSource source(file, job_.input_tensor, traits.in_channels, rule);
@@ -308,9 +309,7 @@ class EncodeLatentsRunner : public TaskRunner {
       if (auto it = file.metadata().find("fps"); it != file.metadata().end())
         meta["fps"] = it->second;
     } else {
-      io::ReaderOptions reader_options;
-      reader_options.max_error_rate = job_.max_error_rate;
-      io::VideoReader reader(input, reader_options);
+      io::VideoReader reader(input, reader_options(job_, models_.devices()));
       const io::VideoInfo& info = reader.info();
       check_multiple_of_8(input, info.width, info.height);
       pipeline.tiles = plan_job_tiles(job_, traits, info.width, info.height);
@@ -318,6 +317,7 @@ class EncodeLatentsRunner : public TaskRunner {
       progress.begin(input, info.frames_estimate);
       run_pipeline(source, sessions, sink, pipeline);
       frames = source.frames_read();
+      decoder_ = reader.decoder_name();
       meta["fps"] = number(info.frame_rate.value());
       meta["width"] = std::to_string(info.width);
       meta["height"] = std::to_string(info.height);
@@ -329,10 +329,12 @@ class EncodeLatentsRunner : public TaskRunner {
     progress.end();
     return latents.frames;
   }
+  std::string decoder() const override { return decoder_; }
 
  private:
   JobSpec job_;
   ModelSet models_;
+  std::string decoder_;
 };
 
 // Encoder then decoder in one session, measuring the round trip against its input.
@@ -370,9 +372,7 @@ class ReconstructRunner : public TaskRunner {
 
   int64_t process(const std::string& input, const std::string& output, const RunOptions& options,
                   Progress& progress) override {
-    io::ReaderOptions reader_options;
-    reader_options.max_error_rate = job_.max_error_rate;
-    io::VideoReader reader(input, reader_options);
+    io::VideoReader reader(input, reader_options(job_, encoder_.devices()));
     const io::VideoInfo& info = reader.info();
     check_multiple_of_8(input, info.width, info.height);
     const ModelTraits& traits = encoder_.traits();
@@ -407,6 +407,7 @@ class ReconstructRunner : public TaskRunner {
     run_pipeline(source, sessions, sink, pipeline);
     const int64_t written = writer.finish();
     progress.end();
+    decoder_name_ = reader.decoder_name();
     metrics_ = {{"psnr", meter.psnr()}, {"ssim", meter.ssim()}};
     log::get("job:" + job_.name)
         ->info("{}: reconstruction PSNR {:.2f} dB, SSIM {:.4f} over {} frames", input, meter.psnr(),
@@ -414,6 +415,7 @@ class ReconstructRunner : public TaskRunner {
     return written;
   }
   std::map<std::string, double> metrics() const override { return metrics_; }
+  std::string decoder() const override { return decoder_name_; }
 
  private:
   static ModelConfig with_task(ModelConfig config, const char* task) {
@@ -424,6 +426,7 @@ class ReconstructRunner : public TaskRunner {
   ModelSet encoder_;
   ModelSet decoder_;
   std::map<std::string, double> metrics_;
+  std::string decoder_name_;
 };
 
 }  // namespace

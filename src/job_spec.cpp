@@ -536,9 +536,8 @@ class JobParser {
     }
     if (const Field* f = top_.find("max_error_rate")) job_.max_error_rate = get_number(*f, {0, 1});
     if (const Field* f = top_.find("decode")) {
-      // encode_latents and reconstruct read video too, but their runner (task_latents.cpp) does
-      // not pass the mode to its reader yet: refused rather than ignored.
-      only_for_tasks(*f, {Task::kUpscale});
+      // The tasks that read video (decode_latents reads a tensor file).
+      only_for_tasks(*f, {Task::kUpscale, Task::kEncodeLatents, Task::kReconstruct});
       job_.decode = get_enum(*f, kDecodeModes);
     }
     return job_;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
@@ -117,6 +118,39 @@ TEST(VaeJobs, EncodeThenDecodeKeepsFrameCount) {
   EXPECT_EQ(back.width, 64);
   EXPECT_EQ(back.height, 48);
   EXPECT_NEAR(back.video_duration, 7.0 / 25, 1.0 / 25);
+}
+
+// encode_latents reads video: `decode: nvdec` reaches its reader (NVDEC where there is one, else
+// the software fallback with one warning), and the latents do not depend on the decoder.
+TEST(VaeJobs, EncodeLatentsTakesTheDecodeMode) {
+  WM_REQUIRE_GOLDEN();
+  TempDir dir("vae-nvdec");
+  ClipSpec spec;
+  spec.width = 64;
+  spec.height = 48;
+  spec.frames = 5;
+  spec.audio = false;
+  make_clip(dir.file("clip.mp4"), spec);
+  std::map<std::string, std::string> decoders;
+  for (const char* mode : {"software", "nvdec"}) {
+    const std::string name = mode;
+    write_text(dir.file(name + ".yaml"), "task: encode_latents\ninput: clip.mp4\noutput: " + name +
+                                             ".safetensors\ndecode: " + name + "\n" + vae_model());
+    CommandResult r = wmbatch({dir.file(name + ".yaml"), "--report", dir.file(name + ".json")});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto report = nlohmann::json::parse(read_text(dir.file(name + ".json")));
+    decoders[name] = report.at(0).at("inputs").at(0).value("decoder", std::string("(none)"));
+    if (name == "nvdec" && decoders[name] == "h264") {
+      EXPECT_NE(r.output.find("clip.mp4: NVDEC not used, decoding in software: "),
+                std::string::npos)
+          << r.output;
+    }
+  }
+  EXPECT_EQ(decoders["software"], "h264");
+  EXPECT_TRUE(decoders["nvdec"] == "h264" || decoders["nvdec"] == "h264 (nvdec)")
+      << decoders["nvdec"];
+  EXPECT_EQ(tensor(dir.file("software.safetensors"), "latent"),
+            tensor(dir.file("nvdec.safetensors"), "latent"));
 }
 
 TEST(VaeJobs, ReconstructReportsPsnr) {

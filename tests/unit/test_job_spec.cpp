@@ -159,6 +159,10 @@ TEST(JobSpec, DecodeModes) {
   EXPECT_EQ(parse_one(job + "decode: software\n").decode, DecodeMode::kSoftware);
   EXPECT_EQ(parse_one(job + "decode: nvdec\n").decode, DecodeMode::kNvdec);
   EXPECT_EQ(parse_one(job + "decode: auto\ndevices: [0]\n").decode, DecodeMode::kAuto);
+  EXPECT_EQ(parse_one("task: reconstruct\ninput: a.mp4\noutput: o/{stem}.mp4\n"
+                      "model: {kind: wan2.1-vae, weights: w.safetensors}\ndecode: nvdec\n")
+                .decode,
+            DecodeMode::kNvdec);
 }
 
 TEST(JobSpec, Defaults) {
@@ -347,8 +351,9 @@ const BadJob kBadJobs[] = {
     {JOB "decode: [nvdec]\n", 3, "decode", "must be software, nvdec or auto (got a list)"},
     {JOB "tokens: 2\ndecod: nvdec\n", 4, "decod", "unknown key (did you mean `decode`?)"},
     {JOB "encode:\n  decode: nvdec\n", 4, "encode.decode", "did you mean top-level `decode`?"},
-    {"task: reconstruct\ninput: a.mp4\noutput: o/{stem}.mp4\n" VAE "decode: nvdec\n", 5, "decode",
-     "applies only to task upscale (task is reconstruct)"},
+    {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n" VAE "decode: nvdec\n", 5,
+     "decode",
+     "applies only to task upscale, encode_latents or reconstruct (task is decode_latents)"},
     // devices
     {JOB "devices: gpu\n", 3, "devices", "must be cpu, auto or a list of GPU indices"},
     {JOB "devices: 0\n", 3, "devices", "like [0, 1]"},
