@@ -5,7 +5,8 @@
 //          ▲────────────────────── token returned ◄──────────────────────┘
 //
 // Stages talk only through the graph. The limiter caps the slices in flight, so memory is
-// bounded by `tokens` slices whatever the video length. An exception in any node cancels the
+// bounded by `tokens` slices (plus the one the source node holds ready while the limiter is full)
+// whatever the video length. An exception in any node cancels the
 // graph and is rethrown by run_pipeline() after the graph has drained.
 #pragma once
 
