@@ -427,13 +427,13 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
   // Latents are small: a plain synchronous upload.
   const at::Tensor x =
       to_tensor(std::move(input)).to(device_, dtype_).contiguous(net_->memory_format());
-  // The tail plan, made when the tail of the sequence's first slice starts: what is allocated
-  // then (weights, the state before the tail, the tail input) stays; the rest of the limit (or
-  // of what the device could give us) is the tail's, less a margin for cuDNN workspaces.
   // The slice's output, made at the first chunk: by then that chunk's work is queued, so the
   // device computes while the host zero-fills hundreds of MB. (Made at the tail's start instead,
   // it held back the queueing of the tail: 480p decode measured 12 % slower.)
   Planar out;
+  // The tail plan, made when the tail of the sequence's first slice starts: what is allocated
+  // then (weights, the state before the tail, the tail input) stays; the rest of the limit (or
+  // of what the device could give us) is the tail's, less a margin for cuDNN workspaces.
   auto planner = [&](const at::Tensor& tail_in) {
     auto it = plans_.find(tile);
     if (it != plans_.end()) return it->second;
