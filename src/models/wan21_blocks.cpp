@@ -1390,7 +1390,9 @@ TailArena& Network::tail_arena(SequenceState& state, const std::vector<TailTile>
       for (int64_t v : tail_slot_sizes(t, j)) numel *= v;
       largest = std::max(largest, numel);
     }
-    for (size_t k = 0; k < arena.flat.size(); ++k) {
+    // One tile needs one set (nothing comes up while it computes).
+    const size_t sets = tiles.size() > 1 ? arena.flat.size() : 1;
+    for (size_t k = 0; k < sets; ++k) {
       std::vector<at::Tensor>& set = arena.flat[k];
       if (set.size() != tail_slots_.size()) set.resize(tail_slots_.size());
       if (!set[j].defined() || set[j].numel() < largest || set[j].dtype() != options.dtype() ||
