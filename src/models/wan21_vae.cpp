@@ -434,7 +434,9 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
   // The tail plan, made when the tail of the sequence's first slice starts: what is allocated
   // then (weights, the state before the tail, the tail input) stays; the rest of the limit (or
   // of what the device could give us) is the tail's, less a margin for cuDNN workspaces.
+  bool tail_reached = false;  // in this attempt
   auto planner = [&](const at::Tensor& tail_in) {
+    tail_reached = true;
     auto it = plans_.find(tile);
     if (it != plans_.end()) return it->second;
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
@@ -457,6 +459,7 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
   const SequenceState start = state;  // slots are replaced, never written: a cheap snapshot
 
   for (;;) {
+    tail_reached = false;
     try {
       net_->forward_chunks(
           x, state, first, planner, [&](const at::Tensor& y, const Network::ChunkPos& p) {
@@ -475,8 +478,10 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
     } catch (const c10::OutOfMemoryError&) {
       offload_->abandon();
       c10::cuda::device_synchronize();  // copies in flight must land before their buffers go
+      // Out of memory before the tail (of this slice, not only of the first): nothing the plan
+      // could shrink, so no futile retries of the slice.
       auto it = plans_.find(tile);
-      if (it == plans_.end()) throw;  // before the tail: nothing to shrink
+      if (it == plans_.end() || !tail_reached) throw;
       // Shorter chunks down to 4 frames, then (while the tile grid may still change, in the
       // first slice) more tiles, then shorter chunks still.
       TailPlan& plan = it->second;
