@@ -1319,13 +1319,19 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
     throw ModelError("wan2.1-vae: the decode tail's tile grid changed within a sequence");
   }
   const size_t count = tiles.size();
+  // A tile's own state: its tail slots in a SequenceState of the network's shape.
+  auto tile_state = [&](const std::vector<at::Tensor>& slots, bool in_place) {
+    SequenceState tile;
+    tile.slots.resize(size_t(slots_));
+    tile.write_in_place = in_place;
+    for (size_t j = 0; j < tail_slots_.size(); ++j)
+      tile.slots[size_t(tail_slots_[j].slot)] = slots[j];
+    return tile;
+  };
   if (!plan.host_state) {
     // Every tile's state stays on the device.
     for (size_t k = 0; k < count; ++k) {
-      SequenceState tile;
-      tile.slots.resize(size_t(slots_));
-      for (size_t j = 0; j < tail_slots_.size(); ++j)
-        tile.slots[size_t(tail_slots_[j].slot)] = state.tail_tiles[k][j];
+      SequenceState tile = tile_state(state.tail_tiles[k], /*in_place=*/false);
       run_tail_tile(x, tiles[k], step, tile, first, pos, sink);
       for (size_t j = 0; j < tail_slots_.size(); ++j)
         state.tail_tiles[k][j] = tile.slots[size_t(tail_slots_[j].slot)];
@@ -1344,11 +1350,7 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
     // tile before this one has been written back from it).
     if (k + 1 < count) mover.fill(1 - set, state.tail_tiles[k + 1], views(k + 1));
     mover.ready(set);
-    SequenceState tile;
-    tile.slots.resize(size_t(slots_));
-    tile.write_in_place = true;
-    for (size_t j = 0; j < tail_slots_.size(); ++j)
-      tile.slots[size_t(tail_slots_[j].slot)] = mine[j];
+    SequenceState tile = tile_state(mine, /*in_place=*/true);
     run_tail_tile(x, tiles[k], step, tile, first, pos, sink);
     state.tail_tiles[k] = mover.write_back(set, mine);
   }
