@@ -5,6 +5,7 @@
 //                      [--dtype fp32|bf16|fp16] [--device cpu|cuda:N] [--warmup N] [--iters N]
 //                      [--slice-frames S] [--threads N] [--seed N] [--profile 0|1]
 //                      [--compare-fp32 0|1] [--tuning KEY=V,...] [--max-gpu-gib N]
+//                      [--kernels 0|1]
 //
 // H and W are output pixels (multiples of 8). --slice-frames S decodes the T latent frames as
 // consecutive slices of S (0: one slice), exactly as the job runner would. Timing covers decode
@@ -13,7 +14,9 @@
 //
 // --profile 1 adds one more decode with per-stage timings (synchronised; not part of the timed
 // runs). --compare-fp32 1 decodes the same latents with float32 weights afterwards and reports
-// the PSNR of the timed run's output against it. --tuning sets WMBATCH_WAN21_TUNING (execution
+// the PSNR of the timed run's output against it. --kernels 1 (CUDA) adds "kernels": the fused
+// norm and residual passes' bandwidth on activations of this output size, per threads-per-pixel
+// choice and for packed and cropped input. --tuning sets WMBATCH_WAN21_TUNING (execution
 // choices of the Wan2.1 model, src/models/wan21_blocks.h) for A/B measurements. tflops_ref counts
 // the reference decoder's 8.5 MFLOP per output pixel.
 #include <cmath>
@@ -50,6 +53,7 @@ struct Options {
   uint64_t seed = 1;
   bool profile = false;
   bool compare_fp32 = false;
+  bool kernels = false;
   std::string tuning;
   int max_gpu_gib = 0;
 };
@@ -59,7 +63,7 @@ const char* kUsage =
     "                          [--dtype fp32|bf16|fp16] [--device cpu|cuda:N] [--warmup N]\n"
     "                          [--iters N] [--slice-frames S] [--threads N] [--seed N]\n"
     "                          [--profile 0|1] [--compare-fp32 0|1] [--tuning KEY=V,...]\n"
-    "                          [--max-gpu-gib N]\n";
+    "                          [--max-gpu-gib N] [--kernels 0|1]\n";
 
 // Throws std::invalid_argument with a one-line reason.
 Options parse(int argc, char** argv) {
@@ -75,6 +79,8 @@ Options parse(int argc, char** argv) {
       o.profile = integer(flag, v, 0) != 0;
     } else if (flag == "--compare-fp32") {
       o.compare_fp32 = integer(flag, v, 0) != 0;
+    } else if (flag == "--kernels") {
+      o.kernels = integer(flag, v, 0) != 0;
     } else {
       throw std::invalid_argument("unknown option " + flag);
     }
@@ -201,6 +207,22 @@ int bench_vae_decode(int argc, char** argv) {
       }
       out["profile_total_ms"] = ms;
       out["profile"] = stages;
+    }
+
+    if (o.kernels) {
+      nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+      for (const auto& r :
+           wm::models::wan21_kernel_rates(device, config.precision, o.height, o.width)) {
+        nlohmann::ordered_json j;
+        j["kernel"] = r.kind;
+        j["channels"] = r.channels;
+        j["threads"] = r.threads;
+        j["crop"] = r.crop;
+        j["ms"] = r.ms;
+        j["gb_per_s"] = r.gb_per_s;
+        rows.push_back(j);
+      }
+      out["kernels"] = rows;
     }
 
     if (o.compare_fp32 && config.precision != wm::Precision::kFloat32) {

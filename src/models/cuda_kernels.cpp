@@ -5,6 +5,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -18,7 +19,7 @@ namespace wm::models::cuda {
 
 bool kernels_available() { return false; }
 bool rms_norm(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-              const at::Tensor&, const at::Tensor&, bool, double) {
+              const at::Tensor&, const at::Tensor&, bool, double, int) {
   return false;
 }
 bool depth_to_space(const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
@@ -56,9 +57,22 @@ bool pixel_major(const at::Tensor& t) {
          (t.stride(3) == w * c || h == 1) && (t.stride(2) == h * w * c || t.size(2) == 1);
 }
 
+// [1, C, T, H, W] with channels innermost and any frame, row and column strides that keep
+// 16-byte alignment (a channels_last_3d tensor or a narrow() of one along T, H or W).
+bool pixel_strided(const at::Tensor& t) {
+  if (t.dim() != 5 || t.size(0) != 1 || (t.stride(1) != 1 && t.size(1) != 1)) return false;
+  const int64_t elt = t.element_size();
+  for (int d = 2; d < 5; ++d) {
+    if (t.size(d) > 1 && (t.stride(d) < t.size(1) || (t.stride(d) * elt) % 16 != 0)) return false;
+  }
+  return true;
+}
+
+PixelStrides strides_of(const at::Tensor& t) { return {t.stride(2), t.stride(3), t.stride(4)}; }
+
 bool usable(const at::Tensor& t, const at::Tensor& like) {
   return t.is_cuda() && t.device() == like.device() && t.scalar_type() == like.scalar_type() &&
-         aligned(t) && t.sizes() == like.sizes() && pixel_major(t);
+         aligned(t) && t.sizes() == like.sizes() && pixel_strided(t);
 }
 
 bool usable_vector(const at::Tensor& t, const at::Tensor& like, int64_t n) {
@@ -78,10 +92,11 @@ bool kernels_available() { return true; }
 
 bool rms_norm(const at::Tensor& x, const at::Tensor& bias, const at::Tensor& residual,
               const at::Tensor& gamma, const at::Tensor& out, const at::Tensor& sum_out, bool silu,
-              double eps) {
+              double eps, int threads_per_pixel) {
   DType dtype;
-  if (!x.is_cuda() || !dtype_of(x, dtype) || !aligned(x) || !pixel_major(x)) return false;
+  if (!x.is_cuda() || !dtype_of(x, dtype) || !aligned(x) || !pixel_strided(x)) return false;
   const int64_t c = x.size(1);
+  if (x.numel() / std::max<int64_t>(c, 1) >= (int64_t(1) << 31)) return false;
   if ((c * int64_t(x.element_size())) % 16 != 0) return false;
   if (bias.defined() && !usable_vector(bias, x, c)) return false;
   if (residual.defined() && !usable(residual, x)) return false;
@@ -97,8 +112,15 @@ bool rms_norm(const at::Tensor& x, const at::Tensor& bias, const at::Tensor& res
   a.gamma = gamma.defined() ? gamma.data_ptr() : nullptr;
   a.out = out.defined() ? out.data_ptr() : nullptr;
   a.sum_out = sum_out.defined() ? sum_out.data_ptr() : nullptr;
-  a.pixels = x.numel() / c;
+  a.x_strides = strides_of(x);
+  if (residual.defined()) a.residual_strides = strides_of(residual);
+  if (out.defined()) a.out_strides = strides_of(out);
+  if (sum_out.defined()) a.sum_strides = strides_of(sum_out);
+  a.frames = int(x.size(2));
+  a.height = int(x.size(3));
+  a.width = int(x.size(4));
   a.channels = int(c);
+  a.threads_per_pixel = threads_per_pixel;
   a.eps = float(eps);
   a.silu = silu;
   check(launch_rms_norm(dtype, a, c10::cuda::getCurrentCUDAStream(x.get_device()).stream()),

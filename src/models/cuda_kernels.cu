@@ -59,6 +59,10 @@ __device__ __forceinline__ void store(T* p, const Pack<T>& v) {
   *reinterpret_cast<uint4*>(p) = v.raw;
 }
 
+__device__ __forceinline__ int64_t offset_of(const PixelStrides& s, int t, int h, int w) {
+  return int64_t(t) * s.t + int64_t(h) * s.h + int64_t(w) * s.w;
+}
+
 // A group of `1 << tpp_log2` consecutive threads (within one warp) handles one pixel; each thread
 // holds up to kMaxVec 16-byte vectors of its channels in registers, so x is read exactly once.
 template <typename T, int kMaxVec>
@@ -72,26 +76,31 @@ __global__ void __launch_bounds__(256) rms_norm_kernel(NormArgs a, int tpp_log2)
   T* sum_out = static_cast<T*>(a.sum_out);
   const int tpp = 1 << tpp_log2;
   const int nvec = a.channels / kVec;
+  const uint32_t width = uint32_t(a.width), height = uint32_t(a.height);
+  const uint32_t pixels = uint32_t(a.frames) * height * width;
   const int64_t threads_total = int64_t(gridDim.x) * blockDim.x;
   // Grid-stride over pixel groups; every thread of a warp runs the same trip count (the shuffles
   // need all lanes), inactive ones just skip their memory accesses.
-  const int64_t groups = (a.pixels * tpp + threads_total - 1) / threads_total;
+  const int64_t groups = (int64_t(pixels) * tpp + threads_total - 1) / threads_total;
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t gid = g * threads_total + int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    const int64_t p = gid >> tpp_log2;
+    const int64_t p64 = gid >> tpp_log2;
     const int lane = int(gid & (tpp - 1));
-    const bool active = p < a.pixels;
+    const bool active = p64 < int64_t(pixels);
+    const uint32_t p = active ? uint32_t(p64) : 0u, row = p / width;
+    const int w = int(p - row * width), t = int(row / height), h = int(row - uint32_t(t) * height);
+    const int64_t ox = offset_of(a.x_strides, t, h, w);
+    const int64_t orr = res ? offset_of(a.residual_strides, t, h, w) : 0;
     float v[kMaxVec][kVec];
     float ss = 0.f;
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i) {
       const int cv = lane + i * tpp;
       if (active && cv < nvec) {
-        const int64_t off = p * a.channels + int64_t(cv) * kVec;
-        const Pack<T> px = load(x + off);
+        const Pack<T> px = load(x + ox + int64_t(cv) * kVec);
         Pack<T> pb, pr;
         if (bias) pb = load(bias + cv * kVec);
-        if (res) pr = load(res + off);
+        if (res) pr = load(res + orr + int64_t(cv) * kVec);
 #pragma unroll
         for (int k = 0; k < kVec; ++k) {
           float s = to_float(px.v[k]);
@@ -106,16 +115,17 @@ __global__ void __launch_bounds__(256) rms_norm_kernel(NormArgs a, int tpp_log2)
     }
     for (int o = tpp >> 1; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     const float inv = 1.f / fmaxf(sqrtf(ss), a.eps);
+    const int64_t os = sum_out ? offset_of(a.sum_strides, t, h, w) : 0;
+    const int64_t oo = out ? offset_of(a.out_strides, t, h, w) : 0;
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i) {
       const int cv = lane + i * tpp;
       if (!(active && cv < nvec)) continue;
-      const int64_t off = p * a.channels + int64_t(cv) * kVec;
       if (sum_out) {
         Pack<T> ps;
 #pragma unroll
         for (int k = 0; k < kVec; ++k) ps.v[k] = from_float<T>(v[i][k]);
-        store(sum_out + off, ps);
+        store(sum_out + os + int64_t(cv) * kVec, ps);
       }
       if (out) {
         const Pack<T> pg = load(gamma + cv * kVec);
@@ -126,7 +136,7 @@ __global__ void __launch_bounds__(256) rms_norm_kernel(NormArgs a, int tpp_log2)
           if (a.silu) y = y / (1.f + __expf(-y));
           po.v[k] = from_float<T>(y);
         }
-        store(out + off, po);
+        store(out + oo + int64_t(cv) * kVec, po);
       }
     }
   }
@@ -174,21 +184,43 @@ cudaError_t rms_norm_typed(const NormArgs& a, cudaStream_t stream) {
   constexpr int kVec = Pack<T>::kVec;
   const int nvec = a.channels / kVec;
   int tpp_log2 = 0;
-  while ((1 << tpp_log2) < nvec && tpp_log2 < 5) ++tpp_log2;
+  if (a.threads_per_pixel > 0) {
+    while ((2 << tpp_log2) <= a.threads_per_pixel && tpp_log2 < 5) ++tpp_log2;
+  } else {
+    // 96 bf16 channels: 4 threads of 3 vectors (a group of 16 would leave 4 lanes idle and keep
+    // one 16-byte load per thread in flight).
+    while (nvec % (2 << tpp_log2) == 0 && tpp_log2 < 5) ++tpp_log2;
+  }
+  // At most 8 vectors per thread in registers (up to 256 vectors per pixel).
+  while ((nvec + (1 << tpp_log2) - 1) >> tpp_log2 > 8 && tpp_log2 < 5) ++tpp_log2;
   const int tpp = 1 << tpp_log2;
   const int per_thread = (nvec + tpp - 1) / tpp;
-  const int blocks = blocks_for(a.pixels * tpp);
-  if (a.pixels == 0) return cudaSuccess;
-  if (per_thread <= 1) {
-    rms_norm_kernel<T, 1><<<blocks, 256, 0, stream>>>(a, tpp_log2);
-  } else if (per_thread <= 2) {
-    rms_norm_kernel<T, 2><<<blocks, 256, 0, stream>>>(a, tpp_log2);
-  } else if (per_thread <= 4) {
-    rms_norm_kernel<T, 4><<<blocks, 256, 0, stream>>>(a, tpp_log2);
-  } else if (per_thread <= 8) {
-    rms_norm_kernel<T, 8><<<blocks, 256, 0, stream>>>(a, tpp_log2);
-  } else {
-    return cudaErrorInvalidValue;
+  const int64_t pixels = int64_t(a.frames) * a.height * a.width;
+  if (pixels == 0) return cudaSuccess;
+  const int blocks = blocks_for(pixels * tpp);
+  switch (per_thread) {
+    case 1:
+      rms_norm_kernel<T, 1><<<blocks, 256, 0, stream>>>(a, tpp_log2);
+      break;
+    case 2:
+      rms_norm_kernel<T, 2><<<blocks, 256, 0, stream>>>(a, tpp_log2);
+      break;
+    case 3:
+      rms_norm_kernel<T, 3><<<blocks, 256, 0, stream>>>(a, tpp_log2);
+      break;
+    case 4:
+      rms_norm_kernel<T, 4><<<blocks, 256, 0, stream>>>(a, tpp_log2);
+      break;
+    case 5:
+    case 6:
+      rms_norm_kernel<T, 6><<<blocks, 256, 0, stream>>>(a, tpp_log2);
+      break;
+    case 7:
+    case 8:
+      rms_norm_kernel<T, 8><<<blocks, 256, 0, stream>>>(a, tpp_log2);
+      break;
+    default:
+      return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }

@@ -13,12 +13,13 @@ namespace wm::models::cuda {
 bool kernels_available();
 
 // s = x + bias + residual; out = [SiLU](s / max(‖s‖₂ over channels, eps) · gamma). x, residual,
-// out and sum_out: [1, C, T, H, W] channels_last_3d (narrow() views along T are fine); bias and
-// gamma: C contiguous values (gamma with √C folded in). bias, residual, out, sum_out may be
-// undefined; sum_out may be x itself (in place).
+// out and sum_out: [1, C, T, H, W] of one size, channels_last_3d or narrow() views of such
+// tensors along T, H and W (a tile's crop reads in place); bias and gamma: C contiguous values
+// (gamma with √C folded in). bias, residual, out, sum_out may be undefined; sum_out may be x
+// itself (in place). threads_per_pixel: 0 auto, else a power of two ≤ 32 (for A/B runs).
 bool rms_norm(const at::Tensor& x, const at::Tensor& bias, const at::Tensor& residual,
               const at::Tensor& gamma, const at::Tensor& out, const at::Tensor& sum_out, bool silu,
-              double eps);
+              double eps, int threads_per_pixel = 0);
 
 // Sub-pixel upsample epilogue (see DepthToSpaceArgs): y [1, 4C, T, H+1, W+1] → out
 // [1, C, T, 2H, 2W], both channels_last_3d, plus bias [C] (may be undefined).

@@ -46,4 +46,20 @@ std::vector<StageTiming> take_wan21_stage_timings();
 // The execution choices a Wan2.1 model built now would use (WMBATCH_WAN21_TUNING applied).
 std::string wan21_tuning();
 
+// Bandwidth of the Wan2.1 decoder's fused memory passes on a CUDA device (empty elsewhere), on
+// activations of the decoder's three widths for an height × width output (4 frames each):
+// "norm" (RMSNorm + SiLU into a padded buffer's body: reads and writes the activation once),
+// "sum" (y += bias + residual: two reads, one write), per threads-per-pixel choice (0 = auto),
+// packed or reading a crop (a view, as tail tiles read).
+struct KernelRate {
+  std::string kind;
+  int64_t channels = 0;
+  int threads = 0;
+  bool crop = false;
+  double ms = 0;
+  double gb_per_s = 0;
+};
+std::vector<KernelRate> wan21_kernel_rates(const Device& device, Precision precision, int height,
+                                           int width);
+
 }  // namespace wm::models

@@ -293,7 +293,10 @@ void rms_norm_into(const at::Tensor& x, const at::Tensor& gamma, at::Tensor out,
 // fallback path (x is then the caller's dead intermediate).
 void norm_into(at::Tensor& x, const at::Tensor& bias, const at::Tensor& gamma,
                const at::Tensor& out, bool silu, const Tuning& tuning) {
-  if (tuning.fused && cuda::rms_norm(x, bias, {}, gamma, out, {}, silu, kNormEps)) return;
+  if (tuning.fused &&
+      cuda::rms_norm(x, bias, {}, gamma, out, {}, silu, kNormEps, tuning.norm_threads)) {
+    return;
+  }
   if (bias.defined()) x.add_(channel_view(bias));
   rms_norm_into(x, gamma, out, silu);
 }
@@ -301,7 +304,10 @@ void norm_into(at::Tensor& x, const at::Tensor& bias, const at::Tensor& gamma,
 // y += bias + residual (bias may be undefined), in one CUDA pass when possible.
 void add_bias_residual(at::Tensor& y, const at::Tensor& bias, const at::Tensor& residual,
                        const Tuning& tuning) {
-  if (tuning.fused && cuda::rms_norm(y, bias, residual, {}, {}, y, false, kNormEps)) return;
+  if (tuning.fused &&
+      cuda::rms_norm(y, bias, residual, {}, {}, y, false, kNormEps, tuning.norm_threads)) {
+    return;
+  }
   y.add_(residual);
   if (bias.defined()) y.add_(channel_view(bias));
 }
@@ -663,6 +669,8 @@ class Upsample : public Block {
 
   at::Tensor forward(at::Tensor x, SequenceState& st, bool first) const override {
     if (temporal_ && !split_) x = upsample_time(x, st, first);
+    // A tail tile's view of the previous block's output (the convs below want packed input).
+    if (!x.is_contiguous(memory_format_)) x = x.contiguous(memory_format_);
     const int64_t t = x.size(2), h = x.size(3), w = x.size(4);
     if (!phase_weight_.defined()) {
       x = at::upsample_nearest3d(x, {t, 2 * h, 2 * w});
@@ -687,8 +695,9 @@ class Upsample : public Block {
   // From now on forward() is the spatial part only; an UpsampleTime block runs the temporal
   // part before it (so frame chunking can start between the two).
   void split() { split_ = temporal_; }
-  // Output pixel 2i+a reads source pixels i−1+a..i+a (nearest 2× then a 3×3 conv).
-  int64_t input_halo(int64_t out) const override { return (out + 1) / 2 + 1; }
+  // Output pixel o reads source pixels ⌊(o−1)/2⌋..⌊(o+1)/2⌋ (nearest 2× then a 3×3 conv): an
+  // output halo of h needs ⌈(h+1)/2⌉ source pixels before the core and ⌊h/2⌋ + 1 after it.
+  int64_t input_halo(int64_t out) const override { return out / 2 + 1; }
   int64_t scale() const override { return 2; }
 
   // Sequence frame 0 passes through; every other frame f becomes (a_f, b_f) = the two channel
@@ -870,6 +879,12 @@ Tuning Tuning::from_env() {
         if (t.gemm_attention < -1 || t.gemm_attention > 1) throw std::invalid_argument(key);
       } else if (key == "host_state") {
         t.host_state = std::stoi(value);
+      } else if (key == "norm_threads") {
+        t.norm_threads = std::stoi(value);
+        if (t.norm_threads < 0 || t.norm_threads > 32 || (t.norm_threads & (t.norm_threads - 1)))
+          throw std::invalid_argument(key);
+      } else if (key == "tile_shrink") {
+        t.tile_shrink = parse_bool(value);
       } else {
         throw ModelError("WMBATCH_WAN21_TUNING: unknown key '" + key + "'");
       }
@@ -886,7 +901,8 @@ std::string Tuning::str() const {
     << ",cudnn_benchmark=" << cudnn_benchmark << ",conv_frames=" << conv_frames
     << ",tail_frames=" << tail_frames << ",tail_budget_mib=" << tail_budget_mib
     << ",tail_tiles=" << tail_rows << "x" << tail_cols << ",host_state=" << host_state
-    << ",gemm_attention=" << gemm_attention << ",time_conv_frames=" << time_conv_frames;
+    << ",gemm_attention=" << gemm_attention << ",time_conv_frames=" << time_conv_frames
+    << ",norm_threads=" << norm_threads << ",tile_shrink=" << tile_shrink;
   return s.str();
 }
 
@@ -1032,14 +1048,17 @@ Network::Network(const Architecture& a, Task task, ParamSource& params, const at
     int64_t scale = 1;
     for (size_t i = tail_start_; i < blocks_.size(); ++i) {
       for (const SlotInfo& info : blocks_[i]->slots()) {
-        tail_slots_.push_back({info.slot, info.channels, scale});
-        tail_state_channels_ += info.channels * scale * scale;
+        tail_slots_.push_back({info.slot, info.channels, scale, i - tail_start_});
       }
+      tail_block_scales_.push_back(scale);
       scale *= blocks_[i]->scale();
     }
     tail_scale_ = scale;
-    for (size_t i = blocks_.size(); i-- > tail_start_;)
+    tail_block_halos_.assign(blocks_.size() - tail_start_, 0);
+    for (size_t i = blocks_.size(); i-- > tail_start_;) {
       tail_halo_ = blocks_[i]->input_halo(tail_halo_);
+      tail_block_halos_[i - tail_start_] = tail_halo_;
+    }
   }
   slots_ = b.slots();
 }
@@ -1081,44 +1100,59 @@ at::Tensor Network::forward(at::Tensor x, SequenceState& state, bool first) cons
   return x.sub_(mean_).div_(std_);
 }
 
-// A tile of the decode tail, in tail-input pixels: the core it produces and the crop it reads
-// (the core plus the tail's halo, clipped to the frame).
-struct TailTile {
-  int64_t core_top, core_left, core_h, core_w;
-  int64_t crop_top, crop_left, crop_h, crop_w;
+// A rectangle of a frame: rows [top, top + h), columns [left, left + w).
+struct Region {
+  int64_t top = 0, left = 0, h = 0, w = 0;
+  int64_t area() const { return h * w; }
 };
 
-namespace {
+// A tile of the decode tail: the core it produces (tail-input pixels) and, per tail block, the
+// region of that block's input it computes (at the block's resolution). regions[0] is the crop
+// of the tail input it reads: the core plus the tail's halo, clipped to the frame. Later blocks'
+// regions shrink with the halo still needed after them (Tuning::tile_shrink).
+struct TailTile {
+  Region core;
+  std::vector<Region> regions;
+  const Region& crop() const { return regions.front(); }
+};
 
-std::vector<TailTile> tail_tiles(int64_t h, int64_t w, int rows, int cols, int64_t halo) {
+std::vector<TailTile> Network::tail_tiles(int64_t h, int64_t w, int rows, int cols) const {
   std::vector<TailTile> out;
+  // [a·s − halo, b·s + halo) within [0, n·s).
+  auto span = [](int64_t a, int64_t len, int64_t n, int64_t s, int64_t halo) {
+    const int64_t lo = std::max<int64_t>(0, a * s - halo);
+    return std::make_pair(lo, std::min(n * s, (a + len) * s + halo) - lo);
+  };
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) {
       TailTile t;
-      t.core_top = h * r / rows;
-      t.core_h = h * (r + 1) / rows - t.core_top;
-      t.core_left = w * c / cols;
-      t.core_w = w * (c + 1) / cols - t.core_left;
-      t.crop_top = std::max<int64_t>(0, t.core_top - halo);
-      t.crop_h = std::min(h, t.core_top + t.core_h + halo) - t.crop_top;
-      t.crop_left = std::max<int64_t>(0, t.core_left - halo);
-      t.crop_w = std::min(w, t.core_left + t.core_w + halo) - t.crop_left;
-      out.push_back(t);
+      t.core.top = h * r / rows;
+      t.core.h = h * (r + 1) / rows - t.core.top;
+      t.core.left = w * c / cols;
+      t.core.w = w * (c + 1) / cols - t.core.left;
+      for (size_t k = 0; k < tail_block_scales_.size(); ++k) {
+        const int64_t s = tail_block_scales_[k];
+        // Without shrinking, every block computes the whole crop (at its resolution).
+        const int64_t halo = tuning_.tile_shrink ? tail_block_halos_[k] : tail_halo_ * s;
+        Region g;
+        std::tie(g.top, g.h) = span(t.core.top, t.core.h, h, s, halo);
+        std::tie(g.left, g.w) = span(t.core.left, t.core.w, w, s, halo);
+        t.regions.push_back(g);
+      }
+      out.push_back(std::move(t));
     }
   }
   return out;
 }
 
-// Tile grids for a tail input of h×w: fewest tiles first; of as many tiles, the least overlap
-// first.
-std::vector<std::pair<int, int>> tail_grids(int64_t h, int64_t w, int64_t halo) {
+std::vector<std::pair<int, int>> Network::tail_grids(int64_t h, int64_t w) const {
   std::vector<std::pair<int, int>> grids;
   for (int n = 1; n <= 64; ++n) {
     std::vector<std::pair<int64_t, std::pair<int, int>>> same;
     for (int rows = 1; rows <= n; ++rows) {
       if (n % rows != 0) continue;
       int64_t area = 0;
-      for (const TailTile& t : tail_tiles(h, w, rows, n / rows, halo)) area += t.crop_h * t.crop_w;
+      for (const TailTile& t : tail_tiles(h, w, rows, n / rows)) area += t.crop().area();
       same.push_back({area, {rows, n / rows}});
     }
     std::sort(same.begin(), same.end());
@@ -1126,8 +1160,6 @@ std::vector<std::pair<int, int>> tail_grids(int64_t h, int64_t w, int64_t halo) 
   }
   return grids;
 }
-
-}  // namespace
 
 // Device buffers for the decode tail's causal state when it lives in host memory between
 // slices (TailPlan::host_state): two sets, one for the tile computing and one for the next tile,
@@ -1310,7 +1342,7 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
     return;
   }
 
-  const std::vector<TailTile> tiles = tail_tiles(h, w, plan.rows, plan.cols, tail_halo_);
+  const std::vector<TailTile> tiles = tail_tiles(h, w, plan.rows, plan.cols);
   if (first || state.tail_tiles.empty()) {
     state.tail_tiles.assign(tiles.size(), std::vector<at::Tensor>(tail_slots_.size()));
     state.tail_rows = plan.rows;
@@ -1359,26 +1391,38 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
 void Network::run_tail_tile(const at::Tensor& x, const TailTile& t, int64_t step,
                             SequenceState& tile, bool first, ChunkPos pos, const Sink& sink) const {
   const int64_t frames = x.size(2), s = tail_scale_;
+  const Region& crop = t.crop();
   for (int64_t f0 = 0; f0 < frames; f0 += step) {
     const int64_t n = std::min(step, frames - f0);
     at::Tensor y = x.narrow(2, f0, n)
-                       .narrow(3, t.crop_top, t.crop_h)
-                       .narrow(4, t.crop_left, t.crop_w)
+                       .narrow(3, crop.top, crop.h)
+                       .narrow(4, crop.left, crop.w)
                        .contiguous(memory_format_);
-    for (size_t i = tail_start_; i < blocks_.size(); ++i)
+    // Top-left of y (the previous block's output) at the next block's resolution.
+    int64_t top = crop.top, left = crop.left;
+    for (size_t i = tail_start_; i < blocks_.size(); ++i) {
+      // The part of the previous block's output this block reads: a view (the fused kernels
+      // and the blocks take strided input).
+      const Region& g = t.regions[i - tail_start_];
+      if (g.top != top || g.left != left || g.h != y.size(3) || g.w != y.size(4))
+        y = y.narrow(3, g.top - top, g.h).narrow(4, g.left - left, g.w);
       y = run_block(i, std::move(y), tile, first);
-    y = y.narrow(3, (t.core_top - t.crop_top) * s, t.core_h * s)
-            .narrow(4, (t.core_left - t.crop_left) * s, t.core_w * s);
+      top = g.top * blocks_[i]->scale();
+      left = g.left * blocks_[i]->scale();
+    }
+    y = y.narrow(3, t.core.top * s - top, t.core.h * s)
+            .narrow(4, t.core.left * s - left, t.core.w * s);
     pos.frame = f0;
-    pos.top = t.core_top * s;
-    pos.left = t.core_left * s;
+    pos.top = t.core.top * s;
+    pos.left = t.core.left * s;
     sink(y, pos);
   }
 }
 
 std::vector<int64_t> Network::tail_slot_sizes(const TailTile& t, size_t j) const {
   const TailSlot& slot = tail_slots_[j];
-  return {1, slot.channels, kCausalFrames, t.crop_h * slot.scale, t.crop_w * slot.scale};
+  const Region& g = t.regions[slot.block];
+  return {1, slot.channels, kCausalFrames, g.h, g.w};
 }
 
 TailArena& Network::tail_arena(SequenceState& state, const std::vector<TailTile>& tiles,
@@ -1413,31 +1457,43 @@ TailArena& Network::tail_arena(SequenceState& state, const std::vector<TailTile>
 
 int64_t Network::tail_plan_bytes(const TailPlan& plan, int64_t frames, int64_t h, int64_t w) const {
   const int64_t elt = mean_.element_size();
-  int64_t largest = 0, total = 0;
-  for (const TailTile& t : tail_tiles(h, w, plan.rows, plan.cols, tail_halo_)) {
-    largest = std::max(largest, t.crop_h * t.crop_w);
-    total += t.crop_h * t.crop_w;
+  int64_t state_largest = 0, state_total = 0, crop_largest = 0, full_largest = 0;
+  for (const TailTile& t : tail_tiles(h, w, plan.rows, plan.cols)) {
+    int64_t state = 0;
+    for (size_t j = 0; j < tail_slots_.size(); ++j) {
+      state += tail_slots_[j].channels * kCausalFrames * t.regions[tail_slots_[j].block].area();
+    }
+    state_largest = std::max(state_largest, state);
+    state_total += state;
+    crop_largest = std::max(crop_largest, t.crop().area());
+    // The largest full-resolution activation: the output of a block at full resolution.
+    for (size_t k = 0; k < t.regions.size(); ++k) {
+      const int64_t out_scale = blocks_[tail_start_ + k]->scale();
+      if (tail_block_scales_[k] * out_scale == tail_scale_) {
+        full_largest = std::max(full_largest, t.regions[k].area() * out_scale * out_scale);
+      }
+    }
   }
-  // Causal state of every tail layer per tail-input pixel: on the device for all tiles, or (in
-  // host memory between slices) for the tile running and the next one being uploaded.
-  const int64_t state_px = kCausalFrames * tail_state_channels_ * elt;
-  int64_t bytes = state_px * (plan.host_state ? (plan.tiles() > 1 ? 2 * largest : total) : total);
+  // Causal state of every tail layer: on the device for all tiles, or (in host memory between
+  // slices) for the tile running and the next one being uploaded.
+  int64_t bytes =
+      elt * (plan.host_state ? (plan.tiles() > 1 ? 2 * state_largest : state_total) : state_total);
   // The tail input stays while the tiles run; each tile reads its crop of a chunk.
   const int64_t chunk = plan.frames > 0 ? std::min(plan.frames, frames) : frames;
-  bytes += tail_in_channels_ * largest * elt * chunk;
+  bytes += tail_in_channels_ * crop_largest * elt * chunk;
   // State kept on the device also stands through the next slice's layers before the tail, at
   // ~3 more activations of the tail input's size.
   if (!plan.host_state) bytes += 3 * tail_in_channels_ * h * w * elt * frames;
   // Live activations of the widest full-resolution width: a residual block holds its input,
   // the padded norm output (two more frames) and the conv output, plus the new state; 3n + 4
   // frames for n-frame chunks.
-  return bytes + (3 * chunk + 4) * tail_channels_ * tail_scale_ * tail_scale_ * elt * largest;
+  return bytes + (3 * chunk + 4) * tail_channels_ * elt * full_largest;
 }
 
 TailPlan Network::more_tiles(const TailPlan& plan) const {
   TailPlan next = plan;
   next.host_state = true;
-  for (const auto& [rows, cols] : tail_grids(plan.in_h, plan.in_w, tail_halo_)) {
+  for (const auto& [rows, cols] : tail_grids(plan.in_h, plan.in_w)) {
     if (rows * cols > plan.tiles()) {
       next.rows = rows;
       next.cols = cols;
@@ -1481,7 +1537,7 @@ TailPlan Network::auto_tail_plan(int64_t frames, int64_t h, int64_t w, int64_t a
   if (fixed_grid) {
     grids.push_back({plan.rows, plan.cols});
   } else {
-    grids = tail_grids(h, w, tail_halo_);
+    grids = tail_grids(h, w);
   }
   // The first grid (state on the device before host memory) that takes chunks of 8 frames;
   // failing that, the one that takes the longest chunks. (1080p in 12 GiB on an H200: 2×3 tiles

@@ -98,8 +98,10 @@ struct Tuning {
   // decode: frames per call of an upsample's time conv (0: auto, 4 when the slice's output
   // would pass 1 GiB, else all)
   int time_conv_frames = 0;
-  // Host state: upload the next tile's state when a tile starts (three tiles' state on the
-  // device) rather than at its last chunk after the previous download (two).
+  int norm_threads = 0;  // CUDA: threads per pixel in the fused norm kernels (0: auto)
+  // decode tail tiles: each layer computes only the part of the tile's crop that later layers
+  // read (the halo shrinks layer by layer) instead of the whole crop
+  bool tile_shrink = true;
   bool cudnn_benchmark = true;  // CUDA: let cuDNN time its algorithms per shape
   static Tuning from_env();     // defaults, then WMBATCH_WAN21_TUNING
   std::string str() const;
@@ -177,12 +179,15 @@ class Network {
   size_t tail_start_ = 0;      // decode: first block after the last temporal upsample
   int64_t tail_channels_ = 0;  // decode: widest channel count at full output resolution
   int64_t tail_halo_ = 0, tail_scale_ = 1;
-  int64_t tail_in_channels_ = 0;     // decode: channels of the tail's input
-  int64_t tail_state_channels_ = 0;  // Σ over tail slots of channels × (scale of its layer)²
+  int64_t tail_in_channels_ = 0;  // decode: channels of the tail's input
+  // Per tail block (index i − tail_start_): its input's resolution in tail-input pixels, and the
+  // halo its input needs for the tail's output to be exact.
+  std::vector<int64_t> tail_block_scales_, tail_block_halos_;
   struct TailSlot {
     int slot;  // index into SequenceState::slots
     int64_t channels;
     int64_t scale;  // its layer's resolution in tail-input pixels
+    size_t block;   // its tail block (index i − tail_start_)
   };
   std::vector<TailSlot> tail_slots_;  // the tail's causal layers
   at::Tensor mean_, std_;             // [1, z, 1, 1, 1]
@@ -196,6 +201,10 @@ class Network {
                      bool first, ChunkPos pos, const Sink& sink) const;
   // [1, C, 2, h, w] of tail slot j for tile t.
   std::vector<int64_t> tail_slot_sizes(const TailTile& t, size_t j) const;
+  // The tiles of a rows × cols grid over an h × w tail input, each with the region every tail
+  // block reads (Tuning::tile_shrink), and the grids to try, fewest tiles and least overlap first.
+  std::vector<TailTile> tail_tiles(int64_t h, int64_t w, int rows, int cols) const;
+  std::vector<std::pair<int, int>> tail_grids(int64_t h, int64_t w) const;
   // The sequence's arena, its buffers large enough for `tiles` in `options`' dtype and device.
   TailArena& tail_arena(SequenceState& state, const std::vector<TailTile>& tiles,
                         const at::TensorOptions& options) const;

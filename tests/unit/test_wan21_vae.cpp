@@ -282,7 +282,10 @@ TEST(Wan21VaeTail, TilesAndChunksEqualWholeFrames) {
        {"tail_tiles=2x3", "tail_tiles=2x3,tail_frames=3", "tail_tiles=1x4,tail_frames=2",
         "tail_tiles=3x1,host_state=1", "tail_tiles=2x3,host_state=1,tail_frames=3",
         "tail_tiles=1x1,host_state=1,tail_frames=5", "time_conv_frames=1",
-        "time_conv_frames=3,tail_frames=4"}) {
+        "time_conv_frames=3,tail_frames=4", "tail_tiles=4x4,host_state=1",
+        // every block computing the whole crop (the halo not shrinking block by block)
+        "tail_tiles=2x3,tile_shrink=0",
+        "tail_tiles=2x3,host_state=1,tail_frames=3,tile_shrink=0"}) {
     const double err = max_abs_diff(run_slices(*tuned_decoder(tuning), z, {3, 2}), whole);
     std::cout << "[ tail     ] " << tuning << ": max diff " << err << "\n";
     EXPECT_LE(err, 1e-5) << tuning;
@@ -305,7 +308,7 @@ TEST(Wan21VaeTail, AutoPlanFitsTheBudget) {
   const wm::models::wan21::Network net(arch, wm::models::wan21::Task::kDecode, zeros, stat, stat,
                                        at::MemoryFormat::Contiguous);
   EXPECT_EQ(net.tail_scale(), 4);
-  EXPECT_EQ(net.tail_halo(), 7);
+  EXPECT_EQ(net.tail_halo(), 6);
   const int64_t frames = 16, h = 270, w = 480;
   using wm::models::wan21::TailPlan;
   const TailPlan roomy = net.auto_tail_plan(frames, h, w, int64_t(1) << 40);
@@ -328,6 +331,23 @@ TEST(Wan21VaeTail, AutoPlanFitsTheBudget) {
   }
   EXPECT_GT(last_tiles, 1);
   EXPECT_TRUE(net.auto_tail_plan(frames, h, w, int64_t(double(resident) * 0.15)).host_state);
+
+  // Tiles whose blocks compute only what later blocks read need less than tiles computing the
+  // whole crop at every block: less state (7 of the 13 causal layers are at full resolution,
+  // where the halo falls from 28 to 7..1 pixels) and smaller full-resolution activations.
+  wm::models::wan21::Tuning whole_crop;
+  whole_crop.tile_shrink = false;
+  const wm::models::wan21::Network wide(arch, wm::models::wan21::Task::kDecode, zeros, stat, stat,
+                                        at::MemoryFormat::Contiguous, whole_crop);
+  for (const TailPlan& p : {TailPlan{8, 2, 3, true}, TailPlan{8, 3, 3, false}}) {
+    const int64_t shrunk = net.tail_plan_bytes(p, frames, h, w);
+    const int64_t whole = wide.tail_plan_bytes(p, frames, h, w);
+    std::cout << "[ shrink   ] " << p.str() << ": " << shrunk << " bytes against " << whole << "\n";
+    EXPECT_LT(shrunk, whole) << p.str();
+  }
+  // One tile has no seams: nothing to shrink.
+  EXPECT_EQ(net.tail_plan_bytes(TailPlan{8, 1, 1, false}, frames, h, w),
+            wide.tail_plan_bytes(TailPlan{8, 1, 1, false}, frames, h, w));
 }
 
 // --- traits and layout -----------------------------------------------------------------------

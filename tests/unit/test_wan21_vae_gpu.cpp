@@ -212,22 +212,34 @@ at::Tensor randn_vector(int64_t n, at::ScalarType dtype) {
   return at::randn({n}, at::TensorOptions().device(at::kCUDA).dtype(at::kFloat)).to(dtype);
 }
 
+// A [1, c, 3, 5, 7] input: a packed tensor, or (crop) a view into a larger one along H and W,
+// as a tail tile reads the previous block's output.
+at::Tensor norm_input(int64_t c, at::ScalarType dtype, bool crop) {
+  if (!crop) return cl_randn({1, c, 3, 5, 7}, dtype);
+  return cl_randn({1, c, 3, 9, 12}, dtype).narrow(3, 3, 5).narrow(4, 2, 7);
+}
+
 TEST(Wan21VaeGpu, FusedNormMatchesAten) {
   REQUIRE_GPU();
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
     for (int64_t c : {16, 96, 192, 384}) {
-      for (int variant = 0; variant < 4; ++variant) {
-        const bool with_bias = variant & 1, with_res = variant & 2;
-        const at::Tensor x = cl_randn({1, c, 3, 5, 7}, dtype);
+      for (int variant = 0; variant < 16; ++variant) {
+        const bool with_bias = variant & 1, with_res = variant & 2, crop = variant & 4;
+        // Automatic threads per pixel, or one thread holding all of a pixel's vectors (up to
+        // 8) or 32 threads (some idle).
+        const int threads = variant & 8 ? (c * at::elementSize(dtype) / 16 > 8 ? 32 : 1) : 0;
+        const at::Tensor x = norm_input(c, dtype, crop);
         const at::Tensor bias = with_bias ? randn_vector(c, dtype) : at::Tensor();
-        const at::Tensor res = with_res ? cl_randn({1, c, 3, 5, 7}, dtype) : at::Tensor();
+        const at::Tensor res = with_res ? norm_input(c, dtype, crop) : at::Tensor();
         const at::Tensor gamma = randn_vector(c, dtype);
         // Output written into the body of a padded buffer, which is poisoned first.
         at::Tensor buf = at::full({1, c, 5, 5, 7}, std::nan(""), x.options())
                              .contiguous(at::MemoryFormat::ChannelsLast3d);
         at::Tensor out = buf.narrow(2, 2, 3);
-        at::Tensor sum = at::full_like(x, std::nan(""));
-        ASSERT_TRUE(wm::models::cuda::rms_norm(x, bias, res, gamma, out, sum, true, 1e-12));
+        at::Tensor sum = at::full({1, c, 3, 5, 7}, std::nan(""), x.options())
+                             .contiguous(at::MemoryFormat::ChannelsLast3d);
+        ASSERT_TRUE(
+            wm::models::cuda::rms_norm(x, bias, res, gamma, out, sum, true, 1e-12, threads));
         at::Tensor s = x.to(at::kFloat);
         if (with_bias) s = s + bias.to(at::kFloat).view({1, c, 1, 1, 1});
         if (with_res) s = s + res.to(at::kFloat);
@@ -244,6 +256,17 @@ TEST(Wan21VaeGpu, FusedNormMatchesAten) {
       }
     }
   }
+  // In place on a crop: only the view's pixels change.
+  const at::Tensor big = cl_randn({1, 96, 2, 9, 12}, at::kBFloat16);
+  const at::Tensor before = big.clone();
+  at::Tensor view = big.narrow(3, 3, 5).narrow(4, 2, 7);
+  const at::Tensor res = norm_input(96, at::kBFloat16, true);
+  const at::Tensor expect = (view.to(at::kFloat) + res.to(at::kFloat)).to(at::kBFloat16);
+  ASSERT_TRUE(wm::models::cuda::rms_norm(view, {}, res, {}, {}, view, false, 1e-12));
+  EXPECT_TRUE(view.equal(expect));
+  at::Tensor outside = before.clone();
+  outside.narrow(3, 3, 5).narrow(4, 2, 7).copy_(expect);
+  EXPECT_TRUE(big.equal(outside)) << "wrote outside the view";
 }
 
 TEST(Wan21VaeGpu, AttentionScoresInFloat32) {
