@@ -12,6 +12,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include "src/base/error.h"
 #include "src/models/cuda_kernels.h"
 #endif
 
