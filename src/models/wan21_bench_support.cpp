@@ -113,8 +113,9 @@ std::vector<KernelRate> wan21_kernel_rates(const Device& device, Precision preci
     for (bool crop : {false, true}) {
       // A crop: the middle of a tensor `margin` pixels larger on each side.
       auto make = [&]() {
-        if (!crop) return at::randn({1, c, frames, h, w}, opts);
-        return at::randn({1, c, frames, h + 2 * margin, w + 2 * margin}, opts)
+        if (!crop) return at::empty({1, c, frames, h, w}, opts).normal_();
+        return at::empty({1, c, frames, h + 2 * margin, w + 2 * margin}, opts)
+            .normal_()
             .narrow(3, margin, h)
             .narrow(4, margin, w);
       };
@@ -123,7 +124,7 @@ std::vector<KernelRate> wan21_kernel_rates(const Device& device, Precision preci
       const at::Tensor bias = at::zeros({c}, gamma.options());
       at::Tensor buf = at::empty({1, c, frames + 2, h, w}, opts);
       const at::Tensor body = buf.narrow(2, 2, frames);
-      at::Tensor y = at::randn({1, c, frames, h, w}, opts);
+      at::Tensor y = at::empty({1, c, frames, h, w}, opts).normal_();
       for (int threads : {0, 1, 2, 4, 8, 16, 32}) {
         if (threads > 0 && (nvec + threads - 1) / threads > 8) continue;
         if (crop && threads != 0) continue;
