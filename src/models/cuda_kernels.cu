@@ -113,7 +113,10 @@ __global__ void __launch_bounds__(256) rms_norm_kernel(NormArgs a, int tpp_log2)
         }
       }
     }
-    for (int o = tpp >> 1; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    // (out is the same for the whole grid, so the shuffles stay warp-uniform.)
+    if (out) {
+      for (int o = tpp >> 1; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    }
     const float inv = 1.f / fmaxf(sqrtf(ss), a.eps);
     const int64_t os = sum_out ? offset_of(a.sum_strides, t, h, w) : 0;
     const int64_t oo = out ? offset_of(a.out_strides, t, h, w) : 0;
@@ -133,7 +136,10 @@ __global__ void __launch_bounds__(256) rms_norm_kernel(NormArgs a, int tpp_log2)
 #pragma unroll
         for (int k = 0; k < kVec; ++k) {
           float y = v[i][k] * inv * to_float(pg.v[k]);
-          if (a.silu) y = y / (1.f + __expf(-y));
+          // SiLU with the fast reciprocal division (two instructions instead of IEEE division's
+          // ~10: the pass was compute-bound at 2.1 TB/s on an H200). 1 + e^−y ≥ 1, so the
+          // approximate division is within 2 ulp; for y → −∞ it gives −0.
+          if (a.silu) y = __fdividef(y, 1.f + __expf(-y));
           po.v[k] = from_float<T>(y);
         }
         store(out + oo + int64_t(cv) * kVec, po);
