@@ -3,12 +3,15 @@
 #include "io/output_file.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "io/av_handles.h"
 #include "io/av_log.h"
@@ -22,7 +25,24 @@ extern "C" {
 }
 
 namespace wm::io {
+
 namespace {
+
+// avcodec_open2, from a thread `nice` steps nicer than the caller when nice > 0: the threads the
+// encoder starts while opening inherit that thread's nice value (per thread on Linux).
+int open_codec_niced(AVCodecContext* enc, const AVCodec* codec, AVDictionary** options, int nice) {
+  if (nice <= 0) return avcodec_open2(enc, codec, options);
+  int rc = 0;
+  std::thread opener([&] {
+    errno = 0;
+    const int current = getpriority(PRIO_PROCESS, 0);  // 0: this thread (Linux)
+    // Best effort: a failure only leaves the encoder at the caller's priority.
+    if (errno == 0) (void)setpriority(PRIO_PROCESS, 0, std::min(current + nice, 19));
+    rc = avcodec_open2(enc, codec, options);
+  });
+  opener.join();
+  return rc;
+}
 
 AVRational to_av(Rational q) { return AVRational{q.num, q.den}; }
 bool valid(Rational q) { return q.num > 0 && q.den > 0; }
@@ -201,7 +221,7 @@ struct VideoWriter::Impl {
     }
     std::unique_ptr<AVDictionary, AvDictionaryDeleter> options(raw_options);
     raw_options = options.release();
-    const int rc = avcodec_open2(enc, codec, &raw_options);
+    const int rc = open_codec_niced(enc, codec, &raw_options, config.encode.nice);
     options.reset(raw_options);
     if (rc < 0) {
       throw AvError(final_path + ": cannot open encoder " + codec->name + " (" +

@@ -39,6 +39,11 @@ struct EncodeSettings {
   std::string pix_fmt;            // empty: yuv420p for 8-bit sources, yuv420p10le for >8-bit
   int threads = 0;                // encoder threads, 0 = auto (one per core; x264's auto)
   int convert_threads = 1;  // swscale slice threads for RGB→YUV, 0 = one per core (see reader)
+  // > 0: the encoder's own threads (x264's frame and lookahead threads, libavcodec's worker
+  // threads) run this much nicer than the thread that builds the writer (Linux: they inherit the
+  // nice value of the thread that opens the encoder). Jobs whose model runs on a GPU set it, so
+  // x264's many threads do not delay the thread that feeds the GPU.
+  int nice = 0;
   bool copy_audio = true;
   bool copy_subtitles = true;
 };

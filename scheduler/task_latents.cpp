@@ -255,7 +255,7 @@ class DecodeLatentsRunner : public TaskRunner {
     config.height = pipeline.tiles.out_height() & ~1;
     config.frame_rate = rational_fps(fps);
     config.time_base = {config.frame_rate.den, config.frame_rate.num};
-    config.encode = encode_settings(job_.encode);
+    config.encode = encode_settings(job_.encode, models_.devices());
     io::VideoWriter writer(config);
     VideoFileSink sink(writer, config.width, config.height, /*same_timing=*/false, kVaeRange,
                        &progress);
@@ -398,7 +398,7 @@ class ReconstructRunner : public TaskRunner {
     config.frame_rate = info.frame_rate;
     config.source_path = input;
     config.source = info;
-    config.encode = encode_settings(job_.encode);
+    config.encode = encode_settings(job_.encode, decoder_.devices());
     io::VideoWriter writer(config);
     VideoSliceSource source(reader, job_slice_rule(job_, traits, info.width, info.height),
                             kVaeRange, options.first_frame, options.end_frame);

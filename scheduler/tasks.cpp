@@ -63,8 +63,15 @@ io::ReaderOptions reader_options(const JobSpec& job, const std::vector<Device>& 
   return options;
 }
 
-io::EncodeSettings encode_settings(const EncodeSpec& spec) {
+io::EncodeSettings encode_settings(const EncodeSpec& spec, const std::vector<Device>& devices) {
   io::EncodeSettings s;
+  // A GPU model's thread launches work and copies: held up behind x264's frame threads (1.5 per
+  // core), it left the GPU idle. On an H200 host (16 cores) a 1080p decode_latents job's model
+  // stage took 4.04 s against 3.86 s decoding alone.
+  if (std::any_of(devices.begin(), devices.end(),
+                  [](const Device& d) { return d.kind == Device::Kind::kCuda; })) {
+    s.nice = 5;
+  }
   s.codec = spec.codec;
   s.crf = spec.crf;
   s.preset = spec.preset;
@@ -121,7 +128,7 @@ class UpscaleRunner : public TaskRunner {
     config.frame_rate = info.frame_rate;
     config.source_path = input;
     config.source = info;
-    config.encode = encode_settings(job_.encode);
+    config.encode = encode_settings(job_.encode, models_.devices());
     if (options.segment) {
       config.encode.copy_audio = false;
       config.encode.copy_subtitles = false;

@@ -64,8 +64,9 @@ SliceRule job_slice_rule(const JobSpec& job, const ModelTraits& traits, int out_
 // none), auto asks for NVDEC only when there is one.
 io::ReaderOptions reader_options(const JobSpec& job, const std::vector<Device>& devices);
 
-// The writer's encoder settings for a job's `encode:` map.
-io::EncodeSettings encode_settings(const EncodeSpec& spec);
+// The writer's encoder settings for a job's `encode:` map, for a model on `devices` (the job's
+// resolved devices): with a GPU among them the encoder's threads run nicer (EncodeSettings::nice).
+io::EncodeSettings encode_settings(const EncodeSpec& spec, const std::vector<Device>& devices);
 
 // Per-stage seconds as report metrics ("stage_model_seconds", ...).
 std::map<std::string, double> stage_metrics(const PipelineStats& stats);

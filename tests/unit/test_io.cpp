@@ -646,6 +646,52 @@ TEST(VideoWriter, FfV1AndProResWork) {
   EXPECT_EQ(b.pix_fmt, "yuv422p10le");  // nearest format prores_ks supports
 }
 
+// Threads of this process at nice value `nice` (field 19 of /proc/self/task/*/stat).
+int threads_at_nice(int nice) {
+  int count = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream in(task.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t paren = stat.rfind(')');  // the command name may hold spaces
+    if (paren == std::string::npos) continue;
+    std::istringstream fields(stat.substr(paren + 2));
+    std::string field;
+    for (int i = 3; i <= 19 && fields >> field; ++i) {
+      if (i == 19 && std::stoi(field) == nice) ++count;
+    }
+  }
+  return count;
+}
+
+// EncodeSettings::nice: the encoder's own threads run nicer; the caller's priority is unchanged.
+TEST(VideoWriter, EncoderThreadsRunNicer) {
+  TempDir dir("io");
+  const int base = getpriority(PRIO_PROCESS, 0);
+  if (base > 15) GTEST_SKIP() << "this process already runs at nice " << base;
+  WriterConfig config;
+  config.width = 320;
+  config.height = 240;
+  config.time_base = {1, 25};
+  config.frame_rate = {25, 1};
+  config.encode.codec = "libx264";
+  config.encode.preset = "ultrafast";
+  config.encode.threads = 3;  // x264: 3 frame threads (+ its lookahead thread)
+  const int before = threads_at_nice(base + 3);
+  for (int nice : {3, 0}) {
+    config.path = dir.file("nice" + std::to_string(nice) + ".mp4");
+    config.encode.nice = nice;
+    VideoWriter writer(config);
+    if (nice > 0) {
+      EXPECT_GE(threads_at_nice(base + 3), before + 3);
+    } else {
+      EXPECT_EQ(threads_at_nice(base + 3), before);
+    }
+    EXPECT_EQ(getpriority(PRIO_PROCESS, 0), base);
+    for (int i = 0; i < 3; ++i) writer.write(flat_frame(320, 240, 0.2f, 0.4f, 0.6f, i));
+    EXPECT_EQ(writer.finish(), 3);
+  }
+}
+
 // Writing flat colours and reading them back uses the same matrix rule on both sides.
 TEST(VideoWriter, FlatColourRoundTripAndClamping) {
   TempDir dir("io");
