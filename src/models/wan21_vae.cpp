@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -456,53 +457,76 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
     }
     return plans_[tile] = plan;
   };
-  const SequenceState start = state;  // slots are replaced, never written: a cheap snapshot
-
-  for (;;) {
-    tail_reached = false;
-    try {
-      net_->forward_chunks(
-          x, state, first, planner, [&](const at::Tensor& y, const Network::ChunkPos& p) {
-            // (A retry reuses it: every chunk is written again.)
-            if (out.empty()) {
-              out = Planar(traits_.out_channels, int(p.frames), int(p.height), int(p.width));
-            }
-            // [1, C, n, h, w] (channels_last, run dtype, maybe a crop) → [C, n, h, w] float32
-            at::Tensor planar = at::empty({y.size(1), y.size(2), y.size(3), y.size(4)},
-                                          y.options().dtype(at::kFloat));
-            planar.copy_(y.squeeze(0));
-            offload_->push(planar, out, int(p.frame), int(p.top), int(p.left));
-          });
-      offload_->finish();
-      return std::move(out);
-    } catch (const c10::OutOfMemoryError&) {
-      offload_->abandon();
-      c10::cuda::device_synchronize();  // copies in flight must land before their buffers go
-      // Out of memory before the tail (of this slice, not only of the first): nothing the plan
-      // could shrink, so no futile retries of the slice.
-      auto it = plans_.find(tile);
-      if (it == plans_.end() || !tail_reached) throw;
-      // Shorter chunks down to 4 frames, then (while the tile grid may still change, in the
-      // first slice) more tiles, then shorter chunks still.
-      TailPlan& plan = it->second;
-      if (plan.frames > 4 || (!first && plan.frames > 1)) {
-        plan.frames = (plan.frames + 1) / 2;
-      } else if (first && plan.tiles() < 64) {
-        const int64_t at = plan.frames;
-        plan = net_->more_tiles(plan);
-        plan.frames = at;
-      } else if (plan.frames > 1) {
-        plan.frames /= 2;
-      } else {
-        throw;
+  // Output frames of `n` latent frames (the sequence's first frame passes through alone).
+  const int64_t tf = temporal_factor_;
+  auto decoded = [tf](int64_t n, bool starts) { return starts ? 1 + tf * (n - 1) : tf * n; };
+  const int64_t total = decoded(x.size(2), first);
+  // Decodes latent frames `part` (the slice, or part of it) into output frames from frame0 on.
+  std::function<void(const at::Tensor&, bool, int64_t)> decode_part;
+  decode_part = [&](const at::Tensor& part, bool part_first, int64_t frame0) {
+    const SequenceState start = state;  // slots are replaced, never written: a cheap snapshot
+    for (;;) {
+      tail_reached = false;
+      try {
+        net_->forward_chunks(
+            part, state, part_first, planner, [&](const at::Tensor& y, const Network::ChunkPos& p) {
+              // (A retry reuses it: every chunk is written again.)
+              if (out.empty()) {
+                out = Planar(traits_.out_channels, int(total), int(p.height), int(p.width));
+              }
+              // [1, C, n, h, w] (channels_last, run dtype, maybe a crop) → [C, n, h, w] float32
+              at::Tensor planar = at::empty({y.size(1), y.size(2), y.size(3), y.size(4)},
+                                            y.options().dtype(at::kFloat));
+              planar.copy_(y.squeeze(0));
+              offload_->push(planar, out, int(frame0 + p.frame), int(p.top), int(p.left));
+            });
+        offload_->finish();  // this part is in `out`: a later part's failure cannot undo it
+        return;
+      } catch (const c10::OutOfMemoryError&) {
+        offload_->abandon();
+        c10::cuda::device_synchronize();  // copies in flight must land before their buffers go
+        state = start;
+        c10::cuda::CUDACachingAllocator::emptyCache();
+        // In the tail: shorter chunks down to 4 frames, then (while the tile grid may still
+        // change, in the sequence's first part) more tiles, then shorter chunks still.
+        auto it = plans_.find(tile);
+        if (it != plans_.end() && tail_reached) {
+          TailPlan& plan = it->second;
+          bool shrunk = true;
+          if (plan.frames > 4 || (!part_first && plan.frames > 1)) {
+            plan.frames = (plan.frames + 1) / 2;
+          } else if (part_first && plan.tiles() < 64) {
+            const int64_t at = plan.frames;
+            plan = net_->more_tiles(plan);
+            plan.frames = at;
+          } else if (plan.frames > 1) {
+            plan.frames /= 2;
+          } else {
+            shrunk = false;
+          }
+          if (shrunk) {
+            // (No spdlog here: LibTorch 2.x bundles its own fmt, which clashes with spdlog's.)
+            std::fprintf(stderr, "%s: out of GPU memory; retrying the slice with tail plan %s\n",
+                         traits_.name.c_str(), plan.str().c_str());
+            continue;
+          }
+        }
+        // Before the tail (or with nothing left to shrink there): the latent frames in two
+        // parts, one after the other. Exact: the causal state carries from one to the next, as
+        // between slices.
+        const int64_t n = part.size(2), half = n / 2;
+        if (n < 2) throw;
+        std::fprintf(stderr, "%s: out of GPU memory; decoding %lld latent frames as %lld + %lld\n",
+                     traits_.name.c_str(), static_cast<long long>(n), static_cast<long long>(half),
+                     static_cast<long long>(n - half));
+        decode_part(part.narrow(2, 0, half), part_first, frame0);
+        decode_part(part.narrow(2, half, n - half), false, frame0 + decoded(half, part_first));
+        return;
       }
-      state = start;
-      c10::cuda::CUDACachingAllocator::emptyCache();
-      // (No spdlog here: LibTorch 2.x bundles its own fmt, which clashes with spdlog's.)
-      std::fprintf(stderr, "%s: out of GPU memory; retrying the slice with tail plan %s\n",
-                   traits_.name.c_str(), plan.str().c_str());
     }
-  }
+  };
+  decode_part(x, first, 0);
+  return std::move(out);
 #endif
 }
 
