@@ -883,6 +883,9 @@ Tuning Tuning::from_env() {
         t.norm_threads = std::stoi(value);
         if (t.norm_threads < 0 || t.norm_threads > 32 || (t.norm_threads & (t.norm_threads - 1)))
           throw std::invalid_argument(key);
+      } else if (key == "part_latents") {
+        t.part_latents = std::stoi(value);
+        if (t.part_latents < 0) throw std::invalid_argument(key);
       } else if (key == "tile_shrink") {
         t.tile_shrink = parse_bool(value);
       } else {
@@ -902,7 +905,8 @@ std::string Tuning::str() const {
     << ",tail_frames=" << tail_frames << ",tail_budget_mib=" << tail_budget_mib
     << ",tail_tiles=" << tail_rows << "x" << tail_cols << ",host_state=" << host_state
     << ",gemm_attention=" << gemm_attention << ",time_conv_frames=" << time_conv_frames
-    << ",norm_threads=" << norm_threads << ",tile_shrink=" << tile_shrink;
+    << ",norm_threads=" << norm_threads << ",tile_shrink=" << tile_shrink
+    << ",part_latents=" << part_latents;
   return s.str();
 }
 

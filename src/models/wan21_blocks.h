@@ -99,6 +99,9 @@ struct Tuning {
   // would pass 1 GiB, else all)
   int time_conv_frames = 0;
   int norm_threads = 0;  // CUDA: threads per pixel in the fused norm kernels (0: auto)
+  // CUDA decode: latent frames per pass within a slice (0: the whole slice; out of memory
+  // before the tail halves a pass, down to one latent frame)
+  int part_latents = 0;
   // decode tail tiles: each layer computes only the part of the tile's crop that later layers
   // read (the halo shrinks layer by layer) instead of the whole crop
   bool tile_shrink = true;

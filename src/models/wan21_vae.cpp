@@ -525,7 +525,17 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
       }
     }
   };
-  decode_part(x, first, 0);
+  const int64_t most = net_->tuning().part_latents;
+  if (most > 0 && x.size(2) > most) {
+    int64_t frame0 = 0;
+    for (int64_t f = 0; f < x.size(2); f += most) {
+      const int64_t n = std::min(most, x.size(2) - f);
+      decode_part(x.narrow(2, f, n), first && f == 0, frame0);
+      frame0 += decoded(n, first && f == 0);
+    }
+  } else {
+    decode_part(x, first, 0);
+  }
   return std::move(out);
 #endif
 }

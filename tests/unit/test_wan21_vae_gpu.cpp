@@ -175,6 +175,9 @@ TEST(Wan21VaeGpu, GoldenDecodeSlices) {
   check_golden("decode", "decode_t9", "tail_tiles=1x3,host_state=0", {4, 5});
   check_golden("decode", "decode_t9", "tail_tiles=1x1,host_state=1", {1, 8});
   check_golden("encode", "encode_t17", "", {5, 4, 4, 4});
+  // Slices decoded in parts (what out of memory before the tail falls back to).
+  check_golden("decode", "decode_t9", "part_latents=2", {3, 6});
+  check_golden("decode", "decode_t9", "part_latents=1,tail_tiles=2x2,host_state=1", {4, 5});
 }
 
 // --- reduced precision ----------------------------------------------------------------------
