@@ -52,14 +52,23 @@ std::map<std::string, double> stage_metrics(const PipelineStats& stats) {
           {"stage_sink_seconds", stats.sink_seconds}};
 }
 
+namespace {
+
+// The first CUDA device of a job's resolved devices, or null.
+const Device* first_gpu(const std::vector<Device>& devices) {
+  const auto gpu = std::find_if(devices.begin(), devices.end(),
+                                [](const Device& d) { return d.kind == Device::Kind::kCuda; });
+  return gpu != devices.end() ? &*gpu : nullptr;
+}
+
+}  // namespace
+
 io::ReaderOptions reader_options(const JobSpec& job, const std::vector<Device>& devices) {
   io::ReaderOptions options;
   options.max_error_rate = job.max_error_rate;
-  const auto gpu = std::find_if(devices.begin(), devices.end(),
-                                [](const Device& d) { return d.kind == Device::Kind::kCuda; });
-  options.nvdec =
-      job.decode == DecodeMode::kNvdec || (job.decode == DecodeMode::kAuto && gpu != devices.end());
-  options.cuda_device = gpu != devices.end() ? gpu->index : 0;
+  const Device* gpu = first_gpu(devices);
+  options.nvdec = job.decode == DecodeMode::kNvdec || (job.decode == DecodeMode::kAuto && gpu);
+  options.cuda_device = gpu ? gpu->index : 0;
   return options;
 }
 
@@ -68,10 +77,7 @@ io::EncodeSettings encode_settings(const EncodeSpec& spec, const std::vector<Dev
   // A GPU model's thread launches work and copies: held up behind x264's frame threads (1.5 per
   // core), it left the GPU idle. On an H200 host (16 cores) a 1080p decode_latents job's model
   // stage took 4.04 s against 3.86 s decoding alone.
-  if (std::any_of(devices.begin(), devices.end(),
-                  [](const Device& d) { return d.kind == Device::Kind::kCuda; })) {
-    s.nice = 5;
-  }
+  if (first_gpu(devices)) s.nice = 5;
   s.codec = spec.codec;
   s.crf = spec.crf;
   s.preset = spec.preset;

@@ -21,6 +21,16 @@ std::string vae_model(const std::string& extra = "") {
          extra + "}\n";
 }
 
+// A 64×48 H.264 clip of `frames` frames (the VAE jobs' input; sizes are multiples of 8).
+void make_small_clip(const std::string& path, int frames, bool audio) {
+  ClipSpec spec;
+  spec.width = 64;
+  spec.height = 48;
+  spec.frames = frames;
+  spec.audio = audio;
+  make_clip(path, spec);
+}
+
 CommandResult wmbatch(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {wmbatch_path(), "--progress", "none"};
   argv.insert(argv.end(), args.begin(), args.end());
@@ -91,12 +101,7 @@ INSTANTIATE_TEST_SUITE_P(Golden, VaeGolden,
 TEST(VaeJobs, EncodeThenDecodeKeepsFrameCount) {
   WM_REQUIRE_GOLDEN();
   TempDir dir("vae-roundtrip");
-  ClipSpec spec;
-  spec.width = 64;
-  spec.height = 48;
-  spec.frames = 7;
-  spec.audio = false;
-  make_clip(dir.file("clip.mp4"), spec);
+  make_small_clip(dir.file("clip.mp4"), 7, /*audio=*/false);
   write_text(dir.file("enc.yaml"),
              "task: encode_latents\ninput: clip.mp4\noutput: clip.safetensors\n" + vae_model());
   CommandResult r = wmbatch({dir.file("enc.yaml")});
@@ -125,12 +130,7 @@ TEST(VaeJobs, EncodeThenDecodeKeepsFrameCount) {
 TEST(VaeJobs, EncodeLatentsTakesTheDecodeMode) {
   WM_REQUIRE_GOLDEN();
   TempDir dir("vae-nvdec");
-  ClipSpec spec;
-  spec.width = 64;
-  spec.height = 48;
-  spec.frames = 5;
-  spec.audio = false;
-  make_clip(dir.file("clip.mp4"), spec);
+  make_small_clip(dir.file("clip.mp4"), 5, /*audio=*/false);
   std::map<std::string, std::string> decoders;
   for (const char* mode : {"software", "nvdec"}) {
     const std::string name = mode;
@@ -156,11 +156,7 @@ TEST(VaeJobs, EncodeLatentsTakesTheDecodeMode) {
 TEST(VaeJobs, ReconstructReportsPsnr) {
   WM_REQUIRE_GOLDEN();
   TempDir dir("vae-reconstruct");
-  ClipSpec spec;
-  spec.width = 64;
-  spec.height = 48;
-  spec.frames = 5;
-  make_clip(dir.file("clip.mp4"), spec);
+  make_small_clip(dir.file("clip.mp4"), 5, /*audio=*/true);
   write_text(dir.file("job.yaml"), "task: reconstruct\ninput: clip.mp4\noutput: recon.mp4\n" +
                                        vae_model() + "encode: {preset: ultrafast}\n");
   CommandResult r = wmbatch({dir.file("job.yaml"), "--report", dir.file("report.json")});
