@@ -1052,7 +1052,7 @@ Network::Network(const Architecture& a, Task task, ParamSource& params, const at
     int64_t scale = 1;
     for (size_t i = tail_start_; i < blocks_.size(); ++i) {
       for (const SlotInfo& info : blocks_[i]->slots()) {
-        tail_slots_.push_back({info.slot, info.channels, scale, i - tail_start_});
+        tail_slots_.push_back({info.slot, info.channels, i - tail_start_});
       }
       tail_block_scales_.push_back(scale);
       scale *= blocks_[i]->scale();
@@ -1429,17 +1429,17 @@ std::vector<int64_t> Network::tail_slot_sizes(const TailTile& t, size_t j) const
   return {1, slot.channels, kCausalFrames, g.h, g.w};
 }
 
+int64_t Network::tail_slot_numel(const TailTile& t, size_t j) const {
+  return tail_slots_[j].channels * kCausalFrames * t.regions[tail_slots_[j].block].area();
+}
+
 TailArena& Network::tail_arena(SequenceState& state, const std::vector<TailTile>& tiles,
                                const at::TensorOptions& options) const {
   if (!state.tail_arena) state.tail_arena = std::make_shared<TailArena>();
   TailArena& arena = *state.tail_arena;
   for (size_t j = 0; j < tail_slots_.size(); ++j) {
     int64_t largest = 0;
-    for (const TailTile& t : tiles) {
-      int64_t numel = 1;
-      for (int64_t v : tail_slot_sizes(t, j)) numel *= v;
-      largest = std::max(largest, numel);
-    }
+    for (const TailTile& t : tiles) largest = std::max(largest, tail_slot_numel(t, j));
     // One tile needs one set (nothing comes up while it computes).
     const size_t sets = tiles.size() > 1 ? arena.flat.size() : 1;
     for (size_t k = 0; k < sets; ++k) {
@@ -1464,9 +1464,7 @@ int64_t Network::tail_plan_bytes(const TailPlan& plan, int64_t frames, int64_t h
   int64_t state_largest = 0, state_total = 0, crop_largest = 0, full_largest = 0;
   for (const TailTile& t : tail_tiles(h, w, plan.rows, plan.cols)) {
     int64_t state = 0;
-    for (size_t j = 0; j < tail_slots_.size(); ++j) {
-      state += tail_slots_[j].channels * kCausalFrames * t.regions[tail_slots_[j].block].area();
-    }
+    for (size_t j = 0; j < tail_slots_.size(); ++j) state += tail_slot_numel(t, j);
     state_largest = std::max(state_largest, state);
     state_total += state;
     crop_largest = std::max(crop_largest, t.crop().area());

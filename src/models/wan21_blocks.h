@@ -189,8 +189,7 @@ class Network {
   struct TailSlot {
     int slot;  // index into SequenceState::slots
     int64_t channels;
-    int64_t scale;  // its layer's resolution in tail-input pixels
-    size_t block;   // its tail block (index i − tail_start_)
+    size_t block;  // its tail block (index i − tail_start_); the state covers that block's region
   };
   std::vector<TailSlot> tail_slots_;  // the tail's causal layers
   at::Tensor mean_, std_;             // [1, z, 1, 1, 1]
@@ -204,6 +203,7 @@ class Network {
                      bool first, ChunkPos pos, const Sink& sink) const;
   // [1, C, 2, h, w] of tail slot j for tile t.
   std::vector<int64_t> tail_slot_sizes(const TailTile& t, size_t j) const;
+  int64_t tail_slot_numel(const TailTile& t, size_t j) const;
   // The tiles of a rows × cols grid over an h × w tail input, each with the region every tail
   // block reads (Tuning::tile_shrink), and the grids to try, fewest tiles and least overlap first.
   std::vector<TailTile> tail_tiles(int64_t h, int64_t w, int rows, int cols) const;
