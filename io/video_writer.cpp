@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -87,6 +88,7 @@ struct VideoWriter::Impl {
   int64_t last_pts = AV_NOPTS_VALUE;
   bool temp_exists = false;
   bool finished = false;
+  VideoWriter::FinishSeconds finish_seconds;
 
   explicit Impl(const WriterConfig& c) : config(c), final_path(c.path) {
     install_av_log();
@@ -219,6 +221,9 @@ struct VideoWriter::Impl {
         av_dict_set(&raw_options, "preset", settings.preset.c_str(), 0);
       }
     }
+    for (const auto& [key, value] : settings.options) {
+      av_dict_set(&raw_options, key.c_str(), value.c_str(), 0);
+    }
     std::unique_ptr<AVDictionary, AvDictionaryDeleter> options(raw_options);
     raw_options = options.release();
     const int rc = open_codec_niced(enc, codec, &raw_options, config.encode.nice);
@@ -228,9 +233,12 @@ struct VideoWriter::Impl {
                         av_get_pix_fmt_name(pix_fmt) + "): " + av_error_string(rc),
                     rc, "avcodec_open2", kExitDataErr);
     }
-    for (const AVDictionaryEntry* e = nullptr;
-         (e = av_dict_get(options.get(), "", e, AV_DICT_IGNORE_SUFFIX));) {
-      log->warn("{}: encoder option {}={} not used", final_path, e->key, e->value);
+    // Left over: an option neither the codec context nor the encoder knows (crf and preset are
+    // only set where the encoder has them, so this is one of the job's options).
+    if (const AVDictionaryEntry* e =
+            av_dict_get(options.get(), "", nullptr, AV_DICT_IGNORE_SUFFIX)) {
+      throw Error(final_path + ": encoder " + codec->name + " has no option '" + e->key + "'",
+                  kExitDataErr);
     }
     converter =
         std::make_unique<PlanarToFrame>(config.width, config.height, pix_fmt, enc->colorspace,
@@ -425,6 +433,7 @@ struct VideoWriter::Impl {
   int64_t finish() {
     if (finished) return frames;
     check_open();
+    const auto start = std::chrono::steady_clock::now();
     int rc = avcodec_send_frame(encoder.get(), nullptr);
     if (rc < 0 && rc != AVERROR_EOF) write_failed("flushing the encoder", rc);
     drain_encoder();
@@ -436,8 +445,12 @@ struct VideoWriter::Impl {
                             " video packets muxed, " + std::to_string(frames) + " frames written",
                         kExitIoErr);
     }
+    const auto flushed = std::chrono::steady_clock::now();
     commit_output(output.get(), temp_path, final_path, frames);
     temp_exists = false;
+    finish_seconds.flush = std::chrono::duration<double>(flushed - start).count();
+    finish_seconds.commit =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - flushed).count();
     finished = true;
     source.reset();
     output.reset();
@@ -459,6 +472,8 @@ void VideoWriter::write(const VideoFrame& frame) {
     throw;
   }
 }
+
+VideoWriter::FinishSeconds VideoWriter::finish_seconds() const { return impl_->finish_seconds; }
 
 int64_t VideoWriter::finish() {
   try {

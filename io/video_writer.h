@@ -26,6 +26,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "io/video_info.h"
 #include "io/video_reader.h"
@@ -44,6 +46,9 @@ struct EncodeSettings {
   // nice value of the thread that opens the encoder). Jobs whose model runs on a GPU set it, so
   // x264's many threads do not delay the thread that feeds the GPU.
   int nice = 0;
+  // Encoder options by libav name (private or generic: tune, x264-params, g, ...), set after crf
+  // and preset. One the encoder does not take is an error (kExitDataErr), not a warning.
+  std::vector<std::pair<std::string, std::string>> options;
   bool copy_audio = true;
   bool copy_subtitles = true;
 };
@@ -77,6 +82,14 @@ class VideoWriter {
   // fsyncs, verifies, renames to the final path. Returns the number of video frames written.
   int64_t finish();
   int64_t frames_written() const;
+
+  // Where finish() spent its time: flushing the encoder (the frames its lookahead and threads
+  // still held) and writing the trailer, then committing (close, fsync, verify, rename).
+  struct FinishSeconds {
+    double flush = 0;
+    double commit = 0;
+  };
+  FinishSeconds finish_seconds() const;
 
  private:
   struct Impl;

@@ -231,7 +231,10 @@ class DecodeLatentsRunner : public TaskRunner {
     pipeline.tokens = job_.tokens;
     pipeline.cancel = options.cancel;
     pipeline.tiles = plan_job_tiles(job_, traits, source.width(), source.height());
-    auto sessions = models_.open_sessions();
+    const auto open_start = std::chrono::steady_clock::now();
+    auto sessions = models_.open_sessions();  // the first one uploads the weights
+    const double open_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - open_start).count();
     progress.begin(input, frames);
     PipelineStats stats;
     pipeline.stats = &stats;
@@ -265,7 +268,8 @@ class DecodeLatentsRunner : public TaskRunner {
     // graph, reported apart from the stages.
     const auto finish_start = std::chrono::steady_clock::now();
     const int64_t written = writer.finish();
-    metrics_ = stage_metrics(stats);
+    metrics_ = stage_metrics(stats, writer);
+    metrics_["sessions_open_seconds"] = open_seconds;
     metrics_["writer_finish_seconds"] =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - finish_start).count();
     progress.end();

@@ -52,6 +52,15 @@ std::map<std::string, double> stage_metrics(const PipelineStats& stats) {
           {"stage_sink_seconds", stats.sink_seconds}};
 }
 
+std::map<std::string, double> stage_metrics(const PipelineStats& stats,
+                                            const io::VideoWriter& writer) {
+  std::map<std::string, double> m = stage_metrics(stats);
+  const io::VideoWriter::FinishSeconds finish = writer.finish_seconds();
+  m["writer_flush_seconds"] = finish.flush;
+  m["writer_commit_seconds"] = finish.commit;
+  return m;
+}
+
 namespace {
 
 // The first CUDA device of a job's resolved devices, or null.
@@ -83,6 +92,7 @@ io::EncodeSettings encode_settings(const EncodeSpec& spec, const std::vector<Dev
   s.preset = spec.preset;
   s.pix_fmt = spec.pix_fmt;
   s.threads = spec.threads;
+  s.options = spec.options;
   s.copy_audio = spec.copy_audio;
   s.copy_subtitles = spec.copy_subtitles;
   return s;
@@ -159,7 +169,7 @@ class UpscaleRunner : public TaskRunner {
     run_pipeline(source, sessions, sink, pipeline);
     const int64_t written = writer.finish();
     progress.end();
-    metrics_ = stage_metrics(stats);
+    metrics_ = stage_metrics(stats, writer);
     decoder_ = reader.decoder_name();
     if (written != source.frames_read() - sink.frames_dropped()) {
       throw Error(output + ": wrote " + std::to_string(written) + " frames but read " +

@@ -70,6 +70,9 @@ io::EncodeSettings encode_settings(const EncodeSpec& spec, const std::vector<Dev
 
 // Per-stage seconds as report metrics ("stage_model_seconds", ...).
 std::map<std::string, double> stage_metrics(const PipelineStats& stats);
+// stage_metrics plus the writer's finish(): writer_flush_seconds, writer_commit_seconds.
+std::map<std::string, double> stage_metrics(const PipelineStats& stats,
+                                            const io::VideoWriter& writer);
 
 // Implemented in task_latents.cpp.
 std::unique_ptr<TaskRunner> make_latent_task_runner(const JobSpec& job);

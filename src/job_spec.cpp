@@ -96,8 +96,8 @@ const KeyTable kModelKeys{"model",
                           {"kind", "scale", "weights", "dim", "z_dim", "dim_mult", "num_res_blocks",
                            "temporal_downsample", "latent_mean", "latent_std"}};
 const KeyTable kTilingKeys{"tiling", {"tile", "tile_width", "tile_height", "overlap"}};
-const KeyTable kEncodeKeys{"encode",
-                           {"codec", "crf", "preset", "pix_fmt", "audio", "subtitles", "threads"}};
+const KeyTable kEncodeKeys{
+    "encode", {"codec", "crf", "preset", "pix_fmt", "audio", "subtitles", "threads", "options"}};
 const KeyTable* const kAllTables[] = {&kTopKeys, &kModelKeys, &kTilingKeys, &kEncodeKeys};
 
 const char* const kVaeOnlyKeys[] = {
@@ -805,6 +805,22 @@ class JobParser {
     if (const Field* a = encode.find("audio")) e.copy_audio = get_enum(*a, kCopyOrNone);
     if (const Field* s = encode.find("subtitles")) e.copy_subtitles = get_enum(*s, kCopyOrNone);
     if (const Field* t = encode.find("threads")) e.threads = get_int(*t, 0, 1024);
+    if (const Field* o = encode.find("options")) {
+      if (!o->node.IsMap()) fail(*o, "must be a map of encoder options (got " + got(o->node) + ")");
+      for (const auto& kv : o->node) {
+        const Field key{kv.first, o->key, line_of(kv.first, o->line), o->file};
+        const std::string name = kv.first.IsScalar() ? kv.first.Scalar() : "";
+        if (name.empty() || name.find_first_not_of(kNameChars) != std::string::npos) {
+          fail(key, "keys must be libav option names like x264-params (got " + got(kv.first) + ")");
+        }
+        const Field value{kv.second, o->key + "." + name, key.line, o->file};
+        if (!kv.second.IsScalar()) fail(value, "must be a scalar (got " + got(kv.second) + ")");
+        for (const auto& [seen, unused] : e.options) {
+          if (seen == name) fail(value, "repeated key");
+        }
+        e.options.emplace_back(name, kv.second.Scalar());
+      }
+    }
   }
 
   MapView top_;

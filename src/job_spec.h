@@ -6,6 +6,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "src/model.h"
@@ -30,6 +31,9 @@ struct EncodeSpec {
   bool copy_audio = true;
   bool copy_subtitles = true;
   int threads = 0;
+  // Encoder options by libav name, as ffmpeg's `-KEY VALUE` after `-c:v` (tune, profile, g,
+  // x264-params, ...), in the job's order. Set after crf and preset, so they can override them.
+  std::vector<std::pair<std::string, std::string>> options;
 };
 
 struct TilingSpec {

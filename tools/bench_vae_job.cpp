@@ -5,6 +5,7 @@
 //   wmbench vae-job [--dim 96] [--latent-frames T] [--height H] [--width W]
 //                   [--dtype fp32|bf16|fp16] [--device cpu|cuda:N] [--slice-frames S]
 //                   [--tokens N] [--preset veryfast] [--crf 18] [--encode-threads N]
+//                   [--encode-options KEY=V,...]
 //                   [--warmup N] [--job-warmup N] [--iters N] [--threads N] [--seed N]
 //                   [--weights-dtype f32|bf16] [--tuning KEY=V,...]
 //                   [--latent-frames-long N] [--long-job 0|1] [--keep DIR]
@@ -78,6 +79,7 @@ struct Options {
   std::string preset = "veryfast";
   int crf = 18;
   int encode_threads = 0;
+  std::string encode_options;  // "key=value,..." → the job's encode.options
   int warmup = 1;
   int job_warmup = 1;
   int iters = 1;
@@ -95,6 +97,7 @@ const char* kUsage =
     "usage: wmbench vae-job [--dim 96] [--latent-frames T] [--height H] [--width W]\n"
     "                       [--dtype fp32|bf16|fp16] [--device cpu|cuda:N] [--slice-frames S]\n"
     "                       [--tokens N] [--preset veryfast] [--crf 18] [--encode-threads N]\n"
+    "                       [--encode-options KEY=V,...]\n"
     "                       [--warmup N] [--job-warmup N] [--iters N] [--threads N] [--seed N]\n"
     "                       [--weights-dtype f32|bf16] [--tuning KEY=V,...]\n"
     "                       [--latent-frames-long N] [--long-job 0|1] [--keep DIR]\n"
@@ -118,6 +121,8 @@ Options parse(int argc, char** argv) {
       o.preset = v;
     } else if (flag == "--crf") {
       o.crf = integer(flag, v, 0);
+    } else if (flag == "--encode-options") {
+      o.encode_options = v;
     } else if (flag == "--encode-threads") {
       o.encode_threads = integer(flag, v, 0);
     } else if (flag == "--job-warmup") {
@@ -144,6 +149,9 @@ Options parse(int argc, char** argv) {
   }
   if (o.preset.empty() || o.preset.find_first_of(" \t\n:{}[],#'\"") != std::string::npos) {
     throw std::invalid_argument("--preset: expected an x264 preset name, got '" + o.preset + "'");
+  }
+  if (o.encode_options.find_first_of("'\n") != std::string::npos) {
+    throw std::invalid_argument("--encode-options: quotes and newlines are not allowed");
   }
   wm::bench::parse_precision(o.dtype);  // validates
   return o;
@@ -250,7 +258,20 @@ std::string job_yaml(const Options& o, const wm::Device& device, const std::stri
   y += "slice_frames: " + std::to_string(o.slice_frames) + "\n";
   y += "tokens: " + std::to_string(o.tokens) + "\n";
   y += "encode: {codec: libx264, crf: " + std::to_string(o.crf) + ", preset: " + o.preset +
-       ", pix_fmt: yuv420p, threads: " + std::to_string(o.encode_threads) + "}\n";
+       ", pix_fmt: yuv420p, threads: " + std::to_string(o.encode_threads) + ", options: {";
+  // "k=v,k2=v2" → k: 'v', k2: 'v2' (values single-quoted: x264-params holds ':' and '=').
+  std::string sep;
+  for (size_t at = 0; at < o.encode_options.size();) {
+    size_t end = o.encode_options.find(',', at);
+    if (end == std::string::npos) end = o.encode_options.size();
+    const std::string item = o.encode_options.substr(at, end - at);
+    const size_t eq = item.find('=');
+    y += sep + item.substr(0, eq) + ": '" + (eq == std::string::npos ? "" : item.substr(eq + 1)) +
+         "'";
+    sep = ", ";
+    at = end + 1;
+  }
+  y += "}}\n";
   return y;
 }
 
@@ -492,6 +513,7 @@ int bench_vae_job(int argc, char** argv) {
     out["preset"] = o.preset;
     out["crf"] = o.crf;
     out["encode_threads"] = o.encode_threads;
+    out["encode_options"] = o.encode_options;
     out["warmup"] = o.warmup;
     out["job_warmup"] = o.job_warmup;
     out["iters"] = o.iters;

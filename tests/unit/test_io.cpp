@@ -692,6 +692,52 @@ TEST(VideoWriter, EncoderThreadsRunNicer) {
   }
 }
 
+// Key frames of the file's first video stream.
+int count_key_packets(const std::string& path) {
+  AVFormatContext* raw = nullptr;
+  if (avformat_open_input(&raw, path.c_str(), nullptr, nullptr) < 0) return -1;
+  wm::io::FormatInputPtr input(raw);
+  wm::io::PacketPtr pkt = wm::io::make_packet();
+  int keys = 0;
+  while (av_read_frame(input.get(), pkt.get()) >= 0) {
+    if (pkt->stream_index == 0 && (pkt->flags & AV_PKT_FLAG_KEY)) ++keys;
+    av_packet_unref(pkt.get());
+  }
+  return keys;
+}
+
+// EncodeSettings::options reach the encoder, generic (g) and private (x264-params) alike; one
+// the encoder does not take is a data error naming it, and leaves no file.
+TEST(VideoWriter, EncoderOptionsApplyAndUnknownOnesFail) {
+  TempDir dir("io");
+  WriterConfig config;
+  config.width = 64;
+  config.height = 48;
+  config.time_base = {1, 25};
+  config.frame_rate = {25, 1};
+  config.encode.codec = "libx264";
+  config.encode.preset = "ultrafast";
+  // 10 flat frames: one key frame unless the options ask for more (0,3,6,9 and 0,4,8).
+  const std::vector<std::pair<std::vector<std::pair<std::string, std::string>>, int>> cases = {
+      {{}, 1}, {{{"g", "3"}}, 4}, {{{"x264-params", "keyint=4:scenecut=0"}}, 3}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    config.path = dir.file("keys" + std::to_string(i) + ".mp4");
+    config.encode.options = cases[i].first;
+    VideoWriter writer(config);
+    for (int f = 0; f < 10; ++f) writer.write(flat_frame(64, 48, 0.2f, 0.4f, 0.6f, f));
+    ASSERT_EQ(writer.finish(), 10);
+    EXPECT_EQ(count_key_packets(config.path), cases[i].second) << "case " << i;
+  }
+  config.path = dir.file("unknown.mp4");
+  config.encode.options = {{"tune", "film"}, {"no-such-option", "1"}};
+  const auto e = expect_throw<Error>([&] { VideoWriter writer(config); });
+  EXPECT_EQ(e.exit_code(), kExitDataErr);
+  EXPECT_NE(std::string(e.what()).find("has no option 'no-such-option'"), std::string::npos)
+      << e.what();
+  EXPECT_EQ(std::string(e.what()).rfind(config.path + ": ", 0), 0u) << e.what();
+  EXPECT_FALSE(exists(config.path));
+}
+
 // Writing flat colours and reading them back uses the same matrix rule on both sides.
 TEST(VideoWriter, FlatColourRoundTripAndClamping) {
   TempDir dir("io");

@@ -85,6 +85,7 @@ encode:
   audio: none
   subtitles: none
   threads: 4
+  options: {x265-params: 'keyint=48:min-keyint=48', tune: grain}
 fps: 23.976
 input_tensor: z
 max_error_rate: 0.01
@@ -126,6 +127,8 @@ max_error_rate: 0.01
   EXPECT_FALSE(j.encode.copy_audio);
   EXPECT_FALSE(j.encode.copy_subtitles);
   EXPECT_EQ(j.encode.threads, 4);
+  EXPECT_EQ(j.encode.options, (std::vector<std::pair<std::string, std::string>>{
+                                  {"x265-params", "keyint=48:min-keyint=48"}, {"tune", "grain"}}));
   EXPECT_DOUBLE_EQ(j.fps, 23.976);
   EXPECT_EQ(j.input_tensor, "z");
   EXPECT_DOUBLE_EQ(j.max_error_rate, 0.01);
@@ -274,6 +277,10 @@ const BadJob kBadJobs[] = {
     {JOB "encode: {subtitles: yes}\n", 3, "encode.subtitles", "must be copy or none"},
     {JOB "encode: {threads: -2}\n", 3, "encode.threads", "must be at least 0"},
     {JOB "encode: {pix_fmt: 'yuv 420'}\n", 3, "encode.pix_fmt", "must be a libav name"},
+    {JOB "encode: {options: [tune]}\n", 3, "encode.options", "must be a map of encoder options"},
+    {JOB "encode:\n  options:\n    'a b': 1\n", 5, "encode.options", "keys must be libav option"},
+    {JOB "encode:\n  options:\n    g: [1]\n", 5, "encode.options.g", "must be a scalar"},
+    {JOB "encode:\n  options:\n    g: 1\n    g: 2\n", 6, "encode.options.g", "repeated key"},
     {JOB "tiling:\n  tile: 0\n", 4, "tiling.tile", "must be at least 1 (got 0)"},
     {JOB "tiling: {tile: -512}\n", 3, "tiling.tile", "must be at least 1 (got -512)"},
     {JOB "tiling: {tile_width: 0, tile_height: 64}\n", 3, "tiling.tile_width", "at least 1"},
