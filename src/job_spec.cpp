@@ -88,17 +88,19 @@ struct KeyTable {
   std::vector<std::string> keys;
 };
 
-const KeyTable kTopKeys{
-    "",
-    {"job", "task", "input", "output", "on_exists", "model", "precision", "devices", "tiling",
-     "slice_frames", "tokens", "encode", "fps", "input_tensor", "max_error_rate", "decode"}};
+const KeyTable kTopKeys{"",
+                        {"job", "task", "input", "output", "on_exists", "model", "precision",
+                         "devices", "tiling", "slice_frames", "tokens", "encode", "fps",
+                         "input_tensor", "max_error_rate", "decode", "offload"}};
 const KeyTable kModelKeys{"model",
                           {"kind", "scale", "weights", "dim", "z_dim", "dim_mult", "num_res_blocks",
                            "temporal_downsample", "latent_mean", "latent_std"}};
 const KeyTable kTilingKeys{"tiling", {"tile", "tile_width", "tile_height", "overlap"}};
 const KeyTable kEncodeKeys{
     "encode", {"codec", "crf", "preset", "pix_fmt", "audio", "subtitles", "threads", "options"}};
-const KeyTable* const kAllTables[] = {&kTopKeys, &kModelKeys, &kTilingKeys, &kEncodeKeys};
+const KeyTable kOffloadKeys{"offload", {"pinned_mib"}};
+const KeyTable* const kAllTables[] = {&kTopKeys, &kModelKeys, &kTilingKeys, &kEncodeKeys,
+                                      &kOffloadKeys};
 
 const char* const kVaeOnlyKeys[] = {
     "dim",         "z_dim",     "dim_mult", "num_res_blocks", "temporal_downsample",
@@ -525,6 +527,12 @@ class JobParser {
     if (const Field* f = top_.find("tiling")) parse_tiling(*f);
     if (const Field* f = top_.find("slice_frames")) job_.slice_frames = get_int(*f, 0, 1 << 20);
     if (const Field* f = top_.find("tokens")) job_.tokens = get_int(*f, 1, 1024);
+    if (const Field* f = top_.find("offload")) {
+      const MapView offload(*f, kOffloadKeys);
+      if (const Field* p = offload.find("pinned_mib")) {
+        job_.model.pinned_pool_bytes = get_int(*p, 1, 65536) << 20;
+      }
+    }
     if (const Field* f = top_.find("encode")) parse_encode(*f);
     if (const Field* f = top_.find("fps")) {
       only_for_tasks(*f, {Task::kDecodeLatents});

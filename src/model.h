@@ -42,6 +42,9 @@ struct ModelConfig {
   std::vector<bool> temporal_downsample = {false, true, true};
   std::vector<double> latent_mean;  // empty: the official values
   std::vector<double> latent_std;   // empty: the official values
+  // Run setting (the job's `offload.pinned_mib`): the most pinned host memory each staging pool
+  // of a GPU session holds (device→host outputs, host→device inputs); 0 = the model's default.
+  int64_t pinned_pool_bytes = 0;
 };
 
 // Facts a model declares; the scheduler plans tiles and slices from them.

@@ -5,7 +5,7 @@
 //                      [--dtype fp32|bf16|fp16] [--device cpu|cuda:N] [--warmup N] [--iters N]
 //                      [--slice-frames S] [--threads N] [--seed N] [--profile 0|1]
 //                      [--compare-fp32 0|1] [--tuning KEY=V,...] [--max-gpu-gib N]
-//                      [--kernels 0|1]
+//                      [--pinned-mib N] [--kernels 0|1]
 //
 // H and W are output pixels (multiples of 8). --slice-frames S decodes the T latent frames as
 // consecutive slices of S (0: one slice), exactly as the job runner would. Timing covers decode
@@ -56,6 +56,7 @@ struct Options {
   bool kernels = false;
   std::string tuning;
   int max_gpu_gib = 0;
+  int pinned_mib = 0;  // the job's offload.pinned_mib (0: the default)
 };
 
 const char* kUsage =
@@ -63,7 +64,7 @@ const char* kUsage =
     "                          [--dtype fp32|bf16|fp16] [--device cpu|cuda:N] [--warmup N]\n"
     "                          [--iters N] [--slice-frames S] [--threads N] [--seed N]\n"
     "                          [--profile 0|1] [--compare-fp32 0|1] [--tuning KEY=V,...]\n"
-    "                          [--max-gpu-gib N] [--kernels 0|1]\n";
+    "                          [--max-gpu-gib N] [--pinned-mib N] [--kernels 0|1]\n";
 
 // Throws std::invalid_argument with a one-line reason.
 Options parse(int argc, char** argv) {
@@ -117,6 +118,7 @@ int bench_vae_decode(int argc, char** argv) {
     config.task = "decode";
     config.dim = o.dim;
     config.precision = wm::bench::parse_precision(o.dtype);
+    config.pinned_pool_bytes = int64_t(o.pinned_mib) << 20;
     auto model = wm::models::make_wan21_vae_random(config, device, o.seed);
     auto session = model->open_session(device);
     wm::models::limit_device_memory(device, o.max_gpu_gib);  // after the allocator's first use
@@ -173,6 +175,7 @@ int bench_vae_decode(int argc, char** argv) {
     out["tflops_ref"] = 8.5e6 * double(o.width) * o.height * double(frames_out) / seconds / 1e12;
     out["tuning"] = wm::models::wan21_tuning();
     if (o.max_gpu_gib > 0) out["max_gpu_gib"] = o.max_gpu_gib;
+    if (o.pinned_mib > 0) out["pinned_mib"] = o.pinned_mib;
     if (device.kind == wm::Device::Kind::kCuda) {
       const double peak = wm::models::peak_device_memory_mib(device);
       out["peak_gpu_mib"] = peak;

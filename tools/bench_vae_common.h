@@ -48,6 +48,8 @@ bool parse_shared_flag(const std::string& flag, const std::string& v, Options& o
     o.tuning = v;
   } else if (flag == "--max-gpu-gib") {
     o.max_gpu_gib = parse_int(flag, v, 0);
+  } else if (flag == "--pinned-mib") {
+    o.pinned_mib = parse_int(flag, v, 0);
   } else {
     return false;
   }

@@ -91,6 +91,7 @@ struct Options {
   bool long_job = false;
   std::string keep;
   int max_gpu_gib = 0;
+  int pinned_mib = 0;  // the job's offload.pinned_mib (0: the default)
 };
 
 const char* kUsage =
@@ -101,7 +102,7 @@ const char* kUsage =
     "                       [--warmup N] [--job-warmup N] [--iters N] [--threads N] [--seed N]\n"
     "                       [--weights-dtype f32|bf16] [--tuning KEY=V,...]\n"
     "                       [--latent-frames-long N] [--long-job 0|1] [--keep DIR]\n"
-    "                       [--max-gpu-gib N]\n"
+    "                       [--max-gpu-gib N] [--pinned-mib N]\n"
     "  End-to-end decode_latents job (latents → VAE → libx264 .mp4) vs decode only on the same\n"
     "  latents and model file; H and W are output pixels (multiples of 8).\n";
 
@@ -257,6 +258,7 @@ std::string job_yaml(const Options& o, const wm::Device& device, const std::stri
        "\n";
   y += "slice_frames: " + std::to_string(o.slice_frames) + "\n";
   y += "tokens: " + std::to_string(o.tokens) + "\n";
+  if (o.pinned_mib > 0) y += "offload: {pinned_mib: " + std::to_string(o.pinned_mib) + "}\n";
   y += "encode: {codec: libx264, crf: " + std::to_string(o.crf) + ", preset: " + o.preset +
        ", pix_fmt: yuv420p, threads: " + std::to_string(o.encode_threads) + ", options: {";
   // "k=v,k2=v2" → k: 'v', k2: 'v2' (values single-quoted: x264-params holds ':' and '=').
@@ -445,6 +447,7 @@ int bench_vae_job(int argc, char** argv) {
     config.task = "decode";
     config.dim = o.dim;
     config.precision = wm::bench::parse_precision(o.dtype);
+    config.pinned_pool_bytes = int64_t(o.pinned_mib) << 20;
     config.weights = work.path + "/weights.safetensors";
     const int latent_h = o.height / 8, latent_w = o.width / 8;
     // The slice length decode_latents uses (scheduler/task_latents.cpp).
@@ -498,6 +501,7 @@ int bench_vae_job(int argc, char** argv) {
     Json out;
     out["bench"] = "vae-job";
     if (o.max_gpu_gib > 0) out["max_gpu_gib"] = o.max_gpu_gib;
+    if (o.pinned_mib > 0) out["pinned_mib"] = o.pinned_mib;
     std::string args;
     for (int i = 0; i < argc; ++i) args += (i ? " " : "") + std::string(argv[i]);
     out["args"] = "wmbench " + args;

@@ -1,38 +1,83 @@
-// Device → host offload of finished output chunks through a ring of pinned staging buffers.
+// Copies between device tensors and host Planars through bounded pools of pinned staging memory.
 //
-// push() starts an asynchronous copy of a device chunk on a dedicated copy stream (ordered after
-// the work already queued on the caller's current stream) into a pinned slot and returns without
-// waiting; when a slot comes round again, the copy it holds is waited for and moved into its
-// destination Planar (a host memcpy that overlaps the device's later work). finish() drains all
-// slots. A CPU chunk (or a build without CUDA) is copied synchronously.
+// OutputOffload (device → host): push() records where the chunk's producing work stands on the
+// caller's stream and queues the chunk; a copier thread of its own copies it in pieces, each no
+// larger than a pool buffer, on a copy stream into pinned buffers and from there into the
+// destination Planar (a host memcpy that overlaps the device's later work and the caller's
+// launching of it). The caller's thread neither waits for copies nor touches the destination
+// until finish(). allocate() makes a destination on the copier thread too: zero-filling hundreds
+// of MB is host work the launching thread need not do. A CPU chunk goes through the same thread
+// (plain host buffers), so the piece logic is the same everywhere.
 //
-// One thread at a time. The destination Planars must outlive finish(). Slots and their pinned
-// memory are kept between uses (reuse one OutputOffload per session).
+// InputStaging (host → device): upload() copies a Planar through pinned buffers in pieces (the
+// host memcpy of one piece overlaps the device copy of the one before) on a copy stream, and
+// makes the caller's stream wait for it.
+//
+// Memory bounds: each pool holds at most `pool_bytes` of pinned memory, allocated once and kept;
+// OutputOffload holds at most `max_chunks` pushed chunks that are not yet copied (push() blocks
+// until one is done: backpressure on the producer, which bounds the device memory they hold).
+//
+// One producer thread per object. Destinations must outlive finish()/abandon().
 #pragma once
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <memory>
 
 #include "src/base/planar.h"
 
 namespace wm::models {
 
+// The pinned staging memory of each pool when none is asked for.
+constexpr int64_t kDefaultPinnedPoolBytes = int64_t(256) << 20;
+
 class OutputOffload {
  public:
-  explicit OutputOffload(int slots = 3);
+  // pool_bytes <= 0: kDefaultPinnedPoolBytes. It is split into `buffers` buffers (pieces).
+  explicit OutputOffload(int64_t pool_bytes = 0, int buffers = 4, int max_chunks = 3);
   ~OutputOffload();
   OutputOffload(const OutputOffload&) = delete;
   OutputOffload& operator=(const OutputOffload&) = delete;
 
+  // Makes `dst` = Planar(c, t, h, w) on the copier thread, ordered before later pushes. `dst`
+  // must not be used by the caller until finish().
+  void allocate(Planar& dst, int c, int t, int h, int w);
   // `chunk`: [C, n, h, w] float32, contiguous; becomes frames [first_frame, first_frame + n),
   // rows [top, top + h) and columns [left, left + w) of `dst` (C channels). The chunk is kept
   // alive until copied.
   void push(const at::Tensor& chunk, Planar& dst, int first_frame, int top = 0, int left = 0);
-  // Waits for every pushed chunk and writes it into its Planar.
+  // Waits until every pushed chunk is in its Planar; throws what the copier hit (a chunk that
+  // does not fit its destination: ModelError).
   void finish();
-  // Waits for the copies in flight and forgets them (after an error; destinations untouched).
+  // Waits for the copies in flight and forgets the queued chunks (after an error): destinations
+  // get no more writes (allocations still happen).
   void abandon();
+
+  int64_t pool_bytes() const;
+  // Staging bytes allocated so far (never more than pool_bytes()).
+  int64_t staged_bytes() const;
+  // Pieces copied so far (a chunk larger than a buffer takes several).
+  int64_t pieces() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class InputStaging {
+ public:
+  explicit InputStaging(int64_t pool_bytes = 0, int buffers = 2);
+  ~InputStaging();
+  InputStaging(const InputStaging&) = delete;
+  InputStaging& operator=(const InputStaging&) = delete;
+
+  // `in` as a float32 [1, C, T, H, W] tensor on `device` (contiguous), ordered before later work
+  // on the device's current stream. For a CPU device: a copy.
+  at::Tensor upload(const Planar& in, at::Device device);
+
+  int64_t pool_bytes() const;
+  int64_t staged_bytes() const;
 
  private:
   struct Impl;

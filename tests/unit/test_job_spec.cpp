@@ -77,6 +77,7 @@ devices: [1, 0]
 tiling: {tile_width: 64, tile_height: 32, overlap: 8}
 slice_frames: 4
 tokens: 2
+offload: {pinned_mib: 64}
 encode:
   codec: libx265
   crf: 20
@@ -120,6 +121,7 @@ max_error_rate: 0.01
   EXPECT_EQ(j.tiling.overlap, 8);
   EXPECT_EQ(j.slice_frames, 4);
   EXPECT_EQ(j.tokens, 2);
+  EXPECT_EQ(j.model.pinned_pool_bytes, int64_t(64) << 20);
   EXPECT_EQ(j.encode.codec, "libx265");
   EXPECT_EQ(j.encode.crf, 20);
   EXPECT_EQ(j.encode.preset, "slow");
@@ -182,6 +184,7 @@ TEST(JobSpec, Defaults) {
   EXPECT_FALSE(j.tiling.enabled);
   EXPECT_EQ(j.slice_frames, 0);  // auto
   EXPECT_EQ(j.tokens, 3);
+  EXPECT_EQ(j.model.pinned_pool_bytes, 0);
   EXPECT_EQ(j.encode.codec, "libx264");
   EXPECT_EQ(j.encode.crf, 18);
   EXPECT_EQ(j.encode.preset, "medium");
@@ -277,6 +280,9 @@ const BadJob kBadJobs[] = {
     {JOB "encode: {subtitles: yes}\n", 3, "encode.subtitles", "must be copy or none"},
     {JOB "encode: {threads: -2}\n", 3, "encode.threads", "must be at least 0"},
     {JOB "encode: {pix_fmt: 'yuv 420'}\n", 3, "encode.pix_fmt", "must be a libav name"},
+    {JOB "offload: {pinned_mib: 0}\n", 3, "offload.pinned_mib", "must be at least 1 (got 0)"},
+    {JOB "offload: {pinned: 64}\n", 3, "offload.pinned", "unknown key (known keys: pinned_mib)"},
+    {JOB "offload: 64\n", 3, "offload", "must be a map of keys"},
     {JOB "encode: {options: [tune]}\n", 3, "encode.options", "must be a map of encoder options"},
     {JOB "encode:\n  options:\n    'a b': 1\n", 5, "encode.options", "keys must be libav option"},
     {JOB "encode:\n  options:\n    g: [1]\n", 5, "encode.options.g", "must be a scalar"},

@@ -19,6 +19,7 @@
 
 #include "io/safetensors.h"
 #include "src/base/error.h"
+#include "src/models/cuda_offload.h"
 #include "src/models/wan21_blocks.h"
 
 namespace fs = std::filesystem;
@@ -607,6 +608,68 @@ TEST(Wan21VaeConfig, BadConfigs) {
   config.precision = wm::Precision::kFloat16;
   expect_model_error([&] { wm::models::make_wan21_vae(config, wm::Device{}); },
                      {"fp16 is not supported on CPU"});
+}
+
+// OutputOffload with a pool far smaller than a chunk: every chunk goes through in row pieces,
+// lands exactly in its region (whole-width and cropped), nothing else of the destination is
+// written, the staging never passes the pool, and more chunks than it may hold at once all land.
+TEST(OutputOffload, ChunksLandInPiecesWithinThePool) {
+  const int64_t pool = 4 * 256 * 4;  // 4 buffers of 256 floats
+  wm::models::OutputOffload offload(pool, 4, /*max_chunks=*/2);
+  Planar dst;
+  offload.allocate(dst, 3, 10, 16, 32);
+  std::vector<at::Tensor> chunks;
+  struct Place {
+    int first, top, left;
+  };
+  const std::vector<Place> places = {{0, 0, 0}, {2, 3, 5}, {4, 0, 0}, {6, 9, 20}, {8, 0, 0}};
+  for (size_t i = 0; i < places.size(); ++i) {
+    const bool whole = places[i].left == 0;
+    const at::Tensor chunk = at::rand({3, whole ? 2 : 1, whole ? 16 : 7, whole ? 32 : 12});
+    chunks.push_back(chunk);
+    offload.push(chunk, dst, places[i].first, places[i].top, places[i].left);
+  }
+  offload.finish();
+  EXPECT_LE(offload.staged_bytes(), pool);
+  EXPECT_GT(offload.staged_bytes(), 0);
+  EXPECT_GT(offload.pieces(), int64_t(places.size()) * 2);  // chunks took several pieces each
+  ASSERT_EQ(dst.channels, 3);
+  ASSERT_EQ(dst.frames, 10);
+  at::Tensor expected = at::zeros({3, 10, 16, 32});
+  for (size_t i = 0; i < places.size(); ++i) {
+    const at::Tensor& c = chunks[i];
+    expected.narrow(1, places[i].first, c.size(1))
+        .narrow(2, places[i].top, c.size(2))
+        .narrow(3, places[i].left, c.size(3))
+        .copy_(c);
+  }
+  const at::Tensor got = at::from_blob(dst.data.data(), {3, 10, 16, 32}, at::kFloat);
+  EXPECT_TRUE(at::equal(got, expected));
+}
+
+// A chunk that does not fit its destination fails at finish() (not later, not silently), and
+// the offload works again afterwards.
+TEST(OutputOffload, ChunkOutsideItsDestinationFailsAtFinish) {
+  wm::models::OutputOffload offload(1 << 20);
+  Planar dst(3, 2, 8, 8);
+  offload.push(at::ones({3, 2, 8, 8}), dst, /*first_frame=*/1);
+  EXPECT_THROW(offload.finish(), wm::ModelError);
+  offload.push(at::ones({3, 2, 8, 8}), dst, 0);
+  offload.finish();
+  EXPECT_EQ(dst.data.front(), 1.0f);
+  EXPECT_EQ(dst.data.back(), 1.0f);
+  EXPECT_THROW(offload.push(at::ones({3, 2, 8, 8}, at::kDouble), dst, 0), wm::ModelError);
+}
+
+TEST(InputStaging, CpuUploadIsACopy) {
+  Planar in(2, 3, 4, 5);
+  for (size_t i = 0; i < in.data.size(); ++i) in.data[i] = float(i);
+  wm::models::InputStaging staging(1 << 20);
+  const at::Tensor t = staging.upload(in, at::kCPU);
+  ASSERT_EQ(t.sizes(), (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  in.data[7] = -1.0f;  // not a view of the Planar
+  EXPECT_EQ(t.flatten()[7].item<float>(), 7.0f);
+  EXPECT_EQ(t.flatten()[119].item<float>(), 119.0f);
 }
 
 }  // namespace

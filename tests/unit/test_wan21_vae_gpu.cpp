@@ -17,6 +17,7 @@
 
 #include "io/safetensors.h"
 #include "src/models/cuda_kernels.h"
+#include "src/models/cuda_offload.h"
 #include "src/models/wan21_vae.h"
 
 namespace fs = std::filesystem;
@@ -52,9 +53,12 @@ wm::ModelConfig tiny_config(const std::string& task, wm::Precision precision) {
 
 // Builds the model with WMBATCH_WAN21_TUNING = tuning (read at construction).
 std::unique_ptr<wm::Model> tiny_model(const std::string& task, wm::Precision precision,
-                                      const std::string& tuning = "") {
+                                      const std::string& tuning = "",
+                                      int64_t pinned_pool_bytes = 0) {
   setenv("WMBATCH_WAN21_TUNING", tuning.c_str(), 1);
-  auto model = wm::models::make_wan21_vae(tiny_config(task, precision), kCuda);
+  wm::ModelConfig config = tiny_config(task, precision);
+  config.pinned_pool_bytes = pinned_pool_bytes;
+  auto model = wm::models::make_wan21_vae(config, kCuda);
   unsetenv("WMBATCH_WAN21_TUNING");
   return model;
 }
@@ -131,14 +135,14 @@ Diff diff(const Planar& a, const Planar& ref) {
 }
 
 void check_golden(const std::string& task, const std::string& name, const std::string& tuning,
-                  const std::vector<int>& slices = {}) {
-  auto model = tiny_model(task, wm::Precision::kFloat32, tuning);
+                  const std::vector<int>& slices = {}, int64_t pinned_pool_bytes = 0) {
+  auto model = tiny_model(task, wm::Precision::kFloat32, tuning, pinned_pool_bytes);
   GoldenCase g = golden_case(name);
   const Planar out =
       run_slices(*model, g.input, slices.empty() ? std::vector<int>{g.input.frames} : slices);
   const Diff d = diff(out, g.output);
-  std::cout << "[ golden   ] cuda fp32 " << name << " tuning '" << tuning << "' max abs error "
-            << d.max_abs << "\n";
+  std::cout << "[ golden   ] cuda fp32 " << name << " tuning '" << tuning << "' pinned pool "
+            << pinned_pool_bytes << " max abs error " << d.max_abs << "\n";
   ::testing::Test::RecordProperty("max_abs_error", std::to_string(d.max_abs));
   EXPECT_LE(d.max_abs, 1e-4);
 }
@@ -178,6 +182,46 @@ TEST(Wan21VaeGpu, GoldenDecodeSlices) {
   // Slices decoded in parts (what out of memory before the tail falls back to).
   check_golden("decode", "decode_t9", "part_latents=2", {3, 6});
   check_golden("decode", "decode_t9", "part_latents=1,tail_tiles=2x2,host_state=1", {4, 5});
+  // Staging pools of 16 KiB: outputs and inputs cross in many pieces of whole rows.
+  check_golden("decode", "decode_t9", "tail_tiles=2x2,host_state=1,tail_frames=3", {2, 3, 4},
+               16 << 10);
+  check_golden("encode", "encode_t17", "", {5, 4, 4, 4}, 16 << 10);
+}
+
+// Device chunks through a pool far smaller than a chunk, cropped and whole-width, several at
+// once; and an upload in pieces, read by work on the current stream.
+TEST(Wan21VaeGpu, OffloadAndStagingInPieces) {
+  REQUIRE_GPU();
+  const at::TensorOptions cuda = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, 0);
+  wm::models::OutputOffload offload(4 * 1024, 4, /*max_chunks=*/2);
+  Planar dst;
+  offload.allocate(dst, 3, 8, 40, 64);
+  at::Tensor expected = at::zeros({3, 8, 40, 64});
+  for (int i = 0; i < 8; ++i) {
+    const bool crop = i % 2 == 1;
+    const at::Tensor chunk = at::rand({3, 1, crop ? 17 : 40, crop ? 23 : 64}, cuda);
+    const int top = crop ? 11 : 0, left = crop ? 30 : 0;
+    offload.push(chunk, dst, i, top, left);
+    expected.narrow(1, i, 1)
+        .narrow(2, top, chunk.size(2))
+        .narrow(3, left, chunk.size(3))
+        .copy_(chunk.cpu());
+  }
+  offload.finish();
+  EXPECT_LE(offload.staged_bytes(), 4 * 1024);
+  EXPECT_GT(offload.pieces(), 8);
+  EXPECT_TRUE(at::equal(at::from_blob(dst.data.data(), {3, 8, 40, 64}, at::kFloat), expected));
+
+  Planar in(3, 5, 40, 64);
+  for (size_t i = 0; i < in.data.size(); ++i) in.data[i] = float(i % 9973);
+  wm::models::InputStaging staging(8 * 1024, 2);
+  for (int round = 0; round < 2; ++round) {
+    const at::Tensor up = staging.upload(in, at::Device(at::kCUDA, 0));
+    const at::Tensor doubled = (up * 2).cpu();  // on the current stream, after the copies
+    const at::Tensor ref = at::from_blob(in.data.data(), {1, 3, 5, 40, 64}, at::kFloat) * 2;
+    EXPECT_TRUE(at::equal(doubled, ref)) << "round " << round;
+    EXPECT_LE(staging.staged_bytes(), 8 * 1024);
+  }
 }
 
 // --- reduced precision ----------------------------------------------------------------------
