@@ -2,6 +2,7 @@
 
 #include <tbb/flow_graph.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -132,6 +133,9 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
   SessionPool pool(sessions);
   std::atomic<int64_t> source_ns{0}, tile_ns{0}, model_ns{0}, blend_ns{0}, sink_ns{0};
   std::atomic<int64_t> slices{0};
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  std::atomic<int64_t> last_model_end_ns{0};  // since start
 
   flow::graph g;
 
@@ -185,6 +189,11 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
         job->output = parallel::model_thread(taken.second).call([&] {
           return taken.first->run(std::move(job->input), ctx);
         });
+        const int64_t end =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+        for (int64_t seen = last_model_end_ns.load();
+             end > seen && !last_model_end_ns.compare_exchange_weak(seen, end);) {
+        }
         return job;
       });
 
@@ -244,7 +253,10 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
 
   input.activate();
   g.wait_for_all();
+  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
   if (options.stats) {
+    options.stats->wall_seconds += wall;
+    options.stats->drain_seconds += std::max(0.0, wall - last_model_end_ns * 1e-9);
     options.stats->source_seconds += source_ns * 1e-9;
     options.stats->tile_seconds += tile_ns * 1e-9;
     options.stats->model_seconds += model_ns * 1e-9;

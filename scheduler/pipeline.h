@@ -69,6 +69,8 @@ struct PipelineStats {
   double model_seconds = 0;   // model sessions (all workers)
   double blend_seconds = 0;   // blending tiles into slices
   double sink_seconds = 0;    // conversion from float, encode, mux
+  double wall_seconds = 0;    // run_pipeline from start to end
+  double drain_seconds = 0;   // from the end of the last model call to the end (blend + sink)
   int64_t slices = 0;
 };
 

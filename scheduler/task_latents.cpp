@@ -259,7 +259,10 @@ class DecodeLatentsRunner : public TaskRunner {
     config.frame_rate = rational_fps(fps);
     config.time_base = {config.frame_rate.den, config.frame_rate.num};
     config.encode = encode_settings(job_.encode, models_.devices());
+    const auto writer_start = std::chrono::steady_clock::now();
     io::VideoWriter writer(config);
+    const double writer_open_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - writer_start).count();
     VideoFileSink sink(writer, config.width, config.height, /*same_timing=*/false, kVaeRange,
                        &progress);
     sink.set_limit(frames);
@@ -270,6 +273,7 @@ class DecodeLatentsRunner : public TaskRunner {
     const int64_t written = writer.finish();
     metrics_ = stage_metrics(stats, writer);
     metrics_["sessions_open_seconds"] = open_seconds;
+    metrics_["writer_open_seconds"] = writer_open_seconds;
     metrics_["writer_finish_seconds"] =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - finish_start).count();
     progress.end();

@@ -45,11 +45,11 @@ SliceRule job_slice_rule(const JobSpec& job, const ModelTraits& traits, int out_
 }
 
 std::map<std::string, double> stage_metrics(const PipelineStats& stats) {
-  return {{"stage_source_seconds", stats.source_seconds},
-          {"stage_tile_seconds", stats.tile_seconds},
-          {"stage_model_seconds", stats.model_seconds},
-          {"stage_blend_seconds", stats.blend_seconds},
-          {"stage_sink_seconds", stats.sink_seconds}};
+  return {
+      {"stage_source_seconds", stats.source_seconds}, {"stage_tile_seconds", stats.tile_seconds},
+      {"stage_model_seconds", stats.model_seconds},   {"stage_blend_seconds", stats.blend_seconds},
+      {"stage_sink_seconds", stats.sink_seconds},     {"pipeline_seconds", stats.wall_seconds},
+      {"pipeline_drain_seconds", stats.drain_seconds}};
 }
 
 std::map<std::string, double> stage_metrics(const PipelineStats& stats,
