@@ -73,6 +73,7 @@ struct VideoWriter::Impl {
   AVStream* video_stream = nullptr;
   CodecContextPtr encoder;
   std::unique_ptr<PlanarToFrame> converter;
+  std::vector<std::unique_ptr<PlanarToFrame>> converters;  // write_batch's other workers
   FramePtr frame = make_frame();
   PacketPtr packet = make_packet();
 
@@ -394,33 +395,34 @@ struct VideoWriter::Impl {
     if (!output) throw Error(final_path + ": writer used after a failure", kExitSoftware);
   }
 
-  void write(const VideoFrame& in) {
-    check_open();
-    if (last_pts != AV_NOPTS_VALUE && in.pts <= last_pts) {
-      throw Error(final_path + ": frame pts " + std::to_string(in.pts) + " is not after " +
-                      std::to_string(last_pts),
+  void check_pts(int64_t pts, int64_t after) const {
+    if (after != AV_NOPTS_VALUE && pts <= after) {
+      throw Error(final_path + ": frame pts " + std::to_string(pts) + " is not after " +
+                      std::to_string(after),
                   kExitSoftware);
     }
-    // Frame-threaded encoders may still hold the previous buffer: take a fresh one rather than
-    // av_frame_make_writable(), which would copy pixels that are about to be overwritten.
-    if (!av_frame_is_writable(frame.get())) {
-      av_frame_unref(frame.get());
-      frame->format = encoder->pix_fmt;
-      frame->width = config.width;
-      frame->height = config.height;
-      av_check(av_frame_get_buffer(frame.get(), 0), "av_frame_get_buffer", final_path,
-               kExitSoftware);
-    }
-    converter->convert(in.image, *frame);
-    frame->pts = in.pts;
-    frame->pkt_duration = in.duration;
-    frame->pict_type = AV_PICTURE_TYPE_NONE;
-    frame->color_primaries = encoder->color_primaries;
-    frame->color_trc = encoder->color_trc;
-    frame->colorspace = encoder->colorspace;
-    frame->color_range = encoder->color_range;
-    frame->sample_aspect_ratio = encoder->sample_aspect_ratio;
-    const int rc = avcodec_send_frame(encoder.get(), frame.get());
+  }
+
+  // A fresh frame buffer in the encoder's format.
+  void new_buffer(AVFrame& f) const {
+    av_frame_unref(&f);
+    f.format = encoder->pix_fmt;
+    f.width = config.width;
+    f.height = config.height;
+    av_check(av_frame_get_buffer(&f, 0), "av_frame_get_buffer", final_path, kExitSoftware);
+  }
+
+  // Sends a converted frame with `in`'s timing and the stream's colour tags.
+  void send(AVFrame& f, const VideoFrame& in) {
+    f.pts = in.pts;
+    f.pkt_duration = in.duration;
+    f.pict_type = AV_PICTURE_TYPE_NONE;
+    f.color_primaries = encoder->color_primaries;
+    f.color_trc = encoder->color_trc;
+    f.colorspace = encoder->colorspace;
+    f.color_range = encoder->color_range;
+    f.sample_aspect_ratio = encoder->sample_aspect_ratio;
+    const int rc = avcodec_send_frame(encoder.get(), &f);
     if (rc < 0) {
       throw AvError(final_path + ": encoding failed: " + av_error_string(rc), rc,
                     "avcodec_send_frame", kExitSoftware);
@@ -428,6 +430,55 @@ struct VideoWriter::Impl {
     last_pts = in.pts;
     ++frames;
     drain_encoder();
+  }
+
+  void write(const VideoFrame& in) {
+    check_open();
+    check_pts(in.pts, last_pts);
+    // Frame-threaded encoders may still hold the previous buffer: take a fresh one rather than
+    // av_frame_make_writable(), which would copy pixels that are about to be overwritten.
+    if (!av_frame_is_writable(frame.get())) new_buffer(*frame);
+    converter->convert(in.image, *frame);
+    send(*frame, in);
+  }
+
+  void write_batch(const std::vector<VideoFrame>& in) {
+    check_open();
+    for (size_t i = 0; i < in.size(); ++i) check_pts(in[i].pts, i ? in[i - 1].pts : last_pts);
+    const size_t workers = std::min(in.size(), size_t(std::max(1, config.encode.convert_workers)));
+    if (workers <= 1) {
+      for (const VideoFrame& f : in) write(f);
+      return;
+    }
+    while (converters.size() < workers - 1) {
+      converters.push_back(std::make_unique<PlanarToFrame>(
+          config.width, config.height, encoder->pix_fmt, encoder->colorspace, encoder->color_range,
+          config.encode.convert_threads));
+    }
+    std::vector<FramePtr> out(in.size());
+    for (FramePtr& f : out) {
+      f = make_frame();
+      new_buffer(*f);
+    }
+    // Worker w converts frames w, w + workers, ... with its own converter (converter, then
+    // converters[w - 1]): each frame gets the same pixels as write() would give it.
+    std::vector<std::exception_ptr> failed(workers);
+    auto work = [&](size_t w) {
+      try {
+        PlanarToFrame& conv = w == 0 ? *converter : *converters[w - 1];
+        for (size_t i = w; i < in.size(); i += workers) conv.convert(in[i].image, *out[i]);
+      } catch (...) {
+        failed[w] = std::current_exception();
+      }
+    };
+    std::vector<std::thread> threads;
+    for (size_t w = 1; w < workers; ++w) threads.emplace_back(work, w);
+    work(0);
+    for (std::thread& t : threads) t.join();
+    for (const std::exception_ptr& e : failed) {
+      if (e) std::rethrow_exception(e);
+    }
+    for (size_t i = 0; i < in.size(); ++i) send(*out[i], in[i]);
   }
 
   int64_t finish() {
@@ -463,6 +514,15 @@ VideoWriter::VideoWriter(const WriterConfig& config) : impl_(std::make_unique<Im
 VideoWriter::~VideoWriter() = default;
 VideoWriter::VideoWriter(VideoWriter&&) noexcept = default;
 VideoWriter& VideoWriter::operator=(VideoWriter&&) noexcept = default;
+
+void VideoWriter::write_batch(const std::vector<VideoFrame>& frames) {
+  try {
+    impl_->write_batch(frames);
+  } catch (...) {
+    impl_->discard();
+    throw;
+  }
+}
 
 void VideoWriter::write(const VideoFrame& frame) {
   try {

@@ -41,6 +41,9 @@ struct EncodeSettings {
   std::string pix_fmt;            // empty: yuv420p for 8-bit sources, yuv420p10le for >8-bit
   int threads = 0;                // encoder threads, 0 = auto (one per core; x264's auto)
   int convert_threads = 1;  // swscale slice threads for RGB→YUV, 0 = one per core (see reader)
+  // write_batch(): frames converted at once, each by one thread with its own converter (the same
+  // pixels as one at a time, unlike swscale's slice threads).
+  int convert_workers = 4;
   // > 0: the encoder's own threads (x264's frame and lookahead threads, libavcodec's worker
   // threads) run this much nicer than the thread that builds the writer (Linux: they inherit the
   // nice value of the thread that opens the encoder). Jobs whose model runs on a GPU set it, so
@@ -78,6 +81,9 @@ class VideoWriter {
   // Encodes one frame: `frame.image` is [3,1,height,width] RGB in [0,1] (values outside are
   // clamped); `frame.pts` in config.time_base, strictly increasing.
   void write(const VideoFrame& frame);
+  // write() of each frame in order, their RGB→YUV conversions first, in parallel
+  // (EncodeSettings::convert_workers).
+  void write_batch(const std::vector<VideoFrame>& frames);
   // Flushes the encoder, copies the remaining audio/subtitle packets, writes the trailer,
   // fsyncs, verifies, renames to the final path. Returns the number of video frames written.
   int64_t finish();

@@ -738,6 +738,76 @@ TEST(VideoWriter, EncoderOptionsApplyAndUnknownOnesFail) {
   EXPECT_FALSE(exists(config.path));
 }
 
+// write_batch converts frames in parallel, each with its own converter: the file holds the same
+// pixels as frame-by-frame write(); a batch whose pts do not increase fails and leaves no file.
+TEST(VideoWriter, BatchWriteGivesTheSamePixelsAsOneByOne) {
+  TempDir dir("io");
+  WriterConfig config;
+  config.width = 96;
+  config.height = 64;
+  config.time_base = {1, 25};
+  config.frame_rate = {25, 1};
+  config.encode.codec = "ffv1";  // lossless: the files' frames are the converted frames
+  config.encode.convert_workers = 3;
+  std::vector<VideoFrame> frames;
+  for (int t = 0; t < 7; ++t) {
+    VideoFrame f;
+    f.pts = t;
+    f.image = Planar(3, 1, 64, 96);
+    for (int c = 0; c < 3; ++c) {
+      for (int y = 0; y < 64; ++y) {
+        for (int x = 0; x < 96; ++x) {
+          f.image.plane(c, 0)[y * 96 + x] = float(test::pattern_value(c, x, y, t, 96, 64));
+        }
+      }
+    }
+    frames.push_back(std::move(f));
+  }
+  config.path = dir.file("batch.mkv");
+  {
+    VideoWriter writer(config);
+    auto part = [&](size_t from, size_t to) {  // VideoFrame is move-only
+      std::vector<VideoFrame> v(to - from);
+      for (size_t i = from; i < to; ++i) {
+        v[i - from].pts = frames[i].pts;
+        v[i - from].image = frames[i].image.clone();
+      }
+      return v;
+    };
+    writer.write_batch(part(0, 5));
+    writer.write_batch(part(5, 7));
+    EXPECT_EQ(writer.finish(), 7);
+  }
+  config.path = dir.file("single.mkv");
+  {
+    VideoWriter writer(config);
+    for (const VideoFrame& f : frames) writer.write(f);
+    EXPECT_EQ(writer.finish(), 7);
+  }
+  const auto batch = read_all(dir.file("batch.mkv"));
+  const auto single = read_all(dir.file("single.mkv"));
+  ASSERT_EQ(batch.size(), 7u);
+  ASSERT_EQ(single.size(), 7u);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    EXPECT_EQ(batch[i].pts, single[i].pts);
+    EXPECT_EQ(batch[i].image.data, single[i].image.data) << "frame " << i;
+  }
+  EXPECT_NE(batch[0].image.data, batch[1].image.data);  // the frames differ
+
+  config.path = dir.file("bad.mkv");
+  VideoWriter writer(config);
+  std::vector<VideoFrame> bad;
+  bad.push_back({});
+  bad.back().pts = 3;
+  bad.back().image = frames[0].image.clone();
+  bad.push_back({});
+  bad.back().pts = 3;
+  bad.back().image = frames[1].image.clone();
+  const auto e = expect_throw<Error>([&] { writer.write_batch(bad); });
+  EXPECT_NE(std::string(e.what()).find("is not after"), std::string::npos) << e.what();
+  EXPECT_FALSE(exists(config.path));
+}
+
 // Writing flat colours and reading them back uses the same matrix rule on both sides.
 TEST(VideoWriter, FlatColourRoundTripAndClamping) {
   TempDir dir("io");
