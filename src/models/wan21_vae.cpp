@@ -202,12 +202,13 @@ ParamMap random_params(const std::vector<ParamSpec>& specs, Task task, uint64_t 
 // Owns what it needs (traits copy, shared network): it may outlive the Model.
 //
 // On CUDA the session runs on its own stream; decode output leaves the device in frame chunks
-// (Network::forward_chunks) through a pinned ring (OutputOffload), so the copies and the host
-// side overlap the next chunk's compute. The decode tail's plan (chunk length, exact spatial
-// tiles, causal state in host memory) is chosen from the memory the device has (or the limit
-// set with wan21::set_memory_limit) at the first slice of a sequence. An out-of-memory error
-// retries the slice from the state it started with, with half the chunk length (or, in the
-// first slice, twice the tiles); later slices keep what fitted.
+// (Network::forward_chunks) through a bounded pinned pool (OutputOffload, with its own copier
+// thread), so the copies and the host side overlap the next chunk's compute and stay off the
+// thread that launches it; inputs go up through another one (InputStaging). The decode tail's plan
+// (chunk length, exact spatial tiles, causal state in host memory) is chosen from the memory the
+// device has (or the limit set with wan21::set_memory_limit) at the first slice of a sequence. An
+// out-of-memory error retries the slice from the state it started with, with half the chunk length
+// (or, in the first slice, twice the tiles); later slices keep what fitted.
 class Wan21Session final : public ModelSession {
  public:
   Wan21Session(const ModelTraits& traits, std::shared_ptr<const Network> net, at::Device device,
