@@ -113,6 +113,8 @@ void VideoFileSink::write(SliceResult&& result) {
   // writer converts a group's frames in parallel too (the slice's last frames are what the job
   // waits for once the model is done).
   constexpr int kGroup = 8;
+  const bool whole = out.frames == 1 && out.height == height_ && out.width == width_ &&
+                     map_.scale == 1.0f && map_.bias == 0.0f;
   int64_t slice_written = 0;
   std::vector<io::VideoFrame> group;
   std::vector<int> sources;  // the slice frame of each group entry
@@ -137,8 +139,6 @@ void VideoFileSink::write(SliceResult&& result) {
       group.push_back(std::move(f));
       sources.push_back(t);
     }
-    const bool whole = out.frames == 1 && out.height == height_ && out.width == width_ &&
-                       map_.scale == 1.0f && map_.bias == 0.0f;
     if (whole && group.size() == 1) {
       // A one-frame slice that is already the frame to encode moves instead of copying (at 4K a
       // copy is 100 MB of memory traffic per frame).

@@ -78,14 +78,14 @@ struct Buffer {
   }
 };
 
-// Makes `buffers` `count` buffers of min(want, pool / count) floats when they are smaller (or
-// missing): staging grows with what is asked of it, never past the pool. The caller has waited
-// for every buffer's copy. Returns the floats per buffer.
-int64_t ensure_buffers(std::vector<Buffer>& buffers, int count, int64_t pool_bytes, int64_t want,
-                       bool pinned) {
-  const int64_t most = std::max<int64_t>(pool_bytes / int64_t(sizeof(float)) / count, 1);
-  const int64_t floats = std::min(want, most);
-  if (!buffers.empty() && buffers.front().floats >= floats) return buffers.front().floats;
+// Floats per buffer for a piece of `want` floats: staging grows with what is asked of it, never
+// past the pool.
+int64_t buffer_floats(int64_t pool_bytes, int count, int64_t want) {
+  return std::min(want, std::max<int64_t>(pool_bytes / int64_t(sizeof(float)) / count, 1));
+}
+
+// Replaces `buffers` with `count` buffers of `floats`. The caller has waited for their copies.
+void make_buffers(std::vector<Buffer>& buffers, int count, int64_t floats, bool pinned) {
   buffers.clear();
   buffers.resize(size_t(count));
   for (Buffer& b : buffers) {
@@ -93,7 +93,6 @@ int64_t ensure_buffers(std::vector<Buffer>& buffers, int count, int64_t pool_byt
     b.ptr = b.memory.data_ptr<float>();
     b.floats = floats;
   }
-  return floats;
 }
 
 }  // namespace
@@ -249,17 +248,15 @@ struct OutputOffload::Impl {
     const bool on_device = task.chunk.is_cuda();
     const Region& r = task.region;
     const int64_t rows = r.rows();
-    const int64_t want = rows * r.width;  // the whole chunk in one piece, if the pool allows
-    if (buffers.empty() || buffers.front().floats < want) {
-      const int64_t most = pool_bytes / int64_t(sizeof(float)) / buffer_count;
-      if (buffers.empty() || buffers.front().floats < std::min(want, most)) {
-        drain_all();
-        ensure_buffers(buffers, buffer_count, pool_bytes, want, on_device);
-        pieces.assign(buffers.size(), Piece());
-        next = 0;
-        std::lock_guard<std::mutex> lock(mutex);
-        staged = int64_t(buffers.size()) * buffers.front().floats * int64_t(sizeof(float));
-      }
+    // The whole chunk in one piece, if the pool allows.
+    const int64_t floats = buffer_floats(pool_bytes, buffer_count, rows * r.width);
+    if (buffers.empty() || buffers.front().floats < floats) {
+      drain_all();
+      make_buffers(buffers, buffer_count, floats, on_device);
+      pieces.assign(buffers.size(), Piece());
+      next = 0;
+      std::lock_guard<std::mutex> lock(mutex);
+      staged = int64_t(buffers.size()) * floats * int64_t(sizeof(float));
     }
     const int64_t per_piece = std::max<int64_t>(buffers.front().floats / r.width, 1);
     if (per_piece * r.width > buffers.front().floats) {
@@ -431,9 +428,12 @@ at::Tensor InputStaging::upload(const Planar& in, at::Device device) {
     if (b.busy) b.wait();
     b.busy = false;
   }
-  const int64_t per_piece =
-      ensure_buffers(m.buffers, m.buffer_count, m.pool_bytes,
-                     (total + m.buffer_count - 1) / m.buffer_count, /*pinned=*/true);
+  const int64_t floats =
+      buffer_floats(m.pool_bytes, m.buffer_count, (total + m.buffer_count - 1) / m.buffer_count);
+  if (m.buffers.empty() || m.buffers.front().floats < floats) {
+    make_buffers(m.buffers, m.buffer_count, floats, /*pinned=*/true);
+  }
+  const int64_t per_piece = m.buffers.front().floats;
   // Allocated in the order of the caller's stream: the copy stream writes it only after the
   // work queued there so far (earlier users of this memory) is done.
   at::Tensor out = at::empty(shape, at::TensorOptions().dtype(at::kFloat).device(device));
