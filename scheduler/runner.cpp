@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "io/video_reader.h"
 #include "io/video_writer.h"
@@ -89,40 +90,92 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
     return outcome;
   }
 
-  for (const std::string& input : inputs) {
-    if (options.cancel && options.cancel->load()) break;
+  // An input whose output is still finishing (encoder flush, fsync, verify, rename) while the
+  // next input runs through the model; settled before that input's outcome is recorded.
+  struct Finishing {
     InputOutcome in;
-    in.input = input;
-    const auto start = Clock::now();
-    try {
-      in.output = expand_output(job.output, input, job.name, job.dir);
-      if (!prepare_output(job, input, in.output)) {
-        in.state = InputState::kSkipped;
-        log->info("{}: exists, skipped", in.output);
-      } else {
-        in.frames = runner->process(input, in.output, options, progress);
-        in.metrics = runner->metrics();
-        in.decoder = runner->decoder();
-        in.state = InputState::kDone;
-      }
-    } catch (const Error& e) {
-      in.state = InputState::kFailed;
-      in.exit_code = e.exit_code();
-      in.error = e.what();
-    } catch (const std::exception& e) {
-      in.state = InputState::kFailed;
-      in.exit_code = kExitSoftware;
-      in.error = input + ": internal error: " + e.what();
-    }
-    in.seconds = seconds_since(start);
+    double seconds;  // until its finish began
+    PendingOutput output;
+  };
+  std::optional<Finishing> finishing;
+  auto record = [&](InputOutcome in) {
     if (in.state == InputState::kFailed) {
       log->error("{}", in.error);
       if (outcome.exit_code == 0) outcome.exit_code = in.exit_code;
     }
     outcome.frames += in.frames;
-    outcome.inputs.push_back(in);
-    if (in.state == InputState::kFailed && !options.keep_going) break;
+    outcome.inputs.push_back(std::move(in));
+  };
+  auto fail = [](InputOutcome& in, int code, std::string error) {
+    in.state = InputState::kFailed;
+    in.exit_code = code;
+    in.error = std::move(error);
+  };
+  auto settle = [&] {
+    if (!finishing) return;
+    InputOutcome in = std::move(finishing->in);
+    in.seconds = finishing->seconds;
+    const auto wait_start = Clock::now();
+    try {
+      const TaskResult r = finishing->output.wait();
+      in.frames = r.frames;
+      in.metrics = r.metrics;
+      in.decoder = r.decoder;
+      in.state = InputState::kDone;
+      in.seconds += r.finish_seconds;  // its own time, not the next input's
+    } catch (const Error& e) {
+      fail(in, e.exit_code(), e.what());
+      in.seconds += seconds_since(wait_start);
+    } catch (const std::exception& e) {
+      fail(in, kExitSoftware, in.input + ": internal error: " + e.what());
+      in.seconds += seconds_since(wait_start);
+    }
+    finishing.reset();
+    record(std::move(in));
+  };
+  auto stopped = [&] {
+    return (options.cancel && options.cancel->load()) ||
+           (!options.keep_going && outcome.exit_code != 0);
+  };
+
+  for (size_t i = 0; i < inputs.size() && !stopped(); ++i) {
+    InputOutcome in;
+    in.input = inputs[i];
+    const auto start = Clock::now();
+    std::optional<PendingOutput> output;
+    try {
+      in.output = expand_output(job.output, in.input, job.name, job.dir);
+      // Two inputs with one output: the first must be on disk before the second checks it.
+      if (finishing && finishing->in.output == in.output) {
+        settle();
+        if (stopped()) break;
+      }
+      if (!prepare_output(job, in.input, in.output)) {
+        in.state = InputState::kSkipped;
+        log->info("{}: exists, skipped", in.output);
+      } else if (i + 1 < inputs.size()) {
+        output.emplace(runner->start(in.input, in.output, options, progress));
+      } else {
+        in.frames = runner->process(in.input, in.output, options, progress);
+        in.metrics = runner->metrics();
+        in.decoder = runner->decoder();
+        in.state = InputState::kDone;
+      }
+    } catch (const Error& e) {
+      fail(in, e.exit_code(), e.what());
+    } catch (const std::exception& e) {
+      fail(in, kExitSoftware, in.input + ": internal error: " + e.what());
+    }
+    settle();  // the previous input's finish ran alongside this one's model work
+    if (output) {
+      const double seconds = seconds_since(start);
+      finishing.emplace(Finishing{std::move(in), seconds, std::move(*output)});
+    } else {
+      in.seconds = seconds_since(start);
+      record(std::move(in));
+    }
   }
+  settle();
   outcome.seconds = seconds_since(job_start);
   outcome.peak_rss_mib = peak_rss_mib();
   return outcome;

@@ -17,6 +17,12 @@
 namespace wm::sched {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 // Video values [0,1] ↔ the VAE's [-1,1].
 constexpr ValueMap kVaeRange{2.0f, -1.0f};
 
@@ -212,6 +218,21 @@ class DecodeLatentsRunner : public TaskRunner {
 
   int64_t process(const std::string& input, const std::string& output, const RunOptions& options,
                   Progress& progress) override {
+    metrics_.clear();
+    const TaskResult r = run(input, output, options, progress, /*background=*/false).wait();
+    metrics_ = r.metrics;
+    return r.frames;
+  }
+  PendingOutput start(const std::string& input, const std::string& output,
+                      const RunOptions& options, Progress& progress) override {
+    return run(input, output, options, progress, /*background=*/true);
+  }
+  std::map<std::string, double> metrics() const override { return metrics_; }
+
+ private:
+  PendingOutput run(const std::string& input, const std::string& output, const RunOptions& options,
+                    Progress& progress, bool background) {
+    const auto input_start = Clock::now();
     io::SafetensorsFile file(input);
     const ModelTraits& traits = models_.traits();
     TensorSliceSource source(file, job_.input_tensor, traits.in_channels,
@@ -231,26 +252,36 @@ class DecodeLatentsRunner : public TaskRunner {
     pipeline.tokens = job_.tokens;
     pipeline.cancel = options.cancel;
     pipeline.tiles = plan_job_tiles(job_, traits, source.width(), source.height());
-    const auto open_start = std::chrono::steady_clock::now();
+    const double input_open_seconds = seconds_since(input_start);
+    const auto open_start = Clock::now();
     auto sessions = models_.open_sessions();  // the first one uploads the weights
-    const double open_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - open_start).count();
+    const double open_seconds = seconds_since(open_start);
     progress.begin(input, frames);
     PipelineStats stats;
     pipeline.stats = &stats;
+    // Ends the sessions (their threads, device buffers) and the progress; the input's metrics.
+    auto close = [&](std::map<std::string, double> metrics) {
+      const auto close_start = Clock::now();
+      sessions.clear();
+      metrics["input_open_seconds"] = input_open_seconds;
+      metrics["sessions_open_seconds"] = open_seconds;
+      metrics["sessions_close_seconds"] = seconds_since(close_start);
+      progress.end();
+      return metrics;
+    };
 
     if (ends_with(output, ".safetensors")) {
       TensorSink sink(&progress);
       run_pipeline(source, sessions, sink, pipeline);
-      metrics_ = stage_metrics(stats);
+      TaskResult result{0, close(stage_metrics(stats)), {}};
       Planar out = sink.take(frames);
       write_tensor(output, "output", out,
                    {{"source", input},
                     {"fps", number(fps)},
                     {"frames", std::to_string(out.frames)},
                     {"model", traits.name}});
-      progress.end();
-      return out.frames;
+      result.frames = out.frames;
+      return PendingOutput(std::move(result));
     }
     io::WriterConfig config;
     config.path = output;
@@ -259,29 +290,20 @@ class DecodeLatentsRunner : public TaskRunner {
     config.frame_rate = rational_fps(fps);
     config.time_base = {config.frame_rate.den, config.frame_rate.num};
     config.encode = encode_settings(job_.encode, models_.devices());
-    const auto writer_start = std::chrono::steady_clock::now();
-    io::VideoWriter writer(config);
-    const double writer_open_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - writer_start).count();
-    VideoFileSink sink(writer, config.width, config.height, /*same_timing=*/false, kVaeRange,
+    const auto writer_start = Clock::now();
+    auto writer = std::make_unique<io::VideoWriter>(config);
+    const double writer_open_seconds = seconds_since(writer_start);
+    VideoFileSink sink(*writer, config.width, config.height, /*same_timing=*/false, kVaeRange,
                        &progress);
     sink.set_limit(frames);
     run_pipeline(source, sessions, sink, pipeline);
-    // finish() flushes the encoder, then fsyncs and verifies the file: a serial tail after the
-    // graph, reported apart from the stages.
-    const auto finish_start = std::chrono::steady_clock::now();
-    const int64_t written = writer.finish();
-    metrics_ = stage_metrics(stats, writer);
-    metrics_["sessions_open_seconds"] = open_seconds;
-    metrics_["writer_open_seconds"] = writer_open_seconds;
-    metrics_["writer_finish_seconds"] =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - finish_start).count();
-    progress.end();
-    return written;
+    TaskResult result{0, close(stage_metrics(stats)), {}};
+    result.metrics["writer_open_seconds"] = writer_open_seconds;
+    // The encoder's flush, fsync and verify: a serial tail after the graph, which the job's next
+    // input overlaps when `background`.
+    return finish_video(std::move(writer), std::move(result), background);
   }
-  std::map<std::string, double> metrics() const override { return metrics_; }
 
- private:
   JobSpec job_;
   ModelSet models_;
   std::map<std::string, double> metrics_;

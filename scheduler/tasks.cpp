@@ -1,6 +1,7 @@
 #include "scheduler/tasks.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "io/video_reader.h"
 #include "io/video_writer.h"
@@ -52,13 +53,23 @@ std::map<std::string, double> stage_metrics(const PipelineStats& stats) {
       {"pipeline_drain_seconds", stats.drain_seconds}};
 }
 
-std::map<std::string, double> stage_metrics(const PipelineStats& stats,
-                                            const io::VideoWriter& writer) {
-  std::map<std::string, double> m = stage_metrics(stats);
-  const io::VideoWriter::FinishSeconds finish = writer.finish_seconds();
-  m["writer_flush_seconds"] = finish.flush;
-  m["writer_commit_seconds"] = finish.commit;
-  return m;
+PendingOutput finish_video(std::unique_ptr<io::VideoWriter> writer, TaskResult partial,
+                           bool background, std::function<void(int64_t)> check) {
+  auto finish = [writer = std::move(writer), partial = std::move(partial),
+                 check = std::move(check)]() mutable {
+    const auto start = std::chrono::steady_clock::now();
+    partial.frames = writer->finish();
+    const io::VideoWriter::FinishSeconds seconds = writer->finish_seconds();
+    partial.metrics["writer_flush_seconds"] = seconds.flush;
+    partial.metrics["writer_commit_seconds"] = seconds.commit;
+    partial.finish_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    partial.metrics["writer_finish_seconds"] = partial.finish_seconds;
+    if (check) check(partial.frames);
+    return partial;
+  };
+  if (!background) return PendingOutput(finish());
+  return PendingOutput(std::async(std::launch::async, std::move(finish)));
 }
 
 namespace {
@@ -118,7 +129,23 @@ class UpscaleRunner : public TaskRunner {
 
   int64_t process(const std::string& input, const std::string& output, const RunOptions& options,
                   Progress& progress) override {
+    metrics_.clear();
     decoder_.clear();
+    const TaskResult r = run(input, output, options, progress, /*background=*/false).wait();
+    metrics_ = r.metrics;
+    decoder_ = r.decoder;
+    return r.frames;
+  }
+  PendingOutput start(const std::string& input, const std::string& output,
+                      const RunOptions& options, Progress& progress) override {
+    return run(input, output, options, progress, /*background=*/true);
+  }
+  std::map<std::string, double> metrics() const override { return metrics_; }
+  std::string decoder() const override { return decoder_; }
+
+ private:
+  PendingOutput run(const std::string& input, const std::string& output, const RunOptions& options,
+                    Progress& progress, bool background) {
     io::VideoReader reader(input, reader_options(job_, models_.devices()));
     const io::VideoInfo& info = reader.info();
     const ModelTraits& traits = models_.traits();
@@ -150,11 +177,11 @@ class UpscaleRunner : public TaskRunner {
       config.encode.copy_subtitles = false;
       config.exact_timescale = true;
     }
-    io::VideoWriter writer(config);
+    auto writer = std::make_unique<io::VideoWriter>(config);
 
     const SliceRule rule = job_slice_rule(job_, traits, config.width, config.height);
     VideoSliceSource source(reader, rule, {}, options.first_frame, options.end_frame);
-    VideoFileSink sink(writer, config.width, config.height, /*same_timing=*/true, {}, &progress);
+    VideoFileSink sink(*writer, config.width, config.height, /*same_timing=*/true, {}, &progress);
     // A farm chunk with context writes only its own frames.
     const int64_t write_from = std::max(options.first_frame, options.write_from_frame);
     sink.set_write_from(write_from);
@@ -167,21 +194,20 @@ class UpscaleRunner : public TaskRunner {
     PipelineStats stats;
     pipeline.stats = &stats;
     run_pipeline(source, sessions, sink, pipeline);
-    const int64_t written = writer.finish();
+    sessions.clear();
     progress.end();
-    metrics_ = stage_metrics(stats, writer);
-    decoder_ = reader.decoder_name();
-    if (written != source.frames_read() - sink.frames_dropped()) {
-      throw Error(output + ": wrote " + std::to_string(written) + " frames but read " +
-                      std::to_string(source.frames_read() - sink.frames_dropped()),
-                  kExitSoftware);
-    }
-    return written;
+    TaskResult partial{0, stage_metrics(stats), reader.decoder_name()};
+    const int64_t expected = source.frames_read() - sink.frames_dropped();
+    return finish_video(std::move(writer), std::move(partial), background,
+                        [output, expected](int64_t written) {
+                          if (written != expected) {
+                            throw Error(output + ": wrote " + std::to_string(written) +
+                                            " frames but read " + std::to_string(expected),
+                                        kExitSoftware);
+                          }
+                        });
   }
-  std::map<std::string, double> metrics() const override { return metrics_; }
-  std::string decoder() const override { return decoder_; }
 
- private:
   JobSpec job_;
   ModelSet models_;
   std::map<std::string, double> metrics_;

@@ -4,8 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +23,28 @@
 
 namespace wm::sched {
 
+// What one input gave: the frames written and the measurements for the report.
+struct TaskResult {
+  int64_t frames = 0;
+  std::map<std::string, double> metrics;
+  std::string decoder;        // as TaskRunner::decoder()
+  double finish_seconds = 0;  // the output's last step, where PendingOutput ran it
+};
+
+// An input's output that may still be finishing (the encoder's flush, fsync, verify, rename) on
+// a thread of its own. wait() returns once the output is final, or throws the finish's failure
+// (which leaves no file at the output); the destructor waits too.
+class PendingOutput {
+ public:
+  explicit PendingOutput(TaskResult done) : done_(std::move(done)) {}
+  explicit PendingOutput(std::future<TaskResult> finishing) : finishing_(std::move(finishing)) {}
+  TaskResult wait() { return done_ ? *done_ : finishing_.get(); }
+
+ private:
+  std::optional<TaskResult> done_;
+  std::future<TaskResult> finishing_;
+};
+
 class TaskRunner {
  public:
   virtual ~TaskRunner() = default;
@@ -32,7 +57,22 @@ class TaskRunner {
   // The video decoder the last process() call used ("h264", "h264 (nvdec)"); empty when it read
   // no video or does not say.
   virtual std::string decoder() const { return {}; }
+  // process(), but the output's last step may still be running when it returns, so that the
+  // job's next input starts its model work meanwhile (run_job). Progress has ended for the input.
+  // The default finishes before it returns.
+  virtual PendingOutput start(const std::string& input, const std::string& output,
+                              const RunOptions& options, Progress& progress) {
+    const int64_t frames = process(input, output, options, progress);
+    return PendingOutput(TaskResult{frames, metrics(), decoder()});
+  }
 };
+
+// The last step of a video output: writer->finish() (encoder flush, fsync, verify, rename), then
+// `check(frames)` (may throw); `partial` gets the frames and the writer's finish seconds
+// (writer_flush_seconds, writer_commit_seconds, writer_finish_seconds). On a thread of its own
+// when `background`, else before it returns.
+PendingOutput finish_video(std::unique_ptr<io::VideoWriter> writer, TaskResult partial,
+                           bool background, std::function<void(int64_t)> check = {});
 
 std::unique_ptr<TaskRunner> make_task_runner(const JobSpec& job);
 
@@ -70,9 +110,6 @@ io::EncodeSettings encode_settings(const EncodeSpec& spec, const std::vector<Dev
 
 // Per-stage seconds as report metrics ("stage_model_seconds", ...).
 std::map<std::string, double> stage_metrics(const PipelineStats& stats);
-// stage_metrics plus the writer's finish(): writer_flush_seconds, writer_commit_seconds.
-std::map<std::string, double> stage_metrics(const PipelineStats& stats,
-                                            const io::VideoWriter& writer);
 
 // Implemented in task_latents.cpp.
 std::unique_ptr<TaskRunner> make_latent_task_runner(const JobSpec& job);

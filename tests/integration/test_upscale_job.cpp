@@ -266,6 +266,87 @@ TEST(UpscaleJob, BatchKeepsGoingAfterAMissingInput) {
   EXPECT_FALSE(exists(dir.file("out/missing_x2.mp4")));
 }
 
+// Each input's output finishes (encoder flush, fsync, verify, rename) while the next input runs:
+// every output is still whole, and the report keeps the inputs' order.
+TEST(UpscaleJob, BatchOutputsAreWholeAndInOrder) {
+  TempDir dir("batch-order");
+  const std::vector<std::pair<std::string, int>> clips = {{"a", 3}, {"b", 5}, {"c", 4}};
+  for (const auto& [name, frames] : clips) {
+    ClipSpec spec;
+    spec.frames = frames;
+    spec.audio = name == "b";
+    make_clip(dir.file(name + ".mp4"), spec);
+  }
+  const std::string job = write_job(dir, "job.yaml", "[a.mp4, b.mp4, c.mp4]", "out/{stem}.mkv");
+  CommandResult r = wmbatch({job, "--report", dir.file("report.json")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto report = nlohmann::json::parse(read_text(dir.file("report.json")));
+  const auto& inputs = report.at(0).at("inputs");
+  ASSERT_EQ(inputs.size(), clips.size());
+  for (size_t i = 0; i < clips.size(); ++i) {
+    const auto& [name, frames] = clips[i];
+    EXPECT_EQ(inputs[i]["input"].get<std::string>(), dir.file(name + ".mp4"));
+    EXPECT_EQ(inputs[i]["state"], "done");
+    EXPECT_EQ(inputs[i]["frames"].get<int64_t>(), frames);
+    EXPECT_GT(inputs[i]["writer_finish_seconds"].get<double>(), 0.0) << name;
+    const Probe out = probe(dir.file("out/" + name + ".mkv"));
+    EXPECT_EQ(out.video_frames, frames) << name;
+    EXPECT_EQ(out.has_audio, name == "b") << name;
+  }
+  EXPECT_EQ(report[0]["frames"].get<int64_t>(), 12);
+  expect_no_partials(dir.file("out"));
+}
+
+// Two inputs with one output: the second sees the first's finished file (on_exists: fail).
+TEST(UpscaleJob, TwoInputsOneOutputSeeEachOther) {
+  TempDir dir("batch-same");
+  ClipSpec spec;
+  spec.audio = false;
+  spec.frames = 3;
+  make_clip(dir.file("clip.mp4"), spec);
+  spec.frames = 5;
+  std::filesystem::create_directories(dir.file("sub"));
+  make_clip(dir.file("sub/clip.mp4"), spec);
+  const std::string job =
+      write_job(dir, "job.yaml", "[clip.mp4, sub/clip.mp4]", "out/{stem}.mp4", "on_exists: fail\n");
+  CommandResult r = wmbatch({job});
+  EXPECT_EQ(r.exit_code, 73) << r.output;
+  EXPECT_NE(r.output.find("output exists"), std::string::npos) << r.output;
+  EXPECT_EQ(probe(dir.file("out/clip.mp4")).video_frames, 3);
+}
+
+// The disk fills while an input's output finishes (the whole file is still in the muxer's
+// buffer when the encoder flushes): that input fails with 74 and leaves nothing, the next one is
+// done. Needs a small tmpfs, so it runs as root (CI) and is skipped otherwise.
+TEST(UpscaleJob, DiskFullWhileFinishingFailsOnlyThatInput) {
+  TempDir dir("batch-full");
+  const std::string small = dir.file("out_a");
+  std::filesystem::create_directories(small);
+  if (run_command({"mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", small}).exit_code != 0) {
+    GTEST_SKIP() << "cannot mount a small tmpfs here (needs root)";
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { run_command({"umount", path}); }
+  } unmount{small};
+  ClipSpec spec;
+  spec.audio = false;
+  spec.frames = 6;
+  make_clip(dir.file("a.mp4"), spec);
+  make_clip(dir.file("b.mp4"), spec);
+  const std::string job = write_job(dir, "job.yaml", "[a.mp4, b.mp4]", "out_{stem}/clip.mp4");
+  CommandResult r = wmbatch({job, "--report", dir.file("report.json")});
+  EXPECT_EQ(r.exit_code, 74) << r.output;
+  EXPECT_NE(r.output.find("out_a/clip.mp4"), std::string::npos) << r.output;
+  EXPECT_TRUE(list_dir(small).empty()) << "left behind: " << list_dir(small).front();
+  EXPECT_EQ(probe(dir.file("out_b/clip.mp4")).video_frames, 6);
+  const auto inputs = nlohmann::json::parse(read_text(dir.file("report.json")))[0]["inputs"];
+  ASSERT_EQ(inputs.size(), 2u);
+  EXPECT_EQ(inputs[0]["state"], "failed");
+  EXPECT_EQ(inputs[0]["exit_code"], 74);
+  EXPECT_EQ(inputs[1]["state"], "done");
+}
+
 TEST(UpscaleJob, OnExistsPolicies) {
   TempDir dir("exists");
   ClipSpec spec;
