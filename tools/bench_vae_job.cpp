@@ -8,7 +8,7 @@
 //                   [--encode-options KEY=V,...]
 //                   [--warmup N] [--job-warmup N] [--iters N] [--threads N] [--seed N]
 //                   [--weights-dtype f32|bf16] [--tuning KEY=V,...]
-//                   [--latent-frames-long N] [--long-job 0|1] [--keep DIR]
+//                   [--latent-frames-long N] [--long-job 0|1] [--batch N] [--keep DIR]
 //
 // In a temporary folder (removed afterwards; --keep DIR writes to DIR and leaves it) it writes
 // random Wan2.1 VAE weights in the full checkpoint layout (wan21_vae_layout; conv weights and
@@ -30,6 +30,9 @@
 //  4. with --latent-frames-long N: decode only on N latent frames after a warm-up over one slice
 //     of each shape; its peak GPU memory against the short run's (the "10× longer sequence"
 //     check). --long-job 1 also runs the job on them (one run).
+//  5. with --batch N: one job over N copies of the latents file (--iters timed runs), where each
+//     input's encoder flush, fsync and verify overlap the next input's model work; `batch.ratio`
+//     is its fps against decode only.
 // Peak GPU memory is LibTorch's allocated peak (wan21_bench_support.h) per phase; peak RSS is
 // per phase when the kernel lets /proc/self/clear_refs reset it (`rss_per_phase`).
 #include <unistd.h>
@@ -92,6 +95,7 @@ struct Options {
   std::string keep;
   int max_gpu_gib = 0;
   int pinned_mib = 0;  // the job's offload.pinned_mib (0: the default)
+  int batch = 0;       // inputs of the batch job (0: none)
 };
 
 const char* kUsage =
@@ -101,7 +105,7 @@ const char* kUsage =
     "                       [--encode-options KEY=V,...]\n"
     "                       [--warmup N] [--job-warmup N] [--iters N] [--threads N] [--seed N]\n"
     "                       [--weights-dtype f32|bf16] [--tuning KEY=V,...]\n"
-    "                       [--latent-frames-long N] [--long-job 0|1] [--keep DIR]\n"
+    "                       [--latent-frames-long N] [--long-job 0|1] [--batch N] [--keep DIR]\n"
     "                       [--max-gpu-gib N] [--pinned-mib N]\n"
     "  End-to-end decode_latents job (latents → VAE → libx264 .mp4) vs decode only on the same\n"
     "  latents and model file; H and W are output pixels (multiples of 8).\n";
@@ -134,6 +138,8 @@ Options parse(int argc, char** argv) {
       o.latent_frames_long = integer(flag, v, 0);
     } else if (flag == "--long-job") {
       o.long_job = integer(flag, v, 0) != 0;
+    } else if (flag == "--batch") {
+      o.batch = integer(flag, v, 0);
     } else if (flag == "--keep") {
       o.keep = v;
     } else {
@@ -323,8 +329,8 @@ Phase decode_only(wm::ModelSession& session, const wm::Device& device, Slices sl
 }
 
 struct JobPhase : Phase {
-  double input_seconds = 0;  // mean of the input's processing (run_job's per-input time)
-  std::map<std::string, double> metrics;  // of the last timed run
+  double input_seconds = 0;  // mean of the inputs' processing (run_job's per-input times)
+  std::map<std::string, double> metrics;  // of the last timed run's first input
 };
 
 // Runs the job file `untimed + timed` times through run_job_files (the wmbatch CLI's entry); the
@@ -353,13 +359,12 @@ JobPhase run_job(const std::string& yaml, const wm::Device& device, int untimed,
       }
       throw wm::Error(error, rc);
     }
-    const wm::sched::InputOutcome& in = outcomes.at(0).inputs.at(0);
     if (!measured) continue;
     total += s;
-    input_total += in.seconds;
+    for (const wm::sched::InputOutcome& in : outcomes.at(0).inputs) input_total += in.seconds;
     phase.best_seconds = std::min(phase.best_seconds, s);
-    phase.frames = in.frames;
-    phase.metrics = in.metrics;
+    phase.frames = outcomes.at(0).frames;
+    phase.metrics = outcomes.at(0).inputs.at(0).metrics;
   }
   phase.seconds = total / timed;
   phase.input_seconds = input_total / timed;
@@ -597,6 +602,29 @@ int bench_vae_job(int argc, char** argv) {
       }
       lj["peak_gpu_growth_target"] = 1.10;
       out["long"] = lj;
+    }
+
+    // 5. A batch: one job over N copies of the latents.
+    if (o.batch > 0) {
+      std::string inputs = "[";
+      for (int i = 0; i < o.batch; ++i) {
+        const std::string name = "batch_" + std::to_string(i) + ".safetensors";
+        write_latents(work.path + "/" + name, latents);
+        inputs += (i ? ", " : "") + name;
+      }
+      const std::string batch_yaml = work.path + "/job_batch.yaml";
+      write_text(batch_yaml, job_yaml(o, device, inputs + "]", "batch/{stem}.mp4"));
+      const JobPhase batch = run_job(batch_yaml, device, 0, o.iters);
+      Json bj = job_json(batch);
+      bj["inputs"] = o.batch;
+      bj["frames"] = batch.frames;
+      bj["ratio"] = (double(batch.frames) / batch.seconds) / (double(frames_want) / decode.seconds);
+      out["batch"] = bj;
+      if (batch.frames != frames_want * o.batch) {
+        std::cerr << "wmbench vae-job: the batch wrote " << batch.frames << " frames, expected "
+                  << frames_want * o.batch << "\n";
+        return wm::kExitSoftware;
+      }
     }
 
     std::cout << out.dump() << std::endl;

@@ -80,13 +80,21 @@ TEST_F(BenchVaeJob, KeepLeavesAPlayableVideoAndTheFullCheckpoint) {
   TempDir tmp("bench-vae-job-keep");
   const std::string keep = tmp.file("work");
   std::vector<std::string> args = kTiny;
-  args.insert(args.end(), {"--keep", keep, "--slice-frames", "2", "--latent-frames-long", "6"});
+  args.insert(args.end(), {"--keep", keep, "--slice-frames", "2", "--latent-frames-long", "6",
+                           "--batch", "2"});
   const CommandResult r = wmbench(args);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = result_json(r.output);
   EXPECT_EQ(j["slice_frames"], 2);
   EXPECT_EQ(j["long"]["frames"], 21);  // 6 latent frames → 1 + 4·5
   EXPECT_GT(j["long"]["decode_only_fps"].get<double>(), 0.0);
+  // The batch: one job over two copies of the latents, both outputs whole.
+  EXPECT_EQ(j["batch"]["inputs"], 2);
+  EXPECT_EQ(j["batch"]["frames"], 18);
+  EXPECT_GT(j["batch"]["ratio"].get<double>(), 0.0);
+  for (const char* name : {"batch_0", "batch_1"}) {
+    EXPECT_EQ(probe(keep + "/batch/" + name + ".mp4").video_frames, 9) << name;
+  }
 
   const Probe p = probe(keep + "/out.mp4");
   EXPECT_EQ(p.video_frames, 9);
