@@ -61,6 +61,12 @@ void add_side_data(AVStream* stream, AVPacketSideDataType type, const std::vecto
   std::memcpy(data, bytes.data(), bytes.size());
 }
 
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 }  // namespace
 
 struct VideoWriter::Impl {
@@ -92,7 +98,7 @@ struct VideoWriter::Impl {
   // A second descriptor of the temp file, for starting its writeback while it grows.
   int writeback_fd = -1;
   int64_t writeback_at = 0;
-  VideoWriter::FinishSeconds finish_seconds;
+  VideoWriter::Seconds seconds;
 
   explicit Impl(const WriterConfig& c) : config(c), final_path(c.path) {
     install_av_log();
@@ -447,6 +453,7 @@ struct VideoWriter::Impl {
     f.colorspace = encoder->colorspace;
     f.color_range = encoder->color_range;
     f.sample_aspect_ratio = encoder->sample_aspect_ratio;
+    const Clock::time_point start = Clock::now();
     const int rc = avcodec_send_frame(encoder.get(), &f);
     if (rc < 0) {
       throw AvError(final_path + ": encoding failed: " + av_error_string(rc), rc,
@@ -455,6 +462,7 @@ struct VideoWriter::Impl {
     last_pts = in.pts;
     ++frames;
     drain_encoder();
+    seconds.encode += seconds_since(start);
   }
 
   void write(const VideoFrame& in) {
@@ -463,7 +471,9 @@ struct VideoWriter::Impl {
     // Frame-threaded encoders may still hold the previous buffer: take a fresh one rather than
     // av_frame_make_writable(), which would copy pixels that are about to be overwritten.
     if (!av_frame_is_writable(frame.get())) new_buffer(*frame);
+    const Clock::time_point start = Clock::now();
     converter->convert(in.image, *frame);
+    seconds.convert += seconds_since(start);
     send(*frame, in);
   }
 
@@ -480,6 +490,7 @@ struct VideoWriter::Impl {
           config.width, config.height, encoder->pix_fmt, encoder->colorspace, encoder->color_range,
           config.encode.convert_threads));
     }
+    const Clock::time_point start = Clock::now();
     std::vector<FramePtr> out(in.size());
     for (FramePtr& f : out) {
       f = make_frame();
@@ -503,13 +514,14 @@ struct VideoWriter::Impl {
     for (const std::exception_ptr& e : failed) {
       if (e) std::rethrow_exception(e);
     }
+    seconds.convert += seconds_since(start);
     for (size_t i = 0; i < in.size(); ++i) send(*out[i], in[i]);
   }
 
   int64_t finish() {
     if (finished) return frames;
     check_open();
-    const auto start = std::chrono::steady_clock::now();
+    const Clock::time_point start = Clock::now();
     int rc = avcodec_send_frame(encoder.get(), nullptr);
     if (rc < 0 && rc != AVERROR_EOF) write_failed("flushing the encoder", rc);
     drain_encoder();
@@ -521,13 +533,12 @@ struct VideoWriter::Impl {
                             " video packets muxed, " + std::to_string(frames) + " frames written",
                         kExitIoErr);
     }
-    const auto flushed = std::chrono::steady_clock::now();
+    const Clock::time_point flushed = Clock::now();
     close_writeback();
     commit_output(output.get(), temp_path, final_path, frames);
     temp_exists = false;
-    finish_seconds.flush = std::chrono::duration<double>(flushed - start).count();
-    finish_seconds.commit =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - flushed).count();
+    seconds.flush = std::chrono::duration<double>(flushed - start).count();
+    seconds.commit = seconds_since(flushed);
     finished = true;
     source.reset();
     output.reset();
@@ -559,7 +570,7 @@ void VideoWriter::write(const VideoFrame& frame) {
   }
 }
 
-VideoWriter::FinishSeconds VideoWriter::finish_seconds() const { return impl_->finish_seconds; }
+VideoWriter::Seconds VideoWriter::seconds() const { return impl_->seconds; }
 
 int64_t VideoWriter::finish() {
   try {

@@ -89,13 +89,17 @@ class VideoWriter {
   int64_t finish();
   int64_t frames_written() const;
 
-  // Where finish() spent its time: flushing the encoder (the frames its lookahead and threads
-  // still held) and writing the trailer, then committing (close, fsync, verify, rename).
-  struct FinishSeconds {
+  // Where the writer spent its time (wall seconds): converting frames to the encoder's format
+  // (a batch's workers together count once), handing them to the encoder and muxing what it
+  // gave back; in finish(), flushing the encoder (the frames its lookahead and threads still
+  // held) and writing the trailer, then committing (close, fsync, verify, rename).
+  struct Seconds {
+    double convert = 0;
+    double encode = 0;
     double flush = 0;
     double commit = 0;
   };
-  FinishSeconds finish_seconds() const;
+  Seconds seconds() const;
 
  private:
   struct Impl;

@@ -299,6 +299,7 @@ class DecodeLatentsRunner : public TaskRunner {
     run_pipeline(source, sessions, sink, pipeline);
     TaskResult result{0, close(stage_metrics(stats)), {}};
     result.metrics["writer_open_seconds"] = writer_open_seconds;
+    result.metrics["sink_extract_seconds"] = sink.extract_seconds();
     // The encoder's flush, fsync and verify: a serial tail after the graph, which the job's next
     // input overlaps when `background`.
     return finish_video(std::move(writer), std::move(result), background);

@@ -59,7 +59,9 @@ PendingOutput finish_video(std::unique_ptr<io::VideoWriter> writer, TaskResult p
                  check = std::move(check)]() mutable {
     const auto start = std::chrono::steady_clock::now();
     partial.frames = writer->finish();
-    const io::VideoWriter::FinishSeconds seconds = writer->finish_seconds();
+    const io::VideoWriter::Seconds seconds = writer->seconds();
+    partial.metrics["writer_convert_seconds"] = seconds.convert;
+    partial.metrics["writer_encode_seconds"] = seconds.encode;
     partial.metrics["writer_flush_seconds"] = seconds.flush;
     partial.metrics["writer_commit_seconds"] = seconds.commit;
     partial.finish_seconds =
@@ -197,6 +199,7 @@ class UpscaleRunner : public TaskRunner {
     sessions.clear();
     progress.end();
     TaskResult partial{0, stage_metrics(stats), reader.decoder_name()};
+    partial.metrics["sink_extract_seconds"] = sink.extract_seconds();
     const int64_t expected = source.frames_read() - sink.frames_dropped();
     return finish_video(std::move(writer), std::move(partial), background,
                         [output, expected](int64_t written) {

@@ -1,6 +1,7 @@
 #include "scheduler/video_stages.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -144,9 +145,12 @@ void VideoFileSink::write(SliceResult&& result) {
       // copy is 100 MB of memory traffic per frame).
       group[0].image = std::move(out);
     } else {
+      const auto start = std::chrono::steady_clock::now();
       tbb::parallel_for(size_t(0), group.size(), [&](size_t i) {
         group[i].image = extract_frame(out, sources[i], height_, width_, map_);
       });
+      extract_seconds_ +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     writer_.write_batch(group);
     written_ += int64_t(group.size());

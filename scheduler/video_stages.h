@@ -62,6 +62,9 @@ class VideoFileSink : public SliceSink {
     on_slice_ = std::move(on_slice);
   }
   int64_t frames_dropped() const { return dropped_; }
+  // Wall seconds spent making the frames' value-mapped copies (the writer's own time is
+  // VideoWriter::seconds()).
+  double extract_seconds() const { return extract_seconds_; }
 
  private:
   io::VideoWriter& writer_;
@@ -71,6 +74,7 @@ class VideoFileSink : public SliceSink {
   ValueMap map_;
   Progress* progress_;
   int64_t written_ = 0;
+  double extract_seconds_ = 0;
   int64_t next_pts_ = 0;
   int64_t limit_ = -1;
   int64_t write_from_ = 0;
