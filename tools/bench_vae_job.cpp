@@ -330,7 +330,7 @@ Phase decode_only(wm::ModelSession& session, const wm::Device& device, Slices sl
 
 struct JobPhase : Phase {
   double input_seconds = 0;  // mean of the inputs' processing (run_job's per-input times)
-  std::map<std::string, double> metrics;  // of the last timed run's first input
+  std::map<std::string, double> metrics;  // of the last timed run, mean over its inputs
 };
 
 // Runs the job file `untimed + timed` times through run_job_files (the wmbatch CLI's entry); the
@@ -364,7 +364,12 @@ JobPhase run_job(const std::string& yaml, const wm::Device& device, int untimed,
     for (const wm::sched::InputOutcome& in : outcomes.at(0).inputs) input_total += in.seconds;
     phase.best_seconds = std::min(phase.best_seconds, s);
     phase.frames = outcomes.at(0).frames;
-    phase.metrics = outcomes.at(0).inputs.at(0).metrics;
+    // Per-input metrics, the mean over the inputs (a batch's inputs overlap one another).
+    phase.metrics.clear();
+    const auto& inputs = outcomes.at(0).inputs;
+    for (const wm::sched::InputOutcome& in : inputs) {
+      for (const auto& [name, value] : in.metrics) phase.metrics[name] += value / inputs.size();
+    }
   }
   phase.seconds = total / timed;
   phase.input_seconds = input_total / timed;
