@@ -5,7 +5,7 @@
 //                      [--dtype fp32|bf16|fp16] [--device cpu|cuda:N] [--warmup N] [--iters N]
 //                      [--slice-frames S] [--threads N] [--seed N] [--profile 0|1]
 //                      [--compare-fp32 0|1] [--tuning KEY=V,...] [--max-gpu-gib N]
-//                      [--pinned-mib N] [--kernels 0|1]
+//                      [--pinned-mib N] [--kernels 0|1] [--gpu-activity 0|1]
 //
 // H and W are output pixels (multiples of 8). --slice-frames S decodes the T latent frames as
 // consecutive slices of S (0: one slice), exactly as the job runner would. Timing covers decode
@@ -18,7 +18,10 @@
 // norm and residual passes' bandwidth on activations of this output size, per threads-per-pixel
 // choice and for packed and cropped input. --tuning sets WMBATCH_WAN21_TUNING (execution
 // choices of the Wan2.1 model, src/models/wan21_blocks.h) for A/B measurements. tflops_ref counts
-// the reference decoder's 8.5 MFLOP per output pixel.
+// the reference decoder's 8.5 MFLOP per output pixel. --gpu-activity 1 (CUDA, LibTorch 2) adds
+// one more decode under LibTorch's Kineto profiler and reports what the GPU did
+// ("gpu_activity": kernels, busy time, the idle gaps between kernels split at 20 µs: what CUDA
+// graphs could win).
 #include <cmath>
 #include <cstdlib>
 
@@ -54,6 +57,7 @@ struct Options {
   bool profile = false;
   bool compare_fp32 = false;
   bool kernels = false;
+  bool gpu_activity = false;
   std::string tuning;
   int max_gpu_gib = 0;
   int pinned_mib = 0;  // the job's offload.pinned_mib (0: the default)
@@ -64,7 +68,8 @@ const char* kUsage =
     "                          [--dtype fp32|bf16|fp16] [--device cpu|cuda:N] [--warmup N]\n"
     "                          [--iters N] [--slice-frames S] [--threads N] [--seed N]\n"
     "                          [--profile 0|1] [--compare-fp32 0|1] [--tuning KEY=V,...]\n"
-    "                          [--max-gpu-gib N] [--pinned-mib N] [--kernels 0|1]\n";
+    "                          [--max-gpu-gib N] [--pinned-mib N] [--kernels 0|1]\n"
+    "                          [--gpu-activity 0|1]\n";
 
 // Throws std::invalid_argument with a one-line reason.
 Options parse(int argc, char** argv) {
@@ -82,6 +87,8 @@ Options parse(int argc, char** argv) {
       o.compare_fp32 = integer(flag, v, 0) != 0;
     } else if (flag == "--kernels") {
       o.kernels = integer(flag, v, 0) != 0;
+    } else if (flag == "--gpu-activity") {
+      o.gpu_activity = integer(flag, v, 0) != 0;
     } else {
       throw std::invalid_argument("unknown option " + flag);
     }
@@ -210,6 +217,26 @@ int bench_vae_decode(int argc, char** argv) {
       }
       out["profile_total_ms"] = ms;
       out["profile"] = stages;
+    }
+
+    if (o.gpu_activity) {
+      const auto start = std::chrono::steady_clock::now();
+      const wm::models::GpuActivity a = wm::models::measure_gpu_activity(
+          [&] { wm::bench::run_slices(*session, wm::bench::make_slices(latents, slice)); });
+      nlohmann::ordered_json j;
+      j["available"] = a.available;
+      j["wall_ms"] =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+      j["kernels"] = a.kernels;
+      j["span_ms"] = a.span_ms;
+      j["busy_ms"] = a.busy_ms;
+      j["busy_fraction"] = a.span_ms > 0 ? a.busy_ms / a.span_ms : 0.0;
+      j["short_gaps"] = a.short_gaps;
+      j["short_gap_ms"] = a.short_gap_ms;
+      j["long_gaps"] = a.long_gaps;
+      j["long_gap_ms"] = a.long_gap_ms;
+      out["gpu_activity"] = j;
     }
 
     if (o.kernels) {

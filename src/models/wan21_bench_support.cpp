@@ -2,8 +2,11 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <torch/version.h>
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "src/models/wan21_blocks.h"
 
@@ -14,6 +17,10 @@
 
 #include "src/base/error.h"
 #include "src/models/cuda_kernels.h"
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/autograd/profiler_kineto.h>
+#define WMBATCH_WITH_KINETO 1
+#endif
 #endif
 
 namespace wm::models {
@@ -157,6 +164,56 @@ std::vector<KernelRate> wan21_kernel_rates(const Device& device, Precision preci
   (void)width;
 #endif
   return rates;
+}
+
+GpuActivity measure_gpu_activity(const std::function<void()>& body) {
+  GpuActivity a;
+#ifdef WMBATCH_WITH_KINETO
+  namespace impl = torch::profiler::impl;
+  const impl::ProfilerConfig config(impl::ProfilerState::KINETO);
+  const std::set<impl::ActivityType> activities{impl::ActivityType::CUDA};
+  torch::autograd::profiler::prepareProfiler(config, activities);
+  torch::autograd::profiler::enableProfiler(config, activities);
+  try {
+    body();
+  } catch (...) {
+    torch::autograd::profiler::disableProfiler();
+    throw;
+  }
+  const auto result = torch::autograd::profiler::disableProfiler();
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  for (const auto& e : result->events()) {
+    if (e.deviceType() != c10::DeviceType::CUDA) continue;
+    const std::string name = e.name();
+    if (name.rfind("Memcpy", 0) == 0 || name.rfind("Memset", 0) == 0) continue;
+    spans.emplace_back(e.startNs(), e.endNs());
+  }
+  std::sort(spans.begin(), spans.end());
+  a.available = true;
+  a.kernels = int64_t(spans.size());
+  if (spans.empty()) return a;
+  uint64_t end = spans.front().first;
+  for (const auto& [s0, s1] : spans) {
+    if (s0 > end) {
+      const double gap_ms = double(s0 - end) * 1e-6;
+      if (s0 - end < 20000) {
+        a.short_gap_ms += gap_ms;
+        ++a.short_gaps;
+      } else {
+        a.long_gap_ms += gap_ms;
+        ++a.long_gaps;
+      }
+    }
+    if (s1 > end) {
+      a.busy_ms += double(s1 - std::max(s0, end)) * 1e-6;
+      end = s1;
+    }
+  }
+  a.span_ms = double(end - spans.front().first) * 1e-6;
+#else
+  body();
+#endif
+  return a;
 }
 
 }  // namespace wm::models

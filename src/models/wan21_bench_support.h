@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -61,5 +62,22 @@ struct KernelRate {
 };
 std::vector<KernelRate> wan21_kernel_rates(const Device& device, Precision precision, int height,
                                            int width);
+
+// What the GPU did while `body` ran, from LibTorch's Kineto profiler (CUDA builds on LibTorch 2
+// or newer; elsewhere `available` is false): kernels (memory copies and sets left out), the time
+// between the first kernel's start and the last one's end, the union of the kernels' intervals,
+// and the idle time between kernels, split at 20 µs: short gaps are launch latency that CUDA
+// graphs could remove, long ones are the device waiting for the host.
+struct GpuActivity {
+  bool available = false;
+  int64_t kernels = 0;
+  double span_ms = 0;
+  double busy_ms = 0;
+  double short_gap_ms = 0;
+  int64_t short_gaps = 0;
+  double long_gap_ms = 0;
+  int64_t long_gaps = 0;
+};
+GpuActivity measure_gpu_activity(const std::function<void()>& body);
 
 }  // namespace wm::models
