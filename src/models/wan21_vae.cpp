@@ -452,11 +452,17 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
   if (first) plans_.erase(tile);
 
   const at::Tensor x = upload(std::move(input));
-  // The slice's output, asked for at the first chunk and zero-filled on the offload's thread.
-  // (Made on this thread at the tail's start, it held back the queueing of the tail: 480p decode
-  // measured 12 % slower.)
+  // Output frames of `n` latent frames (the sequence's first frame passes through alone).
+  const int64_t tf = temporal_factor_;
+  auto decoded = [tf](int64_t n, bool starts) { return starts ? 1 + tf * (n - 1) : tf * n; };
+  const int64_t total = decoded(x.size(2), first);
+  // The slice's output, made (zero-filled) on the offload's thread while the device runs the
+  // layers before the tail. (Made on this thread, it held back the queueing of the tail: 480p
+  // decode measured 12 % slower; asked for at the first chunk, the copies of the tail's first
+  // chunks waited for it, and so did the device, in push().)
+  const int64_t out_h = x.size(3) * traits_.scale_num, out_w = x.size(4) * traits_.scale_num;
   Planar out;
-  bool out_made = false;
+  offload_->allocate(out, traits_.out_channels, int(total), int(out_h), int(out_w));
   // The tail plan, made when the tail of the sequence's first slice starts: what is allocated
   // then (weights, the state before the tail, the tail input) stays; the rest of the limit (or
   // of what the device could give us) is the tail's, less a margin for cuDNN workspaces.
@@ -482,10 +488,6 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
     }
     return plans_[tile] = plan;
   };
-  // Output frames of `n` latent frames (the sequence's first frame passes through alone).
-  const int64_t tf = temporal_factor_;
-  auto decoded = [tf](int64_t n, bool starts) { return starts ? 1 + tf * (n - 1) : tf * n; };
-  const int64_t total = decoded(x.size(2), first);
   // Decodes latent frames `part` (the slice, or part of it) into output frames from frame0 on.
   std::function<void(const at::Tensor&, bool, int64_t)> decode_part;
   decode_part = [&](const at::Tensor& part, bool part_first, int64_t frame0) {
@@ -495,12 +497,12 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
       try {
         net_->forward_chunks(
             part, state, part_first, planner, [&](const at::Tensor& y, const Network::ChunkPos& p) {
-              // Made by the offload's thread, before its first chunk lands. (A retry reuses
-              // it: every chunk is written again.)
-              if (!out_made) {
-                offload_->allocate(out, traits_.out_channels, int(total), int(p.height),
-                                   int(p.width));
-                out_made = true;
+              // (A retry reuses `out`: every chunk is written again.)
+              if (p.height != out_h || p.width != out_w) {
+                throw ModelError(traits_.name + ": decoder output " +
+                                 std::to_string(p.height) + "x" + std::to_string(p.width) +
+                                 ", expected " + std::to_string(out_h) + "x" +
+                                 std::to_string(out_w));
               }
               // [1, C, n, h, w] (channels_last, run dtype, maybe a crop) → [C, n, h, w] float32
               at::Tensor planar = at::empty({y.size(1), y.size(2), y.size(3), y.size(4)},

@@ -647,6 +647,28 @@ TEST(OutputOffload, ChunksLandInPiecesWithinThePool) {
   EXPECT_TRUE(at::equal(got, expected));
 }
 
+// Pieces of more than 1 Mi floats are copied into the destination by several threads, each a
+// run of rows: whole rows and crops (a run may start mid-plane and cross planes) land where one
+// thread would put them.
+TEST(OutputOffload, LargePiecesCopiedInParallelLandInPlace) {
+  wm::models::OutputOffload offload(int64_t(64) << 20);
+  Planar dst;
+  const int frames = 6, height = 300, width = 1000;
+  offload.allocate(dst, 3, frames, height, width);
+  // Whole rows: 3 × 4 × 300 rows of 1000 (3.6 Mi floats, ~1049 rows per thread's run, so runs
+  // start inside planes); a crop: 3 × 2 × 290 rows of 990 at (10, 7).
+  const at::Tensor whole = at::rand({3, 4, height, width});
+  const at::Tensor crop = at::rand({3, 2, height - 10, width - 10});
+  offload.push(whole, dst, 0, 0, 0);
+  offload.push(crop, dst, 4, 10, 7);
+  offload.finish();
+  at::Tensor expected = at::zeros({3, frames, height, width});
+  expected.narrow(1, 0, 4).copy_(whole);
+  expected.narrow(1, 4, 2).narrow(2, 10, height - 10).narrow(3, 7, width - 10).copy_(crop);
+  const at::Tensor got = at::from_blob(dst.data.data(), {3, frames, height, width}, at::kFloat);
+  EXPECT_TRUE(at::equal(got, expected));
+}
+
 // A chunk that does not fit its destination fails at finish() (not later, not silently), and
 // the offload works again afterwards.
 TEST(OutputOffload, ChunkOutsideItsDestinationFailsAtFinish) {
