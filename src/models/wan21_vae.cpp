@@ -499,10 +499,9 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
             part, state, part_first, planner, [&](const at::Tensor& y, const Network::ChunkPos& p) {
               // (A retry reuses `out`: every chunk is written again.)
               if (p.height != out_h || p.width != out_w) {
-                throw ModelError(traits_.name + ": decoder output " +
-                                 std::to_string(p.height) + "x" + std::to_string(p.width) +
-                                 ", expected " + std::to_string(out_h) + "x" +
-                                 std::to_string(out_w));
+                throw ModelError(traits_.name + ": decoder output " + std::to_string(p.height) +
+                                 "x" + std::to_string(p.width) + ", expected " +
+                                 std::to_string(out_h) + "x" + std::to_string(out_w));
               }
               // [1, C, n, h, w] (channels_last, run dtype, maybe a crop) → [C, n, h, w] float32
               at::Tensor planar = at::empty({y.size(1), y.size(2), y.size(3), y.size(4)},

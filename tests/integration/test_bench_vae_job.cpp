@@ -80,8 +80,8 @@ TEST_F(BenchVaeJob, KeepLeavesAPlayableVideoAndTheFullCheckpoint) {
   TempDir tmp("bench-vae-job-keep");
   const std::string keep = tmp.file("work");
   std::vector<std::string> args = kTiny;
-  args.insert(args.end(), {"--keep", keep, "--slice-frames", "2", "--latent-frames-long", "6",
-                           "--batch", "2"});
+  args.insert(args.end(),
+              {"--keep", keep, "--slice-frames", "2", "--latent-frames-long", "6", "--batch", "2"});
   const CommandResult r = wmbench(args);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = result_json(r.output);
