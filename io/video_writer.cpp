@@ -17,6 +17,7 @@
 #include "io/av_handles.h"
 #include "io/av_log.h"
 #include "io/pixel_convert.h"
+#include "src/base/clock.h"
 #include "src/base/error.h"
 #include "src/base/log.h"
 
@@ -59,12 +60,6 @@ void add_side_data(AVStream* stream, AVPacketSideDataType type, const std::vecto
   uint8_t* data = av_stream_new_side_data(stream, type, bytes.size());
   if (!data) throw std::bad_alloc();
   std::memcpy(data, bytes.data(), bytes.size());
-}
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -14,18 +13,13 @@
 #include "scheduler/pipeline.h"
 #include "scheduler/tasks.h"
 #include "scheduler/video_stages.h"
+#include "src/base/clock.h"
 #include "src/base/error.h"
 #include "src/base/fs.h"
 #include "src/base/log.h"
 
 namespace wm::sched {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 bool file_exists(const std::string& path) {
   struct stat st {};

@@ -1,6 +1,5 @@
 // The Wan2.1 VAE tasks: decode_latents (latents → video or tensor), encode_latents (video or
 // tensor → latents with metadata) and reconstruct (video → VAE → video, with PSNR/SSIM).
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -11,17 +10,12 @@
 #include "scheduler/quality.h"
 #include "scheduler/tasks.h"
 #include "scheduler/video_stages.h"
+#include "src/base/clock.h"
 #include "src/base/error.h"
 #include "src/base/log.h"
 
 namespace wm::sched {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Video values [0,1] ↔ the VAE's [-1,1].
 constexpr ValueMap kVaeRange{2.0f, -1.0f};
@@ -211,27 +205,14 @@ void check_multiple_of_8(const std::string& path, int width, int height) {
   }
 }
 
-class DecodeLatentsRunner : public TaskRunner {
+class DecodeLatentsRunner : public FinishingRunner {
  public:
   explicit DecodeLatentsRunner(const JobSpec& job)
       : job_(job), models_(job.model, job.devices, job.device_ids) {}
 
-  int64_t process(const std::string& input, const std::string& output, const RunOptions& options,
-                  Progress& progress) override {
-    metrics_.clear();
-    const TaskResult r = run(input, output, options, progress, /*background=*/false).wait();
-    metrics_ = r.metrics;
-    return r.frames;
-  }
-  PendingOutput start(const std::string& input, const std::string& output,
-                      const RunOptions& options, Progress& progress) override {
-    return run(input, output, options, progress, /*background=*/true);
-  }
-  std::map<std::string, double> metrics() const override { return metrics_; }
-
  private:
   PendingOutput run(const std::string& input, const std::string& output, const RunOptions& options,
-                    Progress& progress, bool background) {
+                    Progress& progress, bool background) override {
     const auto input_start = Clock::now();
     io::SafetensorsFile file(input);
     const ModelTraits& traits = models_.traits();
@@ -307,7 +288,6 @@ class DecodeLatentsRunner : public TaskRunner {
 
   JobSpec job_;
   ModelSet models_;
-  std::map<std::string, double> metrics_;
 };
 
 class EncodeLatentsRunner : public TaskRunner {

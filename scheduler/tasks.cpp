@@ -1,12 +1,12 @@
 #include "scheduler/tasks.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "io/video_reader.h"
 #include "io/video_writer.h"
 #include "parallel/devices.h"
 #include "scheduler/video_stages.h"
+#include "src/base/clock.h"
 #include "src/base/error.h"
 #include "src/base/log.h"
 
@@ -57,15 +57,14 @@ PendingOutput finish_video(std::unique_ptr<io::VideoWriter> writer, TaskResult p
                            bool background, std::function<void(int64_t)> check) {
   auto finish = [writer = std::move(writer), partial = std::move(partial),
                  check = std::move(check)]() mutable {
-    const auto start = std::chrono::steady_clock::now();
+    const Clock::time_point start = Clock::now();
     partial.frames = writer->finish();
     const io::VideoWriter::Seconds seconds = writer->seconds();
     partial.metrics["writer_convert_seconds"] = seconds.convert;
     partial.metrics["writer_encode_seconds"] = seconds.encode;
     partial.metrics["writer_flush_seconds"] = seconds.flush;
     partial.metrics["writer_commit_seconds"] = seconds.commit;
-    partial.finish_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    partial.finish_seconds = seconds_since(start);
     partial.metrics["writer_finish_seconds"] = partial.finish_seconds;
     if (check) check(partial.frames);
     return partial;
@@ -124,30 +123,14 @@ void even_size(const std::string& pix_fmt, int& width, int& height) {
 
 // Video in, video out, same frame count and timing: the built-in upscalers and any other
 // frame-to-frame model.
-class UpscaleRunner : public TaskRunner {
+class UpscaleRunner : public FinishingRunner {
  public:
   explicit UpscaleRunner(const JobSpec& job)
       : job_(job), models_(job.model, job.devices, job.device_ids) {}
 
-  int64_t process(const std::string& input, const std::string& output, const RunOptions& options,
-                  Progress& progress) override {
-    metrics_.clear();
-    decoder_.clear();
-    const TaskResult r = run(input, output, options, progress, /*background=*/false).wait();
-    metrics_ = r.metrics;
-    decoder_ = r.decoder;
-    return r.frames;
-  }
-  PendingOutput start(const std::string& input, const std::string& output,
-                      const RunOptions& options, Progress& progress) override {
-    return run(input, output, options, progress, /*background=*/true);
-  }
-  std::map<std::string, double> metrics() const override { return metrics_; }
-  std::string decoder() const override { return decoder_; }
-
  private:
   PendingOutput run(const std::string& input, const std::string& output, const RunOptions& options,
-                    Progress& progress, bool background) {
+                    Progress& progress, bool background) override {
     io::VideoReader reader(input, reader_options(job_, models_.devices()));
     const io::VideoInfo& info = reader.info();
     const ModelTraits& traits = models_.traits();
@@ -213,8 +196,6 @@ class UpscaleRunner : public TaskRunner {
 
   JobSpec job_;
   ModelSet models_;
-  std::map<std::string, double> metrics_;
-  std::string decoder_;
 };
 
 }  // namespace

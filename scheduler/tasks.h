@@ -67,6 +67,31 @@ class TaskRunner {
   }
 };
 
+// A runner whose output's last step can run in the background: process() and start() are both
+// run(), which finishes before it returns unless `background`.
+class FinishingRunner : public TaskRunner {
+ public:
+  int64_t process(const std::string& input, const std::string& output, const RunOptions& options,
+                  Progress& progress) final {
+    last_ = {};
+    last_ = run(input, output, options, progress, /*background=*/false).wait();
+    return last_.frames;
+  }
+  PendingOutput start(const std::string& input, const std::string& output,
+                      const RunOptions& options, Progress& progress) final {
+    return run(input, output, options, progress, /*background=*/true);
+  }
+  std::map<std::string, double> metrics() const override { return last_.metrics; }
+  std::string decoder() const override { return last_.decoder; }
+
+ protected:
+  virtual PendingOutput run(const std::string& input, const std::string& output,
+                            const RunOptions& options, Progress& progress, bool background) = 0;
+
+ private:
+  TaskResult last_;  // of the last process()
+};
+
 // The last step of a video output: writer->finish() (encoder flush, fsync, verify, rename), then
 // `check(frames)` (may throw); `partial` gets the frames and the writer's finish seconds
 // (writer_flush_seconds, writer_commit_seconds, writer_finish_seconds). On a thread of its own

@@ -34,6 +34,25 @@ void expect_no_partials(const std::string& dir) {
   }
 }
 
+// A tmpfs of `size` mounted on `path` (made here) for the object's life; mounted() is false
+// where mounting needs root and this is not root.
+class SmallTmpfs {
+ public:
+  SmallTmpfs(const std::string& path, const std::string& size) : path_(path) {
+    std::filesystem::create_directories(path);
+    mounted_ =
+        run_command({"mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", path}).exit_code == 0;
+  }
+  ~SmallTmpfs() {
+    if (mounted_) run_command({"umount", path_});
+  }
+  bool mounted() const { return mounted_; }
+
+ private:
+  std::string path_;
+  bool mounted_ = false;
+};
+
 TEST(UpscaleJob, ClipWithAudioEndToEnd) {
   TempDir dir("e2e");
   ClipSpec spec;
@@ -321,14 +340,8 @@ TEST(UpscaleJob, TwoInputsOneOutputSeeEachOther) {
 TEST(UpscaleJob, DiskFullWhileFinishingFailsOnlyThatInput) {
   TempDir dir("batch-full");
   const std::string small = dir.file("out_a");
-  std::filesystem::create_directories(small);
-  if (run_command({"mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", small}).exit_code != 0) {
-    GTEST_SKIP() << "cannot mount a small tmpfs here (needs root)";
-  }
-  struct Unmount {
-    std::string path;
-    ~Unmount() { run_command({"umount", path}); }
-  } unmount{small};
+  const SmallTmpfs tmpfs(small, "4k");
+  if (!tmpfs.mounted()) GTEST_SKIP() << "cannot mount a small tmpfs here (needs root)";
   ClipSpec spec;
   spec.audio = false;
   spec.frames = 6;
@@ -383,14 +396,8 @@ TEST(UpscaleJob, UnwritableOutputFolder) {
 TEST(UpscaleJob, DiskFull) {
   TempDir dir("diskfull");
   const std::string small = dir.file("small");
-  std::filesystem::create_directories(small);
-  if (run_command({"mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", small}).exit_code != 0) {
-    GTEST_SKIP() << "cannot mount a small tmpfs here (needs root)";
-  }
-  struct Unmount {
-    std::string path;
-    ~Unmount() { run_command({"umount", path}); }
-  } unmount{small};
+  const SmallTmpfs tmpfs(small, "256k");
+  if (!tmpfs.mounted()) GTEST_SKIP() << "cannot mount a small tmpfs here (needs root)";
   ClipSpec spec;
   spec.width = 96;
   spec.height = 64;
