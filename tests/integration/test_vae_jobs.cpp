@@ -1,5 +1,5 @@
 // The Wan2.1 VAE through the real job path: wmbatch on YAML jobs, golden vectors from the
-// reference implementation (../shared/golden/wan21-tiny, random weights, dim 16).
+// reference implementation (tests/data/golden/wan21-tiny, random weights, dim 16).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,7 +14,7 @@
 namespace wm::test {
 namespace {
 
-const std::string kGolden = shared_dir() + "/golden/wan21-tiny/";
+const std::string kGolden = golden_dir();
 
 std::string vae_model(const std::string& extra = "") {
   return "model: {kind: wan2.1-vae, weights: '" + kGolden + "weights.safetensors', dim: 16" +
@@ -67,7 +67,6 @@ struct GoldenCase {
 class VaeGolden : public testing::TestWithParam<GoldenCase> {};
 
 TEST_P(VaeGolden, MatchesReferenceThroughWmbatch) {
-  WM_REQUIRE_GOLDEN();
   const GoldenCase c = GetParam();
   TempDir dir("vae-golden");
   const std::string golden = kGolden + c.name + ".safetensors";
@@ -99,7 +98,6 @@ INSTANTIATE_TEST_SUITE_P(Golden, VaeGolden,
 
 // A clip whose frame count is not 1+4k: encode pads with the last frame, decode trims back.
 TEST(VaeJobs, EncodeThenDecodeKeepsFrameCount) {
-  WM_REQUIRE_GOLDEN();
   TempDir dir("vae-roundtrip");
   make_small_clip(dir.file("clip.mp4"), 7, /*audio=*/false);
   write_text(dir.file("enc.yaml"),
@@ -128,7 +126,6 @@ TEST(VaeJobs, EncodeThenDecodeKeepsFrameCount) {
 // encode_latents reads video: `decode: nvdec` reaches its reader (NVDEC where there is one, else
 // the software fallback with one warning), and the latents do not depend on the decoder.
 TEST(VaeJobs, EncodeLatentsTakesTheDecodeMode) {
-  WM_REQUIRE_GOLDEN();
   TempDir dir("vae-nvdec");
   make_small_clip(dir.file("clip.mp4"), 5, /*audio=*/false);
   std::map<std::string, std::string> decoders;
@@ -154,7 +151,6 @@ TEST(VaeJobs, EncodeLatentsTakesTheDecodeMode) {
 }
 
 TEST(VaeJobs, ReconstructReportsPsnr) {
-  WM_REQUIRE_GOLDEN();
   TempDir dir("vae-reconstruct");
   make_small_clip(dir.file("clip.mp4"), 5, /*audio=*/true);
   write_text(dir.file("job.yaml"), "task: reconstruct\ninput: clip.mp4\noutput: recon.mp4\n" +
@@ -182,7 +178,6 @@ struct BadCase {
 };
 
 TEST(VaeJobs, BadInputsExit65WithClearErrors) {
-  WM_REQUIRE_GOLDEN();
   TempDir dir("vae-bad");
   write_text(dir.file("junk.safetensors"), "this is not a safetensors file at all");
   // Latents with 8 channels instead of 16.

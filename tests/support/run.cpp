@@ -41,14 +41,9 @@ CommandResult run_command(const std::vector<std::string>& argv) {
   return result;
 }
 
-std::string shared_dir() {
-  const char* env = std::getenv("WM_SHARED_DIR");
-  return env && *env ? env : WM_SHARED_DIR;
-}
+std::string golden_dir() { return std::string(WM_SOURCE_DIR) + "/tests/data/golden/wan21-tiny/"; }
 
-bool have_golden() {
-  return std::filesystem::exists(shared_dir() + "/golden/wan21-tiny/weights.safetensors");
-}
+std::string golden_file(const std::string& name) { return golden_dir() + name; }
 
 std::string wmbatch_path() { return std::string(WM_BINARY_DIR) + "/wmbatch"; }
 

@@ -1,7 +1,6 @@
 // Running the real binaries from tests (wmbatch, ffmpeg): fork/exec, output captured.
 #pragma once
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -18,10 +17,11 @@ CommandResult run_command(const std::vector<std::string>& argv);
 // build/wmbatch of this build tree.
 std::string wmbatch_path();
 
-// The shared folder beside the checkout that holds the golden vectors (../shared, or
-// $WM_SHARED_DIR). Tests that need it start with WM_REQUIRE_GOLDEN().
-std::string shared_dir();
-bool have_golden();
+// The Wan2.1 golden vectors of the repository (tests/data/golden/wan21-tiny: reference
+// implementation, float64, random weights, dim 16), with a trailing '/'; golden_file(name) is a
+// file in it. The suite needs nothing outside the checkout.
+std::string golden_dir();
+std::string golden_file(const std::string& name);
 
 void write_text(const std::string& path, const std::string& content);
 std::string read_text(const std::string& path);
@@ -30,14 +30,3 @@ bool exists(const std::string& path);
 std::vector<std::string> list_dir(const std::string& dir);
 
 }  // namespace wm::test
-
-// Skips a test when the golden vectors are not there, except under CI (CI=true), where a missing
-// folder is a failure: CI always has ../shared beside the clone.
-#define WM_REQUIRE_GOLDEN()                                                                    \
-  do {                                                                                         \
-    if (!::wm::test::have_golden()) {                                                          \
-      if (std::getenv("CI")) FAIL() << "golden vectors missing: " << ::wm::test::shared_dir(); \
-      GTEST_SKIP() << "golden vectors not found in " << ::wm::test::shared_dir()               \
-                   << " (set WM_SHARED_DIR)";                                                  \
-    }                                                                                          \
-  } while (0)

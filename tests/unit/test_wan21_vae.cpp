@@ -28,9 +28,7 @@ using wm::RunContext;
 
 namespace {
 
-const fs::path kGolden = fs::path(::wm::test::shared_dir()) / "golden" / "wan21-tiny";
-
-std::string golden(const std::string& name) { return (kGolden / name).string(); }
+std::string golden(const std::string& name) { return ::wm::test::golden_file(name); }
 
 // The tiny golden config (dim=16) from meta.json.
 wm::ModelConfig tiny_config(const std::string& task) {
@@ -164,25 +162,15 @@ void check_golden(const std::string& task, const std::string& name) {
   EXPECT_LE(err, 1e-4);
 }
 
-TEST(Wan21VaeGolden, DecodeT5) {
-  WM_REQUIRE_GOLDEN();
-  check_golden("decode", "decode_t5");
-}
-TEST(Wan21VaeGolden, DecodeT9) {
-  WM_REQUIRE_GOLDEN();
-  check_golden("decode", "decode_t9");
-}
-TEST(Wan21VaeGolden, EncodeT17) {
-  WM_REQUIRE_GOLDEN();
-  check_golden("encode", "encode_t17");
-}
+TEST(Wan21VaeGolden, DecodeT5) { check_golden("decode", "decode_t5"); }
+TEST(Wan21VaeGolden, DecodeT9) { check_golden("decode", "decode_t9"); }
+TEST(Wan21VaeGolden, EncodeT17) { check_golden("encode", "encode_t17"); }
 
 // --- slicing ---------------------------------------------------------------------------------
 
 class Wan21VaeSlicing : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!::wm::test::have_golden()) return;  // each test skips (or fails under CI)
     decoder_ = tiny_model("decode").release();
     encoder_ = tiny_model("encode").release();
   }
@@ -210,20 +198,17 @@ wm::Model* Wan21VaeSlicing::decoder_ = nullptr;
 wm::Model* Wan21VaeSlicing::encoder_ = nullptr;
 
 TEST_F(Wan21VaeSlicing, DecodeSlicesEqualOnePass) {
-  WM_REQUIRE_GOLDEN();
   const Planar input = golden_case("decode_t9").input;
   expect_same_as_one_pass(*decoder_, input,
                           {{1, 1, 1, 1, 1, 1, 1, 1, 1}, {2, 2, 2, 2, 1}, {3, 3, 3}, {1, 5, 3}});
 }
 
 TEST_F(Wan21VaeSlicing, EncodeSlicesEqualOnePass) {
-  WM_REQUIRE_GOLDEN();
   const Planar input = golden_case("encode_t17").input;
   expect_same_as_one_pass(*encoder_, input, {{5, 4, 4, 4}, {9, 8}, {1, 8, 4, 4}});
 }
 
 TEST_F(Wan21VaeSlicing, TilesKeepSeparateState) {
-  WM_REQUIRE_GOLDEN();
   // Two tiles (different inputs) interleaved on one session equal their own one-pass results.
   const Planar a = golden_case("decode_t9").input;
   Planar b = a.clone();
@@ -244,7 +229,6 @@ TEST_F(Wan21VaeSlicing, TilesKeepSeparateState) {
 }
 
 TEST_F(Wan21VaeSlicing, FirstSliceResetsState) {
-  WM_REQUIRE_GOLDEN();
   // A session reused for a second video gives the same result as a fresh one.
   const Planar input = golden_case("decode_t5").input;
   auto session = decoder_->open_session(wm::Device{});
@@ -354,7 +338,6 @@ TEST(Wan21VaeTail, AutoPlanFitsTheBudget) {
 // --- traits and layout -----------------------------------------------------------------------
 
 TEST(Wan21Vae, Traits) {
-  WM_REQUIRE_GOLDEN();
   auto dec = tiny_model("decode");
   const auto& d = dec->traits();
   EXPECT_EQ(d.in_channels, 16);
@@ -378,7 +361,6 @@ TEST(Wan21Vae, Traits) {
 }
 
 TEST(Wan21Vae, LayoutMatchesOfficialCheckpoint) {
-  WM_REQUIRE_GOLDEN();
   wm::ModelConfig config;  // the defaults are the official dim=96 architecture
   config.kind = "wan2.1-vae";
   std::ifstream in(golden("keys_full_dim96.txt"));
@@ -397,7 +379,6 @@ TEST(Wan21Vae, LayoutMatchesOfficialCheckpoint) {
 }
 
 TEST(Wan21Vae, RandomWeightsAreDeterministic) {
-  WM_REQUIRE_GOLDEN();
   wm::ModelConfig config = tiny_config("decode");
   auto a = wm::models::make_wan21_vae_random(config, wm::Device{}, 7);
   auto b = wm::models::make_wan21_vae_random(config, wm::Device{}, 7);
@@ -485,7 +466,6 @@ class Wan21VaeWeights : public ::testing::Test {
 };
 
 TEST_F(Wan21VaeWeights, MissingKey) {
-  WM_REQUIRE_GOLDEN();
   EditableWeights w;
   w.erase("decoder.upsamples.3.time_conv.weight");
   const auto config = config_with(w);
@@ -497,7 +477,6 @@ TEST_F(Wan21VaeWeights, MissingKey) {
 }
 
 TEST_F(Wan21VaeWeights, MisShapedKey) {
-  WM_REQUIRE_GOLDEN();
   EditableWeights w;
   auto& e = w.at("decoder.conv1.weight");  // [64, 16, 3, 3, 3] stored as [64, 16, 3, 9]
   e.shape = {64, 16, 3, 9};
@@ -506,14 +485,12 @@ TEST_F(Wan21VaeWeights, MisShapedKey) {
 }
 
 TEST_F(Wan21VaeWeights, MisShapedKeyOfTheOtherHalf) {
-  WM_REQUIRE_GOLDEN();
   EditableWeights w;
   w.at("encoder.head.2.bias").shape = {4, 8};  // 32 floats either way
   expect_load_error(config_with(w), {"encoder.head.2.bias: expected shape [32], file has [4, 8]"});
 }
 
 TEST_F(Wan21VaeWeights, UnexpectedKey) {
-  WM_REQUIRE_GOLDEN();
   EditableWeights w;
   w.entries.push_back({"decoder.upsamples.99.gamma", "F32", {1}, std::vector<char>(4, 0)});
   expect_load_error(config_with(w),
@@ -521,7 +498,6 @@ TEST_F(Wan21VaeWeights, UnexpectedKey) {
 }
 
 TEST_F(Wan21VaeWeights, DimMismatch) {
-  WM_REQUIRE_GOLDEN();
   wm::ModelConfig config = tiny_config("decode");
   config.dim = 96;  // dim=16 weights
   expect_load_error(config, {"decoder.conv1.weight: expected shape [384, 16, 3, 3, 3], file has "
@@ -530,7 +506,6 @@ TEST_F(Wan21VaeWeights, DimMismatch) {
 }
 
 TEST_F(Wan21VaeWeights, MissingFile) {
-  WM_REQUIRE_GOLDEN();
   wm::ModelConfig config = tiny_config("decode");
   config.weights = (dir_ / "absent.safetensors").string();
   try {
@@ -543,7 +518,6 @@ TEST_F(Wan21VaeWeights, MissingFile) {
 }
 
 TEST_F(Wan21VaeWeights, HalfPrecisionFilesLoad) {
-  WM_REQUIRE_GOLDEN();
   GoldenCase g = golden_case("decode_t5");
   double scale = 0;
   for (float v : g.output.data) scale = std::max(scale, double(std::abs(v)));
@@ -562,7 +536,6 @@ TEST_F(Wan21VaeWeights, HalfPrecisionFilesLoad) {
 // --- input validation ------------------------------------------------------------------------
 
 TEST(Wan21VaeInput, WrongChannelCount) {
-  WM_REQUIRE_GOLDEN();
   auto model = tiny_model("decode");
   auto session = model->open_session(wm::Device{});
   expect_model_error([&] { session->run(Planar(8, 2, 4, 4), slice_context(0, true)); },
@@ -570,7 +543,6 @@ TEST(Wan21VaeInput, WrongChannelCount) {
 }
 
 TEST(Wan21VaeInput, EncodeFrameCounts) {
-  WM_REQUIRE_GOLDEN();
   auto model = tiny_model("encode");
   auto session = model->open_session(wm::Device{});
   expect_model_error([&] { session->run(Planar(3, 6, 16, 16), slice_context(0, true)); },
@@ -583,7 +555,6 @@ TEST(Wan21VaeInput, EncodeFrameCounts) {
 }
 
 TEST(Wan21VaeInput, LaterSliceWithoutFirst) {
-  WM_REQUIRE_GOLDEN();
   auto model = tiny_model("decode");
   auto session = model->open_session(wm::Device{});
   expect_model_error([&] { session->run(Planar(16, 2, 4, 4), slice_context(3, false, 2)); },
@@ -591,7 +562,6 @@ TEST(Wan21VaeInput, LaterSliceWithoutFirst) {
 }
 
 TEST(Wan21VaeConfig, BadConfigs) {
-  WM_REQUIRE_GOLDEN();
   wm::ModelConfig config = tiny_config("decode");
   config.task = "upscale";
   expect_model_error([&] { wm::models::make_wan21_vae(config, wm::Device{}); },

@@ -19,14 +19,14 @@
 #include "src/models/cuda_kernels.h"
 #include "src/models/cuda_offload.h"
 #include "src/models/wan21_vae.h"
+#include "tests/support/run.h"
 
 namespace fs = std::filesystem;
 using wm::Planar;
 
 namespace {
 
-const fs::path kGolden = fs::path(WM_SHARED_DIR) / "golden" / "wan21-tiny";
-std::string golden(const std::string& name) { return (kGolden / name).string(); }
+std::string golden(const std::string& name) { return ::wm::test::golden_file(name); }
 
 bool have_gpu() { return static_cast<int>(torch::cuda::device_count()) > 0; }
 #define REQUIRE_GPU() \
