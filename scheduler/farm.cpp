@@ -21,6 +21,7 @@
 #include "io/segments.h"
 #include "io/version.h"
 #include "scheduler/journal.h"
+#include "scheduler/preflight.h"
 #include "scheduler/runner.h"
 #include "scheduler/tasks.h"
 #include "src/base/error.h"
@@ -426,6 +427,7 @@ FarmPlan build_plan(const std::string& job_file, int64_t chunk_frames, bool writ
   plan.job_file = job_file;
   plan.chunk_frames = chunk_frames > 0 ? chunk_frames : kDefaultChunkFrames;
   plan.jobs = load_job_file(job_file);
+  preflight(plan.jobs);
   Planner planner(plan.chunk_frames, write_cache, need_ranges);
   std::vector<PlannedInput> inputs;
   for (size_t j = 0; j < plan.jobs.size(); ++j) {

@@ -11,6 +11,7 @@
 #include "io/video_writer.h"
 #include "parallel/devices.h"
 #include "scheduler/pipeline.h"
+#include "scheduler/preflight.h"
 #include "scheduler/tasks.h"
 #include "scheduler/video_stages.h"
 #include "src/base/clock.h"
@@ -44,6 +45,46 @@ bool prepare_output(const JobSpec& job, const std::string& input, const std::str
     throw OutputError(dir + ": output folder is not writable", kExitCantCreat);
   }
   return true;
+}
+
+// The one line an interrupted input gets: which input, what became of its output, and the
+// command that resumes the run.
+std::string interrupted_text(const JobSpec& job, const std::string& input,
+                             const std::string& output) {
+  std::string command = "wmbatch " + job.file;
+  if (job.file.find_first_of(" '\"$\\") != std::string::npos) {
+    command = "wmbatch '" + job.file + "'";
+  }
+  std::string text =
+      input + ": interrupted; " +
+      (output.empty() ? std::string("nothing was written") : output + " was not written") +
+      "; resume with: " + command;
+  if (job.on_exists == OnExists::kFail) {
+    text += " (with on_exists: skip in the job, the outputs already done are kept)";
+  }
+  return text;
+}
+
+// --report FILE must not name a file the run reads (a job file, an input): it would be
+// overwritten at the end. Throws Error(kExitUsage).
+void check_report_path(const std::string& report, const std::vector<JobSpec>& jobs) {
+  auto refuse = [&](const std::string& what, const std::string& path) {
+    throw Error("--report " + report + ": is " + what + " " + path +
+                    " of this run; give another file (it would be overwritten)",
+                kExitUsage);
+  };
+  for (const JobSpec& job : jobs) {
+    if (fs::same_file(report, job.file)) refuse("the job file", job.file);
+    std::vector<std::string> inputs;
+    try {
+      inputs = expand_inputs(job);
+    } catch (const Error&) {
+      continue;  // reported when the job runs
+    }
+    for (const std::string& input : inputs) {
+      if (fs::same_file(report, input)) refuse("the input", input);
+    }
+  }
 }
 
 }  // namespace
@@ -118,7 +159,8 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
       in.state = InputState::kDone;
       in.seconds += r.finish_seconds;  // its own time, not the next input's
     } catch (const Error& e) {
-      fail(in, e.exit_code(), e.what());
+      fail(in, e.exit_code(),
+           e.exit_code() == kExitTempFail ? interrupted_text(job, in.input, in.output) : e.what());
       in.seconds += seconds_since(wait_start);
     } catch (const std::exception& e) {
       fail(in, kExitSoftware, in.input + ": internal error: " + e.what());
@@ -156,7 +198,8 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
         in.state = InputState::kDone;
       }
     } catch (const Error& e) {
-      fail(in, e.exit_code(), e.what());
+      fail(in, e.exit_code(),
+           e.exit_code() == kExitTempFail ? interrupted_text(job, in.input, in.output) : e.what());
     } catch (const std::exception& e) {
       fail(in, kExitSoftware, in.input + ": internal error: " + e.what());
     }
@@ -215,6 +258,8 @@ int run_job_files(const std::vector<std::string>& files, const RunOptions& optio
     std::vector<JobSpec> loaded = load_job_file(file);
     jobs.insert(jobs.end(), loaded.begin(), loaded.end());
   }
+  preflight(jobs);
+  if (!options.report_path.empty()) check_report_path(options.report_path, jobs);
   // Farm managers (Deadline) parse "Progress: N%" from stdout.
   Progress progress(options.progress, options.progress == ProgressStyle::kFarm ? stdout : stderr);
   std::vector<JobOutcome> outcomes;

@@ -577,6 +577,7 @@ class JobParser {
 
   void parse_output(const Field& f) {
     const std::string tmpl = get_string(f);
+    job_.output_line = f.line;
     const TemplateResult check = expand_template(tmpl, [](const std::string&) { return "x"; });
     if (!check.error.empty()) fail(f, check.error);
     const bool several = job_.inputs.size() > 1 ||
@@ -798,7 +799,10 @@ class JobParser {
     };
     const char* const kNameChars =
         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
-    if (const Field* c = encode.find("codec")) e.codec = word(*c, kNameChars, "libx264");
+    if (const Field* c = encode.find("codec")) {
+      e.codec = word(*c, kNameChars, "libx264");
+      e.codec_line = c->line;
+    }
     if (const Field* c = encode.find("crf")) e.crf = get_int(*c, 0, 51);
     if (const Field* p = encode.find("preset")) {
       if (e.codec == "libx264" || e.codec == "libx265") {
@@ -809,12 +813,16 @@ class JobParser {
         e.preset = get_string(*p);  // other encoders name their presets differently
       }
     }
-    if (const Field* p = encode.find("pix_fmt")) e.pix_fmt = word(*p, kNameChars, "yuv420p10le");
+    if (const Field* p = encode.find("pix_fmt")) {
+      e.pix_fmt = word(*p, kNameChars, "yuv420p10le");
+      e.pix_fmt_line = p->line;
+    }
     if (const Field* a = encode.find("audio")) e.copy_audio = get_enum(*a, kCopyOrNone);
     if (const Field* s = encode.find("subtitles")) e.copy_subtitles = get_enum(*s, kCopyOrNone);
     if (const Field* t = encode.find("threads")) e.threads = get_int(*t, 0, 1024);
     if (const Field* o = encode.find("options")) {
       if (!o->node.IsMap()) fail(*o, "must be a map of encoder options (got " + got(o->node) + ")");
+      std::map<std::string, int> seen;  // name → line: linear in the number of options
       for (const auto& kv : o->node) {
         const Field key{kv.first, o->key, line_of(kv.first, o->line), o->file};
         const std::string name = kv.first.IsScalar() ? kv.first.Scalar() : "";
@@ -823,10 +831,12 @@ class JobParser {
         }
         const Field value{kv.second, o->key + "." + name, key.line, o->file};
         if (!kv.second.IsScalar()) fail(value, "must be a scalar (got " + got(kv.second) + ")");
-        for (const auto& [seen, unused] : e.options) {
-          if (seen == name) fail(value, "repeated key");
+        const auto [first, fresh] = seen.emplace(name, key.line);
+        if (!fresh) {
+          fail(value, "repeated key (first at line " + std::to_string(first->second) + ")");
         }
         e.options.emplace_back(name, kv.second.Scalar());
+        e.option_lines.push_back(key.line);
       }
     }
   }
@@ -834,6 +844,53 @@ class JobParser {
   MapView top_;
   JobSpec job_;
 };
+
+// Top-level keys that choose what to read, where to write or how to schedule, but never the
+// output's bits: left out of JobSpec::output_settings.
+const char* const kKeysOutsideOutput[] = {"job",    "input",  "output", "on_exists",
+                                          "tokens", "decode", "offload"};
+
+// One "path: value" line per scalar under `node` (a validated job document).
+void canonical_lines(const YAML::Node& node, const std::string& path,
+                     std::vector<std::string>& out) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      for (const auto& kv : node) {
+        const std::string key = kv.first.Scalar();
+        if (path.empty() && std::find(std::begin(kKeysOutsideOutput), std::end(kKeysOutsideOutput),
+                                      key) != std::end(kKeysOutsideOutput)) {
+          continue;
+        }
+        canonical_lines(kv.second, path.empty() ? key : path + "." + key, out);
+      }
+      break;
+    case YAML::NodeType::Sequence:
+      for (size_t i = 0; i < node.size(); ++i) {
+        canonical_lines(node[i], path + "[" + std::to_string(i) + "]", out);
+      }
+      break;
+    case YAML::NodeType::Scalar: {
+      std::string line = path + ": ";
+      for (char c : node.Scalar()) {
+        if (c == '\\' || c == '\n') line += '\\';
+        line += c == '\n' ? 'n' : c;
+      }
+      out.push_back(std::move(line));
+      break;
+    }
+    default:
+      out.push_back(path + ": ~");
+  }
+}
+
+std::string canonical_settings(const YAML::Node& doc) {
+  std::vector<std::string> lines;
+  canonical_lines(doc, "", lines);
+  std::sort(lines.begin(), lines.end());
+  std::string text;
+  for (const std::string& line : lines) text += line + "\n";
+  return text;
+}
 
 }  // namespace
 
@@ -862,6 +919,7 @@ std::vector<JobSpec> parse_job_text(const std::string& text, const std::string& 
     if (!docs[i].IsMap()) fail(doc, "a job must be a map of keys (got " + got(docs[i]) + ")");
     JobParser parser(doc, docs.size() == 1 ? stem : stem + "-" + std::to_string(i + 1));
     jobs.push_back(parser.parse());
+    jobs.back().output_settings = canonical_settings(docs[i]);
     const auto [it, fresh] = name_lines.emplace(jobs.back().name, line);
     if (!fresh) {
       const Field* name = parser.name_field();

@@ -34,6 +34,11 @@ struct EncodeSpec {
   // Encoder options by libav name, as ffmpeg's `-KEY VALUE` after `-c:v` (tune, profile, g,
   // x264-params, ...), in the job's order. Set after crf and preset, so they can override them.
   std::vector<std::pair<std::string, std::string>> options;
+  // Lines of these keys in the job file (0: not given), for the checks that need libav and run
+  // after parsing (io/encoder_check.h, called by the runner before any job starts).
+  int codec_line = 0;
+  int pix_fmt_line = 0;
+  std::vector<int> option_lines;  // one per entry of `options`
 };
 
 struct TilingSpec {
@@ -53,6 +58,7 @@ struct JobSpec {
   std::vector<std::string> inputs;  // as written; may hold globs (resolved relative to dir)
   std::vector<int> input_lines;     // 1-based line of each entry of `inputs`, for errors
   std::string output;               // template: {stem} {ext} {job} {dir}
+  int output_line = 0;              // line of `output:`
   OnExists on_exists = OnExists::kFail;
   ModelConfig model;
   std::string devices = "cpu";  // cpu | auto | list ("list": the GPU indices are in device_ids)
@@ -65,6 +71,11 @@ struct JobSpec {
   std::string input_tensor = "latent";  // decode_latents / encode_latents with .safetensors input
   double max_error_rate = 0.0;          // tolerated fraction of undecodable packets
   DecodeMode decode = DecodeMode::kSoftware;  // upscale only so far (see docs/job-format.md)
+  // Every validated key of the job's document that can change the output's bits, as canonical
+  // text (keys sorted, one `path: value` a line). Everything but the keys that only choose what
+  // to read, where to write or how to schedule (job, input, output, on_exists, tokens, decode,
+  // offload), so a key added later is in it by default. The farm fingerprint hashes it.
+  std::string output_settings;
 };
 
 // Loads every job in `path` (one YAML document per job; `---` separates several).

@@ -26,9 +26,10 @@ std::atomic<bool> g_cancel{false};
 std::atomic<int> g_hard_signals{0};
 
 extern "C" void on_signal(int sig) {
-  // SIGINT/SIGTERM/SIGUSR1: stop at the next slice boundary (exit 75). A second SIGINT/SIGTERM
-  // takes the default action; SIGUSR1 never does, so a farm wrapper may forward SIGUSR1 to a
-  // process that its manager signalled directly too (scheduler/slurm.h).
+  // SIGINT/SIGTERM/SIGHUP (the terminal closed)/SIGUSR1: stop at the next slice boundary (exit
+  // 75), removing the partial output. A second SIGINT/SIGTERM/SIGHUP takes the default action;
+  // SIGUSR1 never does, so a farm wrapper may forward SIGUSR1 to a process that its manager
+  // signalled directly too (scheduler/slurm.h).
   g_cancel.store(true);
   if (sig != SIGUSR1 && g_hard_signals.fetch_add(1) > 0) {
     std::signal(sig, SIG_DFL);
@@ -39,6 +40,7 @@ extern "C" void on_signal(int sig) {
 void install_signals() {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  std::signal(SIGHUP, on_signal);
   std::signal(SIGUSR1, on_signal);
 }
 
@@ -51,7 +53,7 @@ const char* kExitCodes = R"(Exit codes:
   70  internal error
   73  output cannot be created (folder not writable, exists with on_exists: fail)
   74  write failed (disk full, I/O error)
-  75  interrupted (SIGINT/SIGTERM/SIGUSR1); rerunning resumes
+  75  interrupted (SIGINT/SIGTERM/SIGHUP/SIGUSR1); rerunning resumes
 With several inputs, the first failure's code is returned after all inputs were tried.
 
 Farm commands (one chunk of frames per farm task; docs/farm.md; `wmbatch CMD --help`):
@@ -66,7 +68,7 @@ const char* kFarmExitCodes = R"(Exit codes (farm):
   64  bad command line
   65  bad job file or input, or a chunk/range that does not exist: never worth retrying
   66  input missing; 73 output exists (on_exists: fail) or cannot be created
-  75  interrupted (SIGTERM/SIGINT/SIGUSR1): stopped at a slice boundary; rerun to resume
+  75  interrupted (SIGTERM/SIGINT/SIGHUP/SIGUSR1): stopped at a slice boundary; rerun to resume
   other non-zero (1: chunks missing for assemble, 70, 74, ...): worth a retry)";
 
 wm::sched::ProgressStyle parse_style(const std::string& s) {

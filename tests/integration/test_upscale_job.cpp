@@ -316,8 +316,9 @@ TEST(UpscaleJob, BatchOutputsAreWholeAndInOrder) {
   expect_no_partials(dir.file("out"));
 }
 
-// Two inputs with one output: the second sees the first's finished file (on_exists: fail).
-TEST(UpscaleJob, TwoInputsOneOutputSeeEachOther) {
+// Two inputs with one output are refused before either runs (more cases in
+// test_output_safety.cpp): neither may overwrite or "skip" the other.
+TEST(UpscaleJob, TwoInputsOneOutputAreRefused) {
   TempDir dir("batch-same");
   ClipSpec spec;
   spec.audio = false;
@@ -327,11 +328,11 @@ TEST(UpscaleJob, TwoInputsOneOutputSeeEachOther) {
   std::filesystem::create_directories(dir.file("sub"));
   make_clip(dir.file("sub/clip.mp4"), spec);
   const std::string job =
-      write_job(dir, "job.yaml", "[clip.mp4, sub/clip.mp4]", "out/{stem}.mp4", "on_exists: fail\n");
+      write_job(dir, "job.yaml", "[clip.mp4, sub/clip.mp4]", "out/{stem}.mp4", "on_exists: skip\n");
   CommandResult r = wmbatch({job});
-  EXPECT_EQ(r.exit_code, 73) << r.output;
-  EXPECT_NE(r.output.find("output exists"), std::string::npos) << r.output;
-  EXPECT_EQ(probe(dir.file("out/clip.mp4")).video_frames, 3);
+  EXPECT_EQ(r.exit_code, 65) << r.output;
+  EXPECT_NE(r.output.find("would both write"), std::string::npos) << r.output;
+  EXPECT_FALSE(exists(dir.file("out/clip.mp4")));
 }
 
 // The disk fills while an input's output finishes (the whole file is still in the muxer's

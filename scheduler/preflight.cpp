@@ -1,0 +1,98 @@
+#include "scheduler/preflight.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+
+#include "io/encoder_check.h"
+#include "src/base/error.h"
+
+namespace wm::sched {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+bool is_folder(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// Whether an output of `job` is video encoded by its encoder (not a tensor file).
+bool writes_video(const JobSpec& job, const std::string& output) {
+  return job.task != Task::kEncodeLatents && !ends_with(output, ".safetensors");
+}
+
+void check_encoder(const JobSpec& job) {
+  const EncodeSpec& e = job.encode;
+  const auto problem = io::check_encoder(e.codec, e.pix_fmt, e.options);
+  if (!problem) return;
+  using Key = io::EncoderProblem::Key;
+  switch (problem->key) {
+    case Key::kCodec:
+      throw ConfigError(job.file, e.codec_line ? e.codec_line : job.line, "encode.codec",
+                        problem->message);
+    case Key::kPixFmt:
+      throw ConfigError(job.file, e.pix_fmt_line ? e.pix_fmt_line : job.line, "encode.pix_fmt",
+                        problem->message);
+    case Key::kOption: {
+      const size_t i = problem->option;
+      const int line = i < e.option_lines.size() ? e.option_lines[i] : job.line;
+      throw ConfigError(job.file, line, "encode.options." + e.options.at(i).first,
+                        problem->message);
+    }
+  }
+}
+
+void check_outputs(const JobSpec& job) {
+  std::vector<std::string> inputs;
+  try {
+    inputs = expand_inputs(job);
+  } catch (const Error&) {
+    return;  // the runner reports it for this job, and runs the others
+  }
+  std::map<std::string, std::string> writer_of;  // output → the input that writes it
+  std::set<std::string> containers_checked;
+  for (const std::string& input : inputs) {
+    std::string output;
+    try {
+      output = expand_output(job.output, input, job.name, job.dir);
+    } catch (const Error&) {
+      continue;  // the runner reports it for this input
+    }
+    const auto [first, fresh] = writer_of.emplace(output, input);
+    if (!fresh) {
+      throw ConfigError(job.file, job.output_line, "output",
+                        "inputs " + first->second + " and " + input + " would both write " +
+                            output + " (make the template tell them apart, e.g. with {ext} or " +
+                            "{dir})");
+    }
+    if (is_folder(output)) {
+      throw OutputError(output + ": output is an existing folder (input " + input + ")",
+                        kExitCantCreat);
+    }
+    if (!writes_video(job, output)) continue;
+    const std::string ext = output.substr(std::min(output.size(), output.find_last_of('.')));
+    if (!containers_checked.insert(ext).second) continue;
+    if (const auto problem = io::check_container(output)) {
+      throw ConfigError(job.file, job.output_line, "output", output + ": " + *problem);
+    }
+  }
+}
+
+}  // namespace
+
+void preflight(const std::vector<JobSpec>& jobs) {
+  for (const JobSpec& job : jobs) {
+    if (job.task != Task::kEncodeLatents && !ends_with(job.output, ".safetensors")) {
+      check_encoder(job);
+    }
+  }
+  for (const JobSpec& job : jobs) check_outputs(job);
+}
+
+}  // namespace wm::sched
