@@ -60,7 +60,8 @@ std::string parent_folder(const std::string& path) {
 }
 
 void commit_output(AVFormatContext* output, const std::string& temp_path,
-                   const std::string& final_path, int64_t frames) {
+                   const std::string& final_path, int64_t frames,
+                   const std::function<void(const std::string& temp_path)>& before_rename) {
   if (!(output->oformat->flags & AVFMT_NOFILE)) {
     const int rc = avio_closep(&output->pb);
     if (rc < 0) fail(final_path, "cannot close " + temp_path, rc);
@@ -72,6 +73,7 @@ void commit_output(AVFormatContext* output, const std::string& temp_path,
                           " video frames in the file, " + std::to_string(frames) + " written",
                       kExitIoErr);
   }
+  if (before_rename) before_rename(temp_path);
   if (::rename(temp_path.c_str(), final_path.c_str()) != 0) {
     throw OutputError(final_path + ": rename from " + temp_path + ": " + std::strerror(errno),
                       kExitIoErr);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 extern "C" {
@@ -15,8 +16,12 @@ namespace wm::io {
 // re-reads it and checks that stream 0 holds `frames` packets, renames it to `final_path` and
 // fsyncs the folder so the rename survives a crash. Throws OutputError (kExitIoErr) naming
 // `final_path`; on a throw the temp file is still there for the caller to remove.
+// `before_rename`, when set, runs once the temp file is verified and durable, just before the
+// rename (the farm records the file's size and mtime there, which the rename keeps, so a run
+// killed between the rename and its journal row still knows the output as its own).
 void commit_output(AVFormatContext* output, const std::string& temp_path,
-                   const std::string& final_path, int64_t frames);
+                   const std::string& final_path, int64_t frames,
+                   const std::function<void(const std::string& temp_path)>& before_rename = {});
 
 // The folder of `path` ("." when it has none).
 std::string parent_folder(const std::string& path);

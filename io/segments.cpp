@@ -312,7 +312,7 @@ class Concatenator {
     if (source_) copy_source_until(AV_NOPTS_VALUE, AVRational{1, 1}, true);
     int rc = av_write_trailer(output_.get());
     if (rc < 0) write_failed("cannot write the trailer", rc);
-    commit_output(output_.get(), temp_path_, config_.output, frames_);
+    commit_output(output_.get(), temp_path_, config_.output, frames_, config_.before_rename);
     temp_exists_ = false;
     output_.reset();
     source_.reset();

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ struct ConcatConfig {
   bool copy_audio = true;
   bool copy_subtitles = true;
   const std::atomic<bool>* cancel = nullptr;  // set → throws wm::Cancelled, output removed
+  // Runs with the verified, fsynced temp file just before it is renamed into place
+  // (commit_output's before_rename).
+  std::function<void(const std::string& temp_path)> before_rename;
 };
 
 // Concatenates the segments' video (which must share codec, size and parameter sets, with

@@ -15,11 +15,10 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <thread>
 
 #include "io/segments.h"
-#include "io/version.h"
+#include "scheduler/fingerprint.h"
 #include "scheduler/journal.h"
 #include "scheduler/preflight.h"
 #include "scheduler/runner.h"
@@ -176,48 +175,6 @@ std::string segment_name(const ChunkRange& r, const std::string& ext) {
 // context frames (VideoFileSink::set_write_from); until then it runs whole inputs.
 bool chunked_task(Task task) { return task == Task::kUpscale; }
 
-std::string absolute_in(const std::string& path, const std::string& dir) {
-  if (path.empty() || path[0] == '/') return path;
-  return dir + "/" + path;
-}
-
-// Every job setting that can change the output's bits. Not `tokens` (scheduling only), nor
-// `decode`: NVDEC and libavcodec decode H.264/HEVC bit-exactly and their frames convert to the
-// same RGB (tests/unit/test_nvdec*.cpp), so chunks decoded either way fit together.
-std::string settings_text(const JobSpec& job) {
-  std::ostringstream s;
-  s.precision(17);
-  const ModelConfig& m = job.model;
-  s << "wmbatch-farm 1\nlibav " << io::libav_versions() << "\ntask " << to_string(job.task)
-    << "\nmodel " << m.kind << " " << m.task << " scale " << m.scale << " precision "
-    << to_string(m.precision) << " dim " << m.dim << " z_dim " << m.z_dim << " res "
-    << m.num_res_blocks << " mult";
-  for (int v : m.dim_mult) s << " " << v;
-  s << " tdown";
-  for (bool v : m.temporal_downsample) s << " " << v;
-  s << " mean";
-  for (double v : m.latent_mean) s << " " << v;
-  s << " std";
-  for (double v : m.latent_std) s << " " << v;
-  if (!m.weights.empty()) {
-    const std::string weights = absolute_in(m.weights, job.dir);
-    const auto stamp = stamp_file(weights);
-    s << "\nweights " << weights << " " << (stamp ? stamp->size : -1) << " "
-      << (stamp ? stamp->mtime_ns : -1);
-  }
-  s << "\ndevices " << job.devices;
-  for (int id : job.device_ids) s << " " << id;
-  const TilingSpec& t = job.tiling;
-  s << "\ntiling " << t.enabled << " " << t.automatic << " " << t.tile_width << " " << t.tile_height
-    << " " << t.overlap << "\nslice_frames " << job.slice_frames;
-  const EncodeSpec& e = job.encode;
-  s << "\nencode " << e.codec << " crf " << e.crf << " preset " << e.preset << " pix_fmt "
-    << e.pix_fmt << " threads " << e.threads << " audio " << e.copy_audio << " subtitles "
-    << e.copy_subtitles << "\nfps " << job.fps << "\ninput_tensor " << job.input_tensor
-    << "\nmax_error_rate " << job.max_error_rate << "\n";
-  return s.str();
-}
-
 Fingerprint fingerprint(const JobSpec& job, const std::string& input) {
   const auto stamp = stamp_file(input);
   if (!stamp) throw InputError(input + ": " + std::strerror(errno), kExitNoInput);
@@ -225,7 +182,7 @@ Fingerprint fingerprint(const JobSpec& job, const std::string& input) {
   fp.input = input;
   fp.size = stamp->size;
   fp.mtime_ns = stamp->mtime_ns;
-  fp.settings = stable_hash(settings_text(job));
+  fp.settings = stable_hash(job_settings_text(job));
   return fp;
 }
 
@@ -287,14 +244,62 @@ enum class OutputState {
   kForeign,    // a file we did not make (or changed since)
 };
 
+// The output an assembly is about to rename into place, recorded (as a plan-cache entry, so the
+// journal's schema stays) before the rename: a run killed after the rename but before its
+// output row still finds the file to be its own.
+const char* const kCommittingKey = "output-committing 1";
+
+void record_committing(Journal& journal, const OutputRecord& out) {
+  const Fingerprint& fp = out.fingerprint;
+  journal.put_plan(kCommittingKey, nlohmann::json{{"input", fp.input},
+                                                  {"input_size", fp.size},
+                                                  {"input_mtime_ns", fp.mtime_ns},
+                                                  {"settings", fp.settings},
+                                                  {"frames", out.frames},
+                                                  {"size", out.size},
+                                                  {"mtime_ns", out.mtime_ns}}
+                                       .dump());
+}
+
+std::optional<OutputRecord> committing(Journal& journal) {
+  try {
+    const auto text = journal.plan(kCommittingKey);
+    if (!text) return std::nullopt;
+    const auto j = nlohmann::json::parse(*text);
+    OutputRecord out;
+    out.fingerprint.input = j.at("input").get<std::string>();
+    out.fingerprint.size = j.at("input_size").get<int64_t>();
+    out.fingerprint.mtime_ns = j.at("input_mtime_ns").get<int64_t>();
+    out.fingerprint.settings = j.at("settings").get<std::string>();
+    out.frames = j.at("frames").get<int64_t>();
+    out.size = j.at("size").get<int64_t>();
+    out.mtime_ns = j.at("mtime_ns").get<int64_t>();
+    return out;
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;  // not ours to trust
+  }
+}
+
 OutputState output_state(Journal* journal, const std::string& output, const Fingerprint& fp) {
   const auto stamp = stamp_file(output);
   if (!stamp) return OutputState::kAbsent;
   if (journal) {
-    if (auto rec = journal->output()) {
-      if (rec->size == stamp->size && rec->mtime_ns == stamp->mtime_ns) {
-        return rec->fingerprint == fp ? OutputState::kDone : OutputState::kOursStale;
+    const auto same_file = [&](const OutputRecord& rec) {
+      return rec.size == stamp->size && rec.mtime_ns == stamp->mtime_ns;
+    };
+    auto rec = journal->output();
+    if (!rec || !same_file(*rec)) {
+      // Renamed into place by a run that died before writing its output row: the file was
+      // verified before the rename, so it is complete; finish that run's bookkeeping.
+      if (auto pending = committing(*journal); pending && same_file(*pending)) {
+        log::get("farm")->info("{}: recognised as the complete output of an interrupted assembly",
+                               output);
+        journal->put_output(*pending);
+        rec = pending;
       }
+    }
+    if (rec && same_file(*rec)) {
+      return rec->fingerprint == fp ? OutputState::kDone : OutputState::kOursStale;
     }
   }
   return OutputState::kForeign;
@@ -754,6 +759,17 @@ void assemble_output(const FarmPlan& plan, const PlannedInput& in, const FarmOpt
   concat.copy_audio = job.encode.copy_audio;
   concat.copy_subtitles = job.encode.copy_subtitles;
   concat.cancel = options.cancel;
+  concat.before_rename = [&](const std::string& temp_path) {
+    const auto stamp = stamp_file(temp_path);  // a rename keeps size and mtime
+    if (!stamp) throw OutputError(temp_path + ": vanished before its rename", kExitIoErr);
+    OutputRecord out;
+    out.fingerprint = fp;
+    out.frames = 0;
+    for (const ChunkRecord& rec : chain) out.frames += rec.frames;
+    out.size = stamp->size;
+    out.mtime_ns = stamp->mtime_ns;
+    record_committing(journal, out);
+  };
   const auto start = Clock::now();
   const int64_t written = io::concat_segments(concat);
   const auto stamp = stamp_file(in.output);

@@ -12,6 +12,22 @@
 namespace wm::sched {
 namespace {
 
+// A journal error. A damaged file (SQLITE_CORRUPT, SQLITE_NOTADB: torn by a broken filesystem,
+// overwritten, truncated) is no write failure that a retry fixes: it is said to be damaged, with
+// how to recover, and exits 65 so farm managers do not retry it.
+[[noreturn]] void journal_error(sqlite3* db, const std::string& path, const std::string& what,
+                                int code) {
+  const int primary = db ? sqlite3_extended_errcode(db) & 0xff : 0;
+  if (primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB) {
+    const std::string farm = path.substr(0, path.find_last_of('/'));
+    throw OutputError(path + ": the farm journal is damaged (" + what +
+                          "); it cannot say which segments are whole. To recover, remove " + farm +
+                          " (its segments and journal) and run the chunks again",
+                      kExitDataErr);
+  }
+  throw OutputError(path + ": journal " + what, code);
+}
+
 constexpr int kBusyTimeoutMs = 60000;
 
 const char* kSchema = R"SQL(
@@ -78,8 +94,8 @@ class Statement {
  private:
   [[noreturn]] void fail(const char* what) const {
     const int code = sqlite3_extended_errcode(db_);
-    throw OutputError(journal_ + ": journal " + what + " failed: " + sqlite3_errmsg(db_),
-                      (code & 0xff) == SQLITE_CANTOPEN ? kExitCantCreat : kExitIoErr);
+    journal_error(db_, journal_, std::string(what) + " failed: " + sqlite3_errmsg(db_),
+                  (code & 0xff) == SQLITE_CANTOPEN ? kExitCantCreat : kExitIoErr);
   }
   sqlite3* db_;
   const std::string& journal_;
@@ -130,7 +146,7 @@ class WriteTransaction {
     if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
       std::string text = message ? message : sqlite3_errmsg(db_);
       sqlite3_free(message);
-      throw OutputError(journal_ + ": journal " + sql + " failed: " + text, kExitIoErr);
+      journal_error(db_, journal_, std::string(sql) + " failed: " + text, kExitIoErr);
     }
   }
   sqlite3* db_;
@@ -209,7 +225,7 @@ void Journal::exec(const char* sql) {
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
     std::string text = message ? message : sqlite3_errmsg(db_);
     sqlite3_free(message);
-    throw OutputError(path_ + ": journal: " + text, kExitIoErr);
+    journal_error(db_, path_, text, kExitIoErr);
   }
 }
 

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "scheduler/journal.h"
 #include "tests/integration/test_farm_helpers.h"
 #include "tests/support/media.h"
 #include "tests/support/run.h"
@@ -485,6 +486,78 @@ TEST(Farm, ExitCodes) {
   EXPECT_NE(r.output.find("rerun its chunk"), std::string::npos) << r.output;
   ASSERT_EQ(wm({"run", dir.file("job.yaml"), "--chunk-frames", "4"}).exit_code, 0);
   EXPECT_EQ(probe(dir.file("out.mp4")).video_frames, 12);
+}
+
+// `assemble` killed after its rename but before its output row: the journal then holds no output
+// row (cleared here, the state such a kill leaves), and the rerun must know the complete output
+// as its own (exit 0, file untouched), not refuse it as someone else's (73, never retried).
+TEST(Farm, AssembleKilledAfterItsRenameIsDoneOnRerun) {
+  TempDir dir("farm-renamed");
+  ClipSpec spec;
+  spec.frames = 12;
+  spec.audio = false;
+  make_clip(dir.file("in.mp4"), spec);
+  write_text(dir.file("job.yaml"), job_text("in.mp4", "out.mp4"));
+  CommandResult r = wm({"run", dir.file("job.yaml"), "--chunk-frames", "4"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string assembled = read_text(dir.file("out.mp4"));
+  {
+    sched::Journal journal(dir.file("out.mp4.wmfarm/journal.sqlite"), false);
+    journal.clear_output();
+  }
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"assemble", dir.file("job.yaml")},
+        std::vector<std::string>{"run", dir.file("job.yaml"), "--chunk-frames", "4"}}) {
+    SCOPED_TRACE(args[0]);
+    r = wm(args);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(read_text(dir.file("out.mp4")), assembled);
+  }
+  sched::Journal journal(dir.file("out.mp4.wmfarm/journal.sqlite"), false);
+  ASSERT_TRUE(journal.output().has_value()) << "the output row is restored";
+  EXPECT_EQ(journal.output()->frames, 12);
+}
+
+// A damaged journal says so and how to recover, with exit 65 (a retry would fail the same way).
+TEST(Farm, DamagedJournalIsReportedWithTheWayOut) {
+  TempDir dir("farm-damaged");
+  ClipSpec spec;
+  spec.frames = 8;
+  spec.audio = false;
+  make_clip(dir.file("in.mp4"), spec);
+  write_text(dir.file("job.yaml"), job_text("in.mp4", "out.mp4"));
+  ASSERT_EQ(wm({"run", dir.file("job.yaml"), "--chunk", "0", "--chunk-frames", "4"}).exit_code, 0);
+  write_text(dir.file("out.mp4.wmfarm/journal.sqlite"), std::string(4096, 'z'));
+  CommandResult r = wm({"run", dir.file("job.yaml"), "--chunk", "1", "--chunk-frames", "4"});
+  EXPECT_EQ(r.exit_code, 65) << r.output;
+  EXPECT_NE(r.output.find("the farm journal is damaged"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("remove " + dir.file("out.mp4.wmfarm")), std::string::npos) << r.output;
+  // Following the advice works.
+  stdfs::remove_all(dir.file("out.mp4.wmfarm"));
+  r = wm({"run", dir.file("job.yaml"), "--chunk-frames", "4"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(probe(dir.file("out.mp4")).video_frames, 8);
+}
+
+// Changed encoder options redo the chunks (they were missing from the hand-kept fingerprint);
+// every other key is covered by FarmFingerprint in test_farm_plan.cpp.
+TEST(Farm, ChangedEncoderOptionsAreRedone) {
+  TempDir dir("farm-options");
+  ClipSpec spec;
+  spec.frames = 8;
+  spec.audio = false;
+  make_clip(dir.file("in.mp4"), spec);
+  write_text(dir.file("job.yaml"), job_text("in.mp4", "out.mp4"));
+  const std::vector<std::string> chunk0 = {
+      wmbatch_path(),   "run", dir.file("job.yaml"), "--chunk", "0",
+      "--chunk-frames", "4",   "--progress",         "none"};
+  ASSERT_EQ(run_command(chunk0).exit_code, 0);
+  write_text(dir.file("job.yaml"),
+             job_text("in.mp4", "out.mp4", "{preset: superfast, options: {g: 2}}"));
+  CommandResult r = run_command(chunk0);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "already done"), 0) << r.output;
+  EXPECT_NE(r.output.find("redoing"), std::string::npos) << r.output;
 }
 
 // Tasks that are not frame-for-frame video (here encode_latents) are farmed by input: one

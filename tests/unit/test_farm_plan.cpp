@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "scheduler/farm.h"
+#include "scheduler/fingerprint.h"
 #include "scheduler/slurm.h"
 #include "src/base/error.h"
 
@@ -191,6 +192,58 @@ TEST(Slurm, Scripts) {
   plan.jobs[0].devices = "auto";
   EXPECT_NE(make_slurm_scripts(plan, "/j.yaml", o).array_script.find("--gpus-per-task=1"),
             std::string::npos);
+}
+
+// The farm fingerprint is derived from the whole validated job: changing any key that can change
+// the output's bits is noticed (a rerun redoes the chunks instead of reusing stale segments);
+// keys that only choose inputs, outputs or scheduling are not part of it.
+TEST(FarmFingerprint, EveryKeyThatChangesTheOutputIsNoticed) {
+  const std::string base =
+      "task: upscale\ninput: a.mp4\noutput: out/{stem}.mkv\nmodel: {kind: lanczos, scale: 2}\n"
+      "encode:\n  codec: libx264\n  crf: 18\n  preset: medium\n  options:\n    tune: film\n";
+  const auto text = [](const std::string& yaml) {
+    return job_settings_text(parse_job_text(yaml, "/jobs/job.yaml").at(0));
+  };
+  const std::string reference = text(base);
+  EXPECT_EQ(text(base), reference) << "stable";
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string yaml = base;
+    const size_t at = yaml.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return yaml.replace(at, from.size(), to);
+  };
+  for (const std::string& changed : {
+           with("tune: film", "tune: grain"),            // encode.options value
+           with("tune: film", "tune: film\n    g: 12"),  // an option more
+           with("crf: 18", "crf: 20"),
+           with("preset: medium", "preset: slow"),
+           with("codec: libx264", "codec: libx265"),
+           with("crf: 18", "crf: 18\n  pix_fmt: yuv444p"),
+           with("crf: 18", "crf: 18\n  threads: 2"),
+           with("crf: 18", "crf: 18\n  audio: none"),
+           with("crf: 18", "crf: 18\n  subtitles: none"),
+           with("scale: 2", "scale: 3"),
+           with("kind: lanczos", "kind: bicubic"),
+           base + "tiling: {tile: 64, overlap: 8}\n",
+           base + "slice_frames: 4\n",
+           base + "max_error_rate: 0.1\n",
+           base + "devices: auto\n",
+           base + "precision: bf16\n",
+       }) {
+    EXPECT_NE(text(changed), reference) << changed;
+  }
+  // Scheduling, inputs and outputs do not change a segment's bits.
+  for (const std::string& same : {
+           base + "tokens: 7\n",
+           base + "on_exists: overwrite\n",
+           base + "job: other\n",
+           base + "decode: auto\n",
+           base + "offload: {pinned_mib: 64}\n",
+           with("input: a.mp4", "input: b.mp4"),
+           with("out/{stem}.mkv", "elsewhere/{stem}.mkv"),
+       }) {
+    EXPECT_EQ(text(same), reference) << same;
+  }
 }
 
 }  // namespace

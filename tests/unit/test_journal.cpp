@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
+
 #include "scheduler/journal.h"
 #include "src/base/error.h"
 #include "tests/support/media.h"
@@ -66,6 +68,39 @@ TEST(Journal, MissingFileWithoutCreateThrows) {
   test::TempDir dir("journal");
   EXPECT_THROW(Journal(dir.file("none.sqlite"), false), OutputError);
   EXPECT_FALSE(test::exists(dir.file("none.sqlite")));
+}
+
+// A damaged journal (overwritten, or torn in the middle of its pages) is reported as damaged,
+// with how to recover, and exits 65 (a retry cannot fix it), not 74.
+TEST(Journal, DamagedFileIsReportedAsSuchWithTheWayOut) {
+  test::TempDir dir("journal");
+  const std::string overwritten = dir.file("a.wmfarm/journal.sqlite");
+  const std::string torn = dir.file("b.wmfarm/journal.sqlite");
+  std::filesystem::create_directories(dir.file("a.wmfarm"));
+  std::filesystem::create_directories(dir.file("b.wmfarm"));
+  test::write_text(overwritten, std::string(8192, 'x'));
+  {
+    Journal j(torn);
+    for (int i = 0; i < 80; ++i) j.put_chunk(chunk(i * 10, i * 10 + 9));
+  }
+  std::string bytes = test::read_text(torn);
+  for (size_t i = 4096; i < bytes.size(); i += 97) bytes[i] = char(0xA5);  // pages after the first
+  test::write_text(torn, bytes);
+  for (const std::string& path : {overwritten, torn}) {
+    SCOPED_TRACE(path);
+    try {
+      Journal j(path, false);
+      j.chunks();
+      j.put_chunk(chunk(5000, 5009));
+      ADD_FAILURE() << "no error";
+    } catch (const OutputError& e) {
+      EXPECT_EQ(e.exit_code(), kExitDataErr) << e.what();
+      const std::string message = e.what();
+      EXPECT_NE(message.find(path + ": the farm journal is damaged"), std::string::npos) << message;
+      EXPECT_NE(message.find("remove " + path.substr(0, path.rfind('/'))), std::string::npos)
+          << message;
+    }
+  }
 }
 
 TEST(Journal, FingerprintComparesEveryField) {
