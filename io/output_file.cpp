@@ -1,10 +1,14 @@
 #include "io/output_file.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "io/av_handles.h"
 #include "src/base/error.h"
@@ -51,6 +55,59 @@ int64_t count_stream0_packets(const AVOutputFormat* oformat, const std::string& 
 }
 
 }  // namespace
+
+OutputLock::OutputLock(const std::string& final_path, const std::atomic<bool>* cancel) {
+  const std::string folder = parent_folder(final_path);
+  const size_t slash = final_path.find_last_of('/');
+  path_ = folder + "/." + final_path.substr(slash == std::string::npos ? 0 : slash + 1) + ".wmlock";
+  bool told = false;
+  for (;;) {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      throw OutputError(
+          final_path + ": cannot create its lock file " + path_ + ": " + std::strerror(errno),
+          kExitCantCreat);
+    }
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      if (err == EINTR) continue;
+      if (err != EWOULDBLOCK) {
+        ::close(fd_);
+        throw OutputError(final_path + ": cannot lock " + path_ + ": " + std::strerror(err),
+                          kExitIoErr);
+      }
+      if (!told) {
+        log::get("output")->info("{}: another process is writing it; waiting", final_path);
+        told = true;
+      }
+      if (cancel && cancel->load()) {
+        ::close(fd_);
+        throw Cancelled(final_path + ": interrupted while waiting for another process");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    // The previous holder removes the file as it lets go: a lock on a removed file locks
+    // nothing, so take the one now at the path.
+    struct stat held {
+    }, named{};
+    if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &named) == 0 &&
+        held.st_dev == named.st_dev && held.st_ino == named.st_ino) {
+      break;
+    }
+    ::close(fd_);
+  }
+}
+
+OutputLock::~OutputLock() {
+  if (fd_ < 0) return;
+  ::unlink(path_.c_str());  // while still held: see the constructor
+  ::close(fd_);
+}
+
+OutputLock::OutputLock(OutputLock&& other) noexcept
+    : path_(std::move(other.path_)), fd_(other.fd_) {
+  other.fd_ = -1;
+}
 
 std::string parent_folder(const std::string& path) {
   const auto slash = path.find_last_of('/');

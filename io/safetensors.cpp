@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "src/base/error.h"
+#include "src/base/fs.h"
 
 namespace wm::io {
 
@@ -241,7 +242,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorEntry>& 
   for (int i = 0; i < 8; ++i)
     len_bytes[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));
 
-  const std::string partial = path + ".partial";
+  const std::string partial = fs::temp_path_for(path);
   FdCloser fd{::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
   if (fd.fd < 0) throw OutputError(partial + ": cannot create: " + errno_text(), kExitCantCreat);
   auto write_all = [&](const void* p, size_t n) {

@@ -13,6 +13,7 @@
 #include "io/av_handles.h"
 #include "io/av_log.h"
 #include "src/base/error.h"
+#include "src/base/fs.h"
 #include "src/base/log.h"
 
 namespace wm::io {
@@ -52,7 +53,7 @@ std::string extradata_of(const AVCodecParameters* par) {
 class Concatenator {
  public:
   explicit Concatenator(const ConcatConfig& config)
-      : config_(config), temp_path_(config.output + ".partial"), log_(log::get("concat")) {}
+      : config_(config), temp_path_(fs::temp_path_for(config.output)), log_(log::get("concat")) {}
 
   ~Concatenator() {
     output_.reset();

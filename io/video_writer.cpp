@@ -19,6 +19,7 @@
 #include "io/pixel_convert.h"
 #include "src/base/clock.h"
 #include "src/base/error.h"
+#include "src/base/fs.h"
 #include "src/base/log.h"
 
 extern "C" {
@@ -97,7 +98,7 @@ struct VideoWriter::Impl {
 
   explicit Impl(const WriterConfig& c) : config(c), final_path(c.path) {
     install_av_log();
-    temp_path = final_path + ".partial";
+    temp_path = fs::temp_path_for(final_path);  // per process: see src/base/fs.h
     if (config.width <= 0 || config.height <= 0 || !valid(config.time_base)) {
       throw Error(final_path + ": writer needs a size and a time base", kExitSoftware);
     }

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "io/output_file.h"
 #include "io/segments.h"
 #include "scheduler/fingerprint.h"
 #include "scheduler/journal.h"
@@ -576,6 +577,10 @@ void run_chunk(const FarmPlan& plan, const Chunk& c, const FarmOptions& options,
   run.cancel = options.cancel;
   TaskRunner& runner = runners.get(c.job, c.whole_input);
   if (c.whole_input) {
+    // Written straight to its output: the output's own lock too, as a plain run takes it.
+    io::OutputLock output_lock(c.output, options.cancel);
+    if (!output_needs_work(job, &journal, c.output, fp, label)) return;
+    fs::remove_stale_temps(c.output);
     int64_t frames = 0;
     try {
       frames = runner.process(c.input, c.output, run, progress);
@@ -601,7 +606,7 @@ void run_chunk(const FarmPlan& plan, const Chunk& c, const FarmOptions& options,
     return;
   }
 
-  remove_file(c.segment + ".partial");  // left by a killed run
+  fs::remove_stale_temps(c.segment);  // left by killed runs (we hold the chunk's lock)
   const bool last = is_last_chunk(c);
   run.segment = true;
   run.first_frame = c.range.first_frame - c.range.context_before;
@@ -681,7 +686,10 @@ void assemble_output(const FarmPlan& plan, const PlannedInput& in, const FarmOpt
   }
   if (!output_needs_work(job, &journal, in.output, fp, label)) return;
   FileLock lock(dir + "/assemble.lock", label, options.cancel);
+  // And the output's own lock, which a plain run of a job with this output takes too.
+  io::OutputLock output_lock(in.output, options.cancel);
   if (!output_needs_work(job, &journal, in.output, fp, label)) return;
+  fs::remove_stale_temps(in.output);
 
   // The segments, chained from frame 0 to the end of the input.
   std::map<int64_t, ChunkRecord> by_first;

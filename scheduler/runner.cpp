@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "io/output_file.h"
 #include "io/video_reader.h"
 #include "io/video_writer.h"
 #include "parallel/devices.h"
@@ -27,11 +28,17 @@ bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-// Checks what must hold before any work on one input; returns false to skip it.
+// Checks what must hold before any work on one input; returns false to skip it. The caller
+// holds the output's lock (io::OutputLock), so the check sees any other process's finished file.
 bool prepare_output(const JobSpec& job, const std::string& input, const std::string& output) {
   if (fs::same_file(input, output)) {
     throw Error(output + ": output would overwrite its input", kExitDataErr);
   }
+  struct stat st {};
+  if (::stat(output.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    throw OutputError(output + ": output is an existing folder", kExitCantCreat);
+  }
+  fs::remove_stale_temps(output);  // left by killed runs; nobody else writes it now
   if (file_exists(output)) {
     if (job.on_exists == OnExists::kSkip) return false;
     if (job.on_exists == OnExists::kFail) {
@@ -39,12 +46,19 @@ bool prepare_output(const JobSpec& job, const std::string& input, const std::str
                         kExitCantCreat);
     }
   }
+  if (::access(fs::parent_dir(output).c_str(), W_OK) != 0) {
+    throw OutputError(fs::parent_dir(output) + ": output folder is not writable", kExitCantCreat);
+  }
+  return true;
+}
+
+// The output's folder, made if missing (the lock file lives in it).
+void make_output_folder(const std::string& output) {
   const std::string dir = fs::parent_dir(output);
   fs::make_dirs(dir);
   if (::access(dir.c_str(), W_OK) != 0) {
     throw OutputError(dir + ": output folder is not writable", kExitCantCreat);
   }
-  return true;
 }
 
 // The one line an interrupted input gets: which input, what became of its output, and the
@@ -129,7 +143,8 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
   // next input runs through the model; settled before that input's outcome is recorded.
   struct Finishing {
     InputOutcome in;
-    double seconds;  // until its finish began
+    double seconds;       // until its finish began
+    io::OutputLock lock;  // held until the output is in place or given up (outlives `output`)
     PendingOutput output;
   };
   std::optional<Finishing> finishing;
@@ -179,6 +194,7 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
     in.input = inputs[i];
     const auto start = Clock::now();
     std::optional<PendingOutput> output;
+    std::optional<io::OutputLock> lock;
     try {
       in.output = expand_output(job.output, in.input, job.name, job.dir);
       // Two inputs with one output: the first must be on disk before the second checks it.
@@ -186,6 +202,8 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
         settle();
         if (stopped()) break;
       }
+      make_output_folder(in.output);
+      lock.emplace(in.output, options.cancel);
       if (!prepare_output(job, in.input, in.output)) {
         in.state = InputState::kSkipped;
         log->info("{}: exists, skipped", in.output);
@@ -206,7 +224,7 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
     settle();  // the previous input's finish ran alongside this one's model work
     if (output) {
       const double seconds = seconds_since(start);
-      finishing.emplace(Finishing{std::move(in), seconds, std::move(*output)});
+      finishing.emplace(Finishing{std::move(in), seconds, std::move(*lock), std::move(*output)});
     } else {
       in.seconds = seconds_since(start);
       record(std::move(in));

@@ -34,7 +34,7 @@ void fsync_path(const std::string& path) {
 }
 
 void write_file_atomic(const std::string& path, const std::string& content) {
-  const std::string temp = path + ".partial";
+  const std::string temp = temp_path_for(path);
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     const int err = errno;
@@ -63,6 +63,31 @@ void write_file_atomic(const std::string& path, const std::string& content) {
     throw OutputError(path + ": rename failed: " + std::strerror(err));
   }
   fsync_path(parent_dir(path));
+}
+
+std::string temp_path_for(const std::string& final_path) {
+  return final_path + "." + std::to_string(::getpid()) + ".partial";
+}
+
+void remove_stale_temps(const std::string& final_path) {
+  const std::filesystem::path path(final_path);
+  const std::string name = path.filename().string();
+  const std::string ours = std::filesystem::path(temp_path_for(final_path)).filename().string();
+  std::error_code ec;
+  std::filesystem::directory_iterator it(parent_dir(final_path), ec);
+  for (; !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::string entry = it->path().filename().string();
+    if (entry == ours || entry.size() < name.size() + 8 ||
+        entry.compare(0, name.size(), name) != 0 ||
+        entry.compare(entry.size() - 8, 8, ".partial") != 0) {
+      continue;
+    }
+    // What lies between: "" (the old shared name) or ".<pid>".
+    const std::string middle = entry.substr(name.size(), entry.size() - 8 - name.size());
+    const bool pid = middle.size() > 1 && middle[0] == '.' &&
+                     middle.find_first_not_of("0123456789", 1) == std::string::npos;
+    if (middle.empty() || pid) ::unlink(it->path().c_str());
+  }
 }
 
 bool same_file(const std::string& a, const std::string& b) {

@@ -5,7 +5,16 @@
 
 namespace wm::fs {
 
-// Writes `content` to "<path>.partial", fsyncs it, renames it over `path` and fsyncs the
+// The temp name a process writes `final_path` under before renaming it into place:
+// "<final_path>.<pid>.partial", so two processes never share one temp file.
+std::string temp_path_for(const std::string& final_path);
+
+// Removes the temp files of `final_path` that other (killed) runs left: "<final>.partial" and
+// "<final>.<pid>.partial" of any pid but ours. Call it only while holding the output's lock
+// (io::OutputLock), when no other process may be writing one.
+void remove_stale_temps(const std::string& final_path);
+
+// Writes `content` to temp_path_for(path), fsyncs it, renames it over `path` and fsyncs the
 // folder, so `path` holds either its old content or the whole new one. Throws OutputError.
 void write_file_atomic(const std::string& path, const std::string& content);
 

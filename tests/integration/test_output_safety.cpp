@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -138,6 +139,72 @@ TEST(OutputSafety, OutputThatIsAFolderIsRefusedUpFront) {
       << r.output;
   EXPECT_FALSE(exists(dir.file("out/a.mkv"))) << "refused before any input was processed";
   EXPECT_TRUE(stdfs::is_directory(dir.file("out/b.mkv")));
+}
+
+// Two processes writing one output take turns (a lock on the final path; each writes its own
+// temp file): the second sees the first's finished file, and a run that reports success has its
+// own result there.
+struct TwoWriters {
+  TempDir dir{"two-writers"};
+  TwoWriters() {
+    ClipSpec spec;
+    spec.width = 320;
+    spec.height = 240;
+    spec.frames = 60;
+    spec.audio = false;
+    make_clip(dir.file("clip.mp4"), spec);
+  }
+  void job(const std::string& name, int scale, const std::string& on_exists) {
+    write_text(dir.file(name),
+               "input: clip.mp4\noutput: out/{stem}.mkv\nmodel: {kind: lanczos, "
+               "scale: " +
+                   std::to_string(scale) + "}\non_exists: " + on_exists + "\nslice_frames: 4\n");
+  }
+  // Runs both job files at once; their exit codes and logs.
+  std::pair<int, int> run(const std::string& a, const std::string& b, std::string* log_a,
+                          std::string* log_b) {
+    Background first({wmbatch_path(), "--progress", "none", dir.file(a)}, dir.file(a + ".log"));
+    Background second({wmbatch_path(), "--progress", "none", dir.file(b)}, dir.file(b + ".log"));
+    const int rc_a = first.wait(), rc_b = second.wait();
+    *log_a = first.output();
+    *log_b = second.output();
+    return {rc_a, rc_b};
+  }
+  void expect_nothing_left() {
+    EXPECT_TRUE(files_named(dir.path(), ".partial").empty());
+    EXPECT_TRUE(files_named(dir.path(), ".wmlock").empty());
+  }
+};
+
+TEST(OutputSafety, TwoJobsWithOneOutputTakeTurnsAndTheLastWriterIsThere) {
+  TwoWriters w;
+  w.job("x2.yaml", 2, "overwrite");
+  w.job("x3.yaml", 3, "overwrite");
+  std::string log2, log3;
+  const auto [rc2, rc3] = w.run("x2.yaml", "x3.yaml", &log2, &log3);
+  ASSERT_EQ(rc2, 0) << log2;
+  ASSERT_EQ(rc3, 0) << log3;
+  const bool waited2 = log2.find("another process is writing it; waiting") != std::string::npos;
+  const bool waited3 = log3.find("another process is writing it; waiting") != std::string::npos;
+  ASSERT_NE(waited2, waited3) << "exactly one waits for the other:\n" << log2 << "\n" << log3;
+  // The one that waited wrote last: the file is wholly its result.
+  const Probe p = probe(w.dir.file("out/clip.mkv"));
+  EXPECT_EQ(p.width, waited2 ? 640 : 960);
+  EXPECT_EQ(p.video_frames, 60);
+  w.expect_nothing_left();
+}
+
+TEST(OutputSafety, TheSameJobTwiceAtOnceFailsClearlyOnce) {
+  TwoWriters w;
+  w.job("job.yaml", 2, "fail");
+  std::string log_a, log_b;
+  const auto [rc_a, rc_b] = w.run("job.yaml", "job.yaml", &log_a, &log_b);
+  EXPECT_EQ(std::min(rc_a, rc_b), 0) << log_a << log_b;
+  EXPECT_EQ(std::max(rc_a, rc_b), 73) << log_a << log_b;
+  const std::string& loser = rc_a == 73 ? log_a : log_b;
+  EXPECT_NE(loser.find("output exists"), std::string::npos) << loser;
+  EXPECT_EQ(probe(w.dir.file("out/clip.mkv")).video_frames, 60);
+  w.expect_nothing_left();
 }
 
 // --report FILE never overwrites what the run reads.

@@ -24,6 +24,7 @@
 #include "io/video_reader.h"
 #include "io/video_writer.h"
 #include "src/base/error.h"
+#include "src/base/fs.h"
 #include "src/base/log.h"
 #include "tests/support/media.h"
 
@@ -525,7 +526,7 @@ TEST(VideoWriter, VariableRateRoundTripWithAudioAndSubtitles) {
   io::EncodeSettings encode;
   encode.preset = "ultrafast";
   EXPECT_EQ(transcode(source, output, encode), 14);
-  EXPECT_FALSE(exists(output + ".partial"));
+  EXPECT_FALSE(exists(::wm::fs::temp_path_for(output)));
   const test::Probe out = probe(output);
   EXPECT_EQ(out.codec, "h264");
   EXPECT_EQ(out.video_frames, 14);
@@ -861,7 +862,7 @@ TEST(VideoWriter, UnwritableFolderIsCantCreatAndLeavesNothing) {
     EXPECT_EQ(e.exit_code(), kExitCantCreat) << path;
     EXPECT_EQ(std::string(e.what()).rfind(path + ": ", 0), 0u) << e.what();
     EXPECT_FALSE(exists(path));
-    EXPECT_FALSE(exists(path + ".partial"));
+    EXPECT_FALSE(exists(::wm::fs::temp_path_for(path)));
   }
 }
 
@@ -902,7 +903,7 @@ TEST(VideoWriter, WriteFailureIsIoErrorAndLeavesNothing) {
   EXPECT_EQ(exit_code, kExitIoErr) << what;
   EXPECT_EQ(what.rfind(config.path + ": ", 0), 0u) << what;
   EXPECT_FALSE(exists(config.path));
-  EXPECT_FALSE(exists(config.path + ".partial"));
+  EXPECT_FALSE(exists(::wm::fs::temp_path_for(config.path)));
 }
 
 TEST(VideoWriter, DestroyedBeforeFinishLeavesNoFile) {
@@ -917,13 +918,13 @@ TEST(VideoWriter, DestroyedBeforeFinishLeavesNoFile) {
   {
     VideoWriter writer(config);
     for (int i = 0; i < 3; ++i) writer.write(flat_frame(64, 48, 0.5f, 0.5f, 0.5f, i));
-    EXPECT_TRUE(exists(config.path + ".partial"));
+    EXPECT_TRUE(exists(::wm::fs::temp_path_for(config.path)));
     EXPECT_FALSE(exists(config.path));
     VideoWriter moved = std::move(writer);  // ownership moves; still one temp file
-    EXPECT_TRUE(exists(config.path + ".partial"));
+    EXPECT_TRUE(exists(::wm::fs::temp_path_for(config.path)));
   }
   EXPECT_FALSE(exists(config.path));
-  EXPECT_FALSE(exists(config.path + ".partial"));
+  EXPECT_FALSE(exists(::wm::fs::temp_path_for(config.path)));
 }
 
 TEST(VideoWriter, NonIncreasingPtsFailsAndLeavesNoFile) {
@@ -939,7 +940,7 @@ TEST(VideoWriter, NonIncreasingPtsFailsAndLeavesNoFile) {
   const auto e =
       expect_throw<Error>([&] { writer.write(flat_frame(64, 48, 0.5f, 0.5f, 0.5f, 5)); });
   EXPECT_EQ(e.exit_code(), kExitSoftware);
-  EXPECT_FALSE(exists(config.path + ".partial"));
+  EXPECT_FALSE(exists(::wm::fs::temp_path_for(config.path)));
   EXPECT_THROW(writer.finish(), Error);
   EXPECT_FALSE(exists(config.path));
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "src/base/error.h"
+#include "src/base/fs.h"
 
 namespace fs = std::filesystem;
 using wm::io::SafetensorsFile;
@@ -74,7 +75,7 @@ TEST_F(SafetensorsTest, RoundTrip) {
        TensorEntry{"b", "I64", {3}, b.data(), b.size() * sizeof(int64_t)},
        TensorEntry{"c", "U8", {}, &c, 1}, TensorEntry{"empty", "F32", {0, 4}, nullptr, 0}},
       {{"format", "pt"}, {"note", "x y"}});
-  EXPECT_FALSE(fs::exists(path + ".partial"));
+  EXPECT_FALSE(fs::exists(::wm::fs::temp_path_for(path)));
 
   SafetensorsFile f(path);
   EXPECT_EQ(f.names(), (std::vector<std::string>{"b", "c", "empty", "z.a"}));
@@ -116,7 +117,7 @@ TEST_F(SafetensorsTest, OverwriteIsAtomicRename) {
   wm::io::write_safetensors(path, {TensorEntry{"x", "F32", {1}, &two, 4}});
   SafetensorsFile f(path);
   EXPECT_EQ(*static_cast<const float*>(f.info("x").data), 2.f);
-  EXPECT_FALSE(fs::exists(path + ".partial"));
+  EXPECT_FALSE(fs::exists(::wm::fs::temp_path_for(path)));
 }
 
 TEST_F(SafetensorsTest, WriterRejectsBadEntries) {
