@@ -215,7 +215,7 @@ class EntryParser {
         Value{job["input"], v.key + ".input", line_of(job["input"], v.line), v.file}.fail(
             "is filled in per file by the daemon; leave it out");
       }
-      job_node_ = YAML::Clone(v.node);
+      job_node_ = v.node;  // not a clone: a clone loses the marks that give errors their lines
       job_file_ = *v.file;
       job_name_ = fs::path(entry_.folder).filename().string();
       return;
@@ -250,7 +250,11 @@ class EntryParser {
     job_node_["input"] = inputs;
     if (const Value* out = map_.find("output")) {
       out->text();
-      job_node_["output"] = out->node;
+      // The entry's own key node, so that the job parser's errors name its line.
+      job_node_.remove("output");
+      for (const auto& kv : value_.node) {
+        if (kv.first.Scalar() == "output") job_node_.force_insert(kv.first, kv.second);
+      }
     } else if (!static_cast<const YAML::Node&>(job_node_)["output"]) {
       map_.require("output");
     }

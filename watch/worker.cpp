@@ -241,6 +241,8 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
   }
   const std::string output = expand_output(job.output, item.input, job.name, job.dir);
   const std::string staging = staging_path(output, item.id);
+  // Every claim past the version check is an attempt (a rerun after a kill, too).
+  if (!finished_before) queue_.begin_attempt(item.id, output);
   const bool replace = job.on_exists == OnExists::kOverwrite;
 
   auto commit = [&](int64_t frames, double seconds) {
@@ -280,7 +282,6 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
   }
 
   // 3. Run the job.
-  queue_.begin_attempt(item.id, output);
   {
     std::lock_guard<std::mutex> lock(live_mutex_);
     live_ = LiveItem{index_, item.id, item.input, output, 0, 0, 0};
