@@ -215,11 +215,12 @@ std::string status_html(const json& s) {
   h << "</table>\n";
 
   h << "<h2>Queue</h2>\n<table id=\"queue\"><tr><th>#</th><th>file</th><th>queued</th>"
-       "<th>attempts</th><th>last error</th></tr>\n";
+       "<th>attempts</th><th>next attempt</th><th>last error</th></tr>\n";
   for (const json& q : s["queue"]) {
     h << "<tr><td>" << q.value("id", int64_t(0)) << "</td><td>" << html_escape(str(q, "input"))
       << "</td><td>" << utc(q.value("queued_at", 0.0)) << "</td><td>" << q.value("attempts", 0)
-      << "</td><td>" << html_escape(str(q, "error")) << "</td></tr>\n";
+      << "</td><td>" << utc(q.value("next_attempt_at", 0.0)) << "</td><td>"
+      << html_escape(str(q, "error")) << "</td></tr>\n";
   }
   h << "</table>\n";
 
