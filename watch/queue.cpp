@@ -155,6 +155,7 @@ void Queue::exec(const char* sql) {
 
 bool Queue::enqueue(const std::string& input, int64_t size, int64_t mtime_ns,
                     const std::string& settings, const std::string& folder) {
+  std::lock_guard<std::mutex> lock(mutex_);
   Statement s(db_, path_,
               "INSERT OR IGNORE INTO items(input, size, mtime_ns, settings, folder, queued_at) "
               "VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
@@ -167,6 +168,7 @@ bool Queue::enqueue(const std::string& input, int64_t size, int64_t mtime_ns,
 
 bool Queue::known(const std::string& input, int64_t size, int64_t mtime_ns,
                   const std::string& settings) {
+  std::lock_guard<std::mutex> lock(mutex_);
   Statement s(db_, path_,
               "SELECT 1 FROM items WHERE input = ?1 AND size = ?2 AND mtime_ns = ?3 AND "
               "settings = ?4",
@@ -176,6 +178,7 @@ bool Queue::known(const std::string& input, int64_t size, int64_t mtime_ns,
 }
 
 int Queue::recover() {
+  std::lock_guard<std::mutex> lock(mutex_);
   Statement s(db_, path_,
               "UPDATE items SET state = 'queued', interrupted = interrupted + 1, "
               "next_attempt_at = 0 WHERE state = 'running'",
@@ -185,7 +188,7 @@ int Queue::recover() {
 }
 
 std::optional<Item> Queue::claim(double now) {
-  std::lock_guard<std::mutex> lock(claim_mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   WriteTransaction tx(db_, path_, kWhat);
   std::optional<Item> item;
   {
@@ -209,6 +212,7 @@ std::optional<Item> Queue::claim(double now) {
 }
 
 void Queue::begin_attempt(int64_t id, const std::string& output) {
+  std::lock_guard<std::mutex> lock(mutex_);
   Statement s(db_, path_,
               "UPDATE items SET attempts = attempts + 1, output = ?2, frames = 0, "
               "frames_total = 0 WHERE id = ?1",
@@ -218,18 +222,21 @@ void Queue::begin_attempt(int64_t id, const std::string& output) {
 }
 
 void Queue::set_progress(int64_t id, int64_t frames, int64_t frames_total) {
+  std::lock_guard<std::mutex> lock(mutex_);
   Statement s(db_, path_, "UPDATE items SET frames = ?2, frames_total = ?3 WHERE id = ?1", kWhat);
   s.bind(1, id).bind(2, frames).bind(3, frames_total);
   s.step();
 }
 
 void Queue::set_committing(int64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
   Statement s(db_, path_, "UPDATE items SET committing = 1 WHERE id = ?1", kWhat);
   s.bind(1, id);
   s.step();
 }
 
 void Queue::set_done(int64_t id, int64_t frames, double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
   Statement s(db_, path_,
               "UPDATE items SET state = 'done', frames = ?2, seconds = ?3, finished_at = ?4, "
               "committing = 0, exit_code = 0 WHERE id = ?1",
@@ -239,6 +246,7 @@ void Queue::set_done(int64_t id, int64_t frames, double seconds) {
 }
 
 void Queue::set_retry(int64_t id, int exit_code, const std::string& error, double next_attempt_at) {
+  std::lock_guard<std::mutex> lock(mutex_);
   Statement s(db_, path_,
               "UPDATE items SET state = 'queued', failures = failures + 1, exit_code = ?2, "
               "last_error = ?3, next_attempt_at = ?4, committing = 0 WHERE id = ?1",
@@ -248,6 +256,7 @@ void Queue::set_retry(int64_t id, int exit_code, const std::string& error, doubl
 }
 
 void Queue::set_failed(int64_t id, int exit_code, const std::string& error) {
+  std::lock_guard<std::mutex> lock(mutex_);
   Statement s(db_, path_,
               "UPDATE items SET state = 'failed', failures = failures + 1, exit_code = ?2, "
               "last_error = ?3, finished_at = ?4, committing = 0 WHERE id = ?1",
@@ -257,6 +266,7 @@ void Queue::set_failed(int64_t id, int exit_code, const std::string& error) {
 }
 
 void Queue::set_interrupted(int64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
   Statement s(db_, path_,
               "UPDATE items SET state = 'queued', interrupted = interrupted + 1, "
               "next_attempt_at = 0 WHERE id = ?1",
@@ -266,18 +276,21 @@ void Queue::set_interrupted(int64_t id) {
 }
 
 void Queue::set_disposed(int64_t id, const std::string& source_now) {
+  std::lock_guard<std::mutex> lock(mutex_);
   Statement s(db_, path_, "UPDATE items SET disposed = 1, source_now = ?2 WHERE id = ?1", kWhat);
   s.bind(1, id).bind(2, source_now);
   s.step();
 }
 
 void Queue::remove(int64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
   Statement s(db_, path_, "DELETE FROM items WHERE id = ?1", kWhat);
   s.bind(1, id);
   s.step();
 }
 
 std::optional<Item> Queue::item(int64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
   Statement s(db_, path_, (std::string("SELECT ") + kColumns + " FROM items WHERE id = ?1").c_str(),
               kWhat);
   s.bind(1, id);
@@ -286,6 +299,7 @@ std::optional<Item> Queue::item(int64_t id) {
 }
 
 std::vector<Item> Queue::items(ItemState state, int limit, bool newest_first) {
+  std::lock_guard<std::mutex> lock(mutex_);
   Statement s(db_, path_,
               (std::string("SELECT ") + kColumns + " FROM items WHERE state = ?1 ORDER BY id " +
                (newest_first ? "DESC" : "ASC") + " LIMIT ?2")
@@ -298,6 +312,7 @@ std::vector<Item> Queue::items(ItemState state, int limit, bool newest_first) {
 }
 
 std::vector<Item> Queue::history(int limit) {
+  std::lock_guard<std::mutex> lock(mutex_);
   Statement s(db_, path_,
               (std::string("SELECT ") + kColumns +
                " FROM items WHERE state IN ('done', 'failed') ORDER BY finished_at DESC, id DESC "
@@ -311,6 +326,7 @@ std::vector<Item> Queue::history(int limit) {
 }
 
 std::vector<Item> Queue::undisposed() {
+  std::lock_guard<std::mutex> lock(mutex_);
   Statement s(db_, path_,
               (std::string("SELECT ") + kColumns +
                " FROM items WHERE state IN ('done', 'failed') AND disposed = 0 ORDER BY id")
@@ -322,6 +338,7 @@ std::vector<Item> Queue::undisposed() {
 }
 
 std::map<ItemState, int64_t> Queue::counts() {
+  std::lock_guard<std::mutex> lock(mutex_);
   std::map<ItemState, int64_t> out{{ItemState::kQueued, 0},
                                    {ItemState::kRunning, 0},
                                    {ItemState::kDone, 0},
@@ -332,6 +349,7 @@ std::map<ItemState, int64_t> Queue::counts() {
 }
 
 Totals Queue::totals() {
+  std::lock_guard<std::mutex> lock(mutex_);
   Totals t;
   Statement s(db_, path_,
               "SELECT COALESCE(SUM(state = 'done'), 0), COALESCE(SUM(state = 'failed'), 0), "

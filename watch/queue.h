@@ -15,8 +15,9 @@
 // (journal_mode=DELETE) on network file systems, which do not share WAL's memory map between
 // hosts — the farm journal's reason (scheduler/journal.h). busy_timeout covers other processes.
 //
-// Thread-safety: a Queue may be used from any thread (one connection, serialised by SQLite's
-// FULLMUTEX plus a mutex around claim). Errors: OutputError naming the queue file.
+// Thread-safety: a Queue may be used from any thread (one connection; each call holds a mutex, so
+// a transaction and sqlite3_changes() see only their own statements). Errors: OutputError
+// naming the queue file.
 #pragma once
 
 #include <cstdint>
@@ -109,7 +110,7 @@ class Queue {
   std::string path_;
   sqlite3* db_ = nullptr;
   bool wal_ = false;
-  std::mutex claim_mutex_;
+  std::mutex mutex_;
 };
 
 // Unix time in seconds (wall clock, for the queue's timestamps).

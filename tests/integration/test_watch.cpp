@@ -214,7 +214,7 @@ TEST(Watch, SigkillAtRandomPointsThenRestartGivesTheUninterruptedOutputsOnce) {
   constexpr int kFiles = 12, kFrames = 24;
   WatchSetup ref("kill-ref"), s("kill");
   ref.write_config();
-  s.write_config();
+  s.write_config("max_parallel: 2\n");  // two files in flight: kills land in both
   const std::string clip = s.dir().file("clip.mp4");
   make_small_clip(clip, kFrames, 160, 120);
   for (int i = 0; i < kFiles; ++i) {
@@ -271,9 +271,45 @@ TEST(Watch, SigkillAtRandomPointsThenRestartGivesTheUninterruptedOutputsOnce) {
     EXPECT_EQ(read_text(r.output), read_text(ref.out(name)))
         << name << ": differs from the uninterrupted run";
   }
-  EXPECT_LE(reruns, kills);
+  EXPECT_LE(reruns, 2 * kills) << "a kill interrupts at most max_parallel (2) files";
   for (const std::string& name : list_dir(s.dir().file("out"))) {
     EXPECT_NE(name[0], '.') << name << ": a staging file left behind";
+  }
+}
+
+TEST(Watch, SigtermStopsTheRunningFileAtASliceBoundaryAndItResumesOnRestart) {
+  constexpr int kFrames = 240;
+  WatchSetup s("term");
+  s.write_config();
+  const std::string clip = s.dir().file("clip.mp4");
+  make_small_clip(clip, kFrames, 320, 240);
+  Background& daemon = s.start();
+  stdfs::copy_file(clip, s.in("long.mp4"));
+  ASSERT_TRUE(wait_until([&] { return s.log().find("long.mp4: started") != std::string::npos; }))
+      << s.log();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  daemon.signal(SIGTERM);
+  EXPECT_EQ(daemon.wait(), 0) << s.log();
+  ASSERT_NE(s.log().find("long.mp4: stopped; it starts again on the next run"), std::string::npos)
+      << "the file finished before SIGTERM: make the clip longer\n"
+      << s.log();
+  {
+    const auto rows = s.queue();
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0].state, "queued");
+    EXPECT_EQ(rows[0].interrupted, 1);
+    EXPECT_EQ(rows[0].failures, 0) << "an interruption is not a failure";
+    EXPECT_FALSE(exists(s.out("long_x2.mp4")));
+  }
+  s.start();
+  ASSERT_TRUE(s.wait_finished(1)) << s.log();
+  EXPECT_EQ(s.stop(), 0) << s.log();
+  const auto rows = s.queue();
+  EXPECT_EQ(rows[0].state, "done") << rows[0].last_error;
+  EXPECT_EQ(rows[0].attempts, 2);
+  EXPECT_EQ(probe(s.out("long_x2.mp4")).video_frames, kFrames);
+  for (const std::string& name : list_dir(s.dir().file("out"))) {
+    EXPECT_NE(name[0], '.') << name << ": left behind";
   }
 }
 
