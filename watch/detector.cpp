@@ -53,6 +53,29 @@ bool skipped_folder(const WatchSpec& spec, const std::string& dir, const std::st
   return false;
 }
 
+// The files (names not ignored) and the sub-folders (not skipped) of a folder.
+struct Listing {
+  std::vector<std::string> files, folders;
+};
+
+Listing list_folder(const WatchSpec& spec, const std::string& dir) {
+  Listing out;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return out;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    const std::string path = dir + "/" + name;
+    if (e->d_type == DT_DIR || (e->d_type == DT_UNKNOWN && stat_path(path).dir)) {
+      if (!skipped_folder(spec, path, name)) out.folders.push_back(path);
+    } else if (!is_ignored_name(name)) {
+      out.files.push_back(path);
+    }
+  }
+  ::closedir(d);
+  return out;
+}
+
 }  // namespace
 
 Detector::Detector(const WatchSpec& spec, KnownFn known) : spec_(spec), known_(std::move(known)) {
@@ -80,20 +103,7 @@ void Detector::add_watch(const std::string& dir, bool recursive) {
     }
   }
   if (!recursive) return;
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return;
-  std::vector<std::string> subdirs;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name == "." || name == "..") continue;
-    const std::string path = dir + "/" + name;
-    if (skipped_folder(spec_, path, name)) continue;
-    if (e->d_type == DT_DIR || (e->d_type == DT_UNKNOWN && stat_path(path).dir)) {
-      subdirs.push_back(path);
-    }
-  }
-  ::closedir(d);
-  for (const std::string& sub : subdirs) add_watch(sub, true);
+  for (const std::string& sub : list_folder(spec_, dir).folders) add_watch(sub, true);
 }
 
 void Detector::read_events() {
@@ -139,22 +149,10 @@ void Detector::read_events() {
 
 void Detector::scan_folder(const std::string& dir, bool recursive,
                            std::vector<std::string>& files) {
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return;
-  std::vector<std::string> subdirs;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name == "." || name == "..") continue;
-    const std::string path = dir + "/" + name;
-    const bool is_dir = e->d_type == DT_DIR || (e->d_type == DT_UNKNOWN && stat_path(path).dir);
-    if (is_dir) {
-      if (recursive && !skipped_folder(spec_, path, name)) subdirs.push_back(path);
-    } else if (!is_ignored_name(name)) {
-      files.push_back(path);
-    }
-  }
-  ::closedir(d);
-  for (const std::string& sub : subdirs) scan_folder(sub, true, files);
+  const Listing listing = list_folder(spec_, dir);
+  files.insert(files.end(), listing.files.begin(), listing.files.end());
+  if (!recursive) return;
+  for (const std::string& sub : listing.folders) scan_folder(sub, true, files);
 }
 
 void Detector::rescan() {

@@ -4,6 +4,7 @@
 #include <sys/statfs.h>
 
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 
 #include "scheduler/sqlite.h"
@@ -119,6 +120,16 @@ const char* to_string(ItemState s) {
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string utc_text(double unix_seconds, const char* format) {
+  if (unix_seconds <= 0) return "";
+  const std::time_t t = std::time_t(unix_seconds);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, format, &tm);
+  return buf;
 }
 
 Queue::Queue(const std::string& path) : path_(path) {
@@ -246,22 +257,25 @@ void Queue::set_done(int64_t id, int64_t frames, double seconds) {
 }
 
 void Queue::set_retry(int64_t id, int exit_code, const std::string& error, double next_attempt_at) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Statement s(db_, path_,
-              "UPDATE items SET state = 'queued', failures = failures + 1, exit_code = ?2, "
-              "last_error = ?3, next_attempt_at = ?4, committing = 0 WHERE id = ?1",
-              kWhat);
-  s.bind(1, id).bind(2, int64_t(exit_code)).bind(3, error).bind(4, next_attempt_at);
-  s.step();
+  record_failure(id, exit_code, error, ItemState::kQueued, next_attempt_at);
 }
 
 void Queue::set_failed(int64_t id, int exit_code, const std::string& error) {
+  record_failure(id, exit_code, error, ItemState::kFailed, unix_now());
+}
+
+void Queue::record_failure(int64_t id, int exit_code, const std::string& error, ItemState state,
+                           double at) {
   std::lock_guard<std::mutex> lock(mutex_);
+  // `at`: when a queued item is due again, or when a failed one finished.
   Statement s(db_, path_,
-              "UPDATE items SET state = 'failed', failures = failures + 1, exit_code = ?2, "
-              "last_error = ?3, finished_at = ?4, committing = 0 WHERE id = ?1",
+              "UPDATE items SET state = ?5, failures = failures + 1, exit_code = ?2, "
+              "last_error = ?3, committing = 0, "
+              "next_attempt_at = CASE WHEN ?5 = 'queued' THEN ?4 ELSE next_attempt_at END, "
+              "finished_at = CASE WHEN ?5 = 'failed' THEN ?4 ELSE finished_at END WHERE id = ?1",
               kWhat);
-  s.bind(1, id).bind(2, int64_t(exit_code)).bind(3, error).bind(4, unix_now());
+  s.bind(1, id).bind(2, int64_t(exit_code)).bind(3, error).bind(4, at);
+  s.bind(5, std::string(to_string(state)));
   s.step();
 }
 

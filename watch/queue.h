@@ -107,6 +107,8 @@ class Queue {
 
  private:
   void exec(const char* sql);
+  void record_failure(int64_t id, int exit_code, const std::string& error, ItemState state,
+                      double at);
   std::string path_;
   sqlite3* db_ = nullptr;
   bool wal_ = false;
@@ -115,5 +117,7 @@ class Queue {
 
 // Unix time in seconds (wall clock, for the queue's timestamps).
 double unix_now();
+// A queue timestamp as UTC text in strftime's `format`; "" for 0 (not yet).
+std::string utc_text(double unix_seconds, const char* format = "%Y-%m-%d %H:%M:%S");
 
 }  // namespace wm::watch

@@ -58,16 +58,6 @@ json item_json(const Item& it) {
   return j;
 }
 
-std::string utc(double unix_seconds) {
-  if (unix_seconds <= 0) return "";
-  const std::time_t t = std::time_t(unix_seconds);
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
-  return buf;
-}
-
 std::string fixed(double v, int digits) {
   std::ostringstream s;
   s.setf(std::ios::fixed);
@@ -218,8 +208,8 @@ std::string status_html(const json& s) {
        "<th>attempts</th><th>next attempt</th><th>last error</th></tr>\n";
   for (const json& q : s["queue"]) {
     h << "<tr><td>" << q.value("id", int64_t(0)) << "</td><td>" << html_escape(str(q, "input"))
-      << "</td><td>" << utc(q.value("queued_at", 0.0)) << "</td><td>" << q.value("attempts", 0)
-      << "</td><td>" << utc(q.value("next_attempt_at", 0.0)) << "</td><td>"
+      << "</td><td>" << utc_text(q.value("queued_at", 0.0)) << "</td><td>" << q.value("attempts", 0)
+      << "</td><td>" << utc_text(q.value("next_attempt_at", 0.0)) << "</td><td>"
       << html_escape(str(q, "error")) << "</td></tr>\n";
   }
   h << "</table>\n";
@@ -230,7 +220,7 @@ std::string status_html(const json& s) {
     const std::string state = str(r, "state");
     h << "<tr class=\"" << html_escape(state) << "\"><td>" << r.value("id", int64_t(0))
       << "</td><td>" << html_escape(str(r, "input")) << "</td><td>" << html_escape(state)
-      << "</td><td>" << utc(r.value("finished_at", 0.0)) << "</td><td>"
+      << "</td><td>" << utc_text(r.value("finished_at", 0.0)) << "</td><td>"
       << r.value("frames", int64_t(0)) << "</td><td>" << fixed(r.value("seconds", 0.0), 2)
       << "</td><td>" << html_escape(state == "failed" ? str(r, "error") : str(r, "output"))
       << "</td></tr>\n";
@@ -300,7 +290,7 @@ std::string status_text(const json& s) {
   }
   if (!s["failures"].empty()) o << "\nlast failures:\n";
   for (const json& f : s["failures"]) {
-    o << "  " << utc(f.value("finished_at", 0.0)) << "  " << str(f, "error") << " (exit "
+    o << "  " << utc_text(f.value("finished_at", 0.0)) << "  " << str(f, "error") << " (exit "
       << f.value("exit_code", 0) << ")\n";
   }
   return o.str();

@@ -96,15 +96,6 @@ std::string move_source(const std::string& source, const WatchEntry& entry,
   return target;
 }
 
-std::string utc_time(double unix_seconds) {
-  const std::time_t t = std::time_t(unix_seconds);
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 // Exit codes of failures that will not pass by retrying (bad or missing input).
 bool retryable(int exit_code) { return exit_code != kExitDataErr && exit_code != kExitNoInput; }
 
@@ -145,7 +136,8 @@ void dispose_failed(Queue& queue, const Item& item, const WatchEntry& entry) {
     const std::string note = "input: " + item.input + "\nerror: " + item.last_error +
                              "\nexit_code: " + std::to_string(item.exit_code) +
                              "\nattempts: " + std::to_string(item.attempts) +
-                             "\nfailed_at: " + utc_time(item.finished_at) + "\n";
+                             "\nfailed_at: " + utc_text(item.finished_at, "%Y-%m-%dT%H:%M:%SZ") +
+                             "\n";
     fs::write_file_atomic(now_at + ".error.txt", note);
   } catch (const Error& e) {
     log->error("{}", e.what());
