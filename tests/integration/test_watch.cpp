@@ -280,16 +280,30 @@ TEST(Watch, SigkillAtRandomPointsThenRestartGivesTheUninterruptedOutputsOnce) {
 TEST(Watch, SigtermStopsTheRunningFileAtASliceBoundaryAndItResumesOnRestart) {
   constexpr int kFrames = 240;
   WatchSetup s("term");
-  s.write_config();
+  s.write_config("http: {listen: 127.0.0.1:0}\n");
   const std::string clip = s.dir().file("clip.mp4");
   make_small_clip(clip, kFrames, 320, 240);
   Background& daemon = s.start();
   stdfs::copy_file(clip, s.in("long.mp4"));
   ASSERT_TRUE(wait_until([&] { return s.log().find("long.mp4: started") != std::string::npos; }))
       << s.log();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Live progress of the running file on the status page.
+  nlohmann::json running;
+  ASSERT_TRUE(wait_until([&] {
+    const auto [code, body] = http_get(s.http_port(), "/api/status");
+    if (code != 200) return false;
+    running = nlohmann::json::parse(body)["running"];
+    return running.size() == 1 && running[0]["frames"].get<int64_t>() > 0;
+  })) << s.log();
+  EXPECT_EQ(running[0]["input"], s.in("long.mp4"));
+  EXPECT_EQ(running[0]["frames_total"], kFrames);
+  EXPECT_GT(running[0]["fps"].get<double>(), 0);
+  EXPECT_TRUE(running[0]["eta_seconds"].is_number()) << running.dump();
+  const auto term = std::chrono::steady_clock::now();
   daemon.signal(SIGTERM);
   EXPECT_EQ(daemon.wait(), 0) << s.log();
+  std::printf("SIGTERM to exit: %.2f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - term).count());
   ASSERT_NE(s.log().find("long.mp4: stopped; it starts again on the next run"), std::string::npos)
       << "the file finished before SIGTERM: make the clip longer\n"
       << s.log();
@@ -311,6 +325,34 @@ TEST(Watch, SigtermStopsTheRunningFileAtASliceBoundaryAndItResumesOnRestart) {
   for (const std::string& name : list_dir(s.dir().file("out"))) {
     EXPECT_NE(name[0], '.') << name << ": left behind";
   }
+}
+
+TEST(Watch, ANewVersionOfAFileIsProcessedAgainTheSameVersionNever) {
+  WatchSetup s("version");
+  write_text(s.watch_file(),
+             "settle_seconds: 0.3\npoll_seconds: 0.5\n"
+             "watch:\n"
+             "  - folder: in\n"
+             "    job: {task: upscale, model: {kind: lanczos, scale: 2}, on_exists: overwrite}\n"
+             "    output: out/{stem}_x2.mp4\n");
+  make_small_clip(s.dir().file("v1.mp4"), 8);
+  make_small_clip(s.dir().file("v2.mp4"), 12);
+  s.start();
+  stdfs::copy_file(s.dir().file("v1.mp4"), s.in("a.mp4"));
+  ASSERT_TRUE(s.wait_finished(1)) << s.log();
+  // The same version stays in the folder (on_done: keep) and is seen by rescans: never again.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  EXPECT_EQ(s.queue().size(), 1u) << s.log();
+  EXPECT_EQ(probe(s.out("a_x2.mp4")).video_frames, 8);
+  // A new version (another size and mtime) is a new item.
+  stdfs::copy_file(s.dir().file("v2.mp4"), s.in("a.mp4"), stdfs::copy_options::overwrite_existing);
+  ASSERT_TRUE(s.wait_finished(2)) << s.log();
+  EXPECT_EQ(s.stop(), 0) << s.log();
+  const auto rows = s.queue();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].input, rows[1].input);
+  EXPECT_EQ(rows[1].state, "done") << rows[1].last_error;
+  EXPECT_EQ(probe(s.out("a_x2.mp4")).video_frames, 12);
 }
 
 TEST(Watch, CorruptInputGoesToFailedWithItsError) {
