@@ -274,6 +274,7 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
   }
 
   // 3. Run the job.
+  progress_.begin(item.input, 0);  // no frames of the previous file while this one opens
   {
     std::lock_guard<std::mutex> lock(live_mutex_);
     live_ = LiveItem{index_, item.id, item.input, output, 0, 0, 0};
