@@ -124,6 +124,10 @@ int run_farm(const std::string& job_file, const ChunkSelection& selection,
 // missing (run them, then assemble again).
 int assemble_farm(const std::string& job_file, const FarmOptions& options);
 
+// A stable hash (hex) of every job setting that can change an output's bits: what farm chunks
+// and the watch-folder queue (watch/queue.h) record with the input's size and mtime.
+std::string job_settings_hash(const JobSpec& job);
+
 // Parses "A-B" (inclusive, A <= B). Throws wm::Error(kExitUsage).
 std::pair<int64_t, int64_t> parse_frame_range(const std::string& text);
 

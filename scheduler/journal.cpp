@@ -7,25 +7,16 @@
 #include <cstdio>
 #include <cstring>
 
+#include "scheduler/sqlite.h"
 #include "src/base/error.h"
 
 namespace wm::sched {
 namespace {
 
-// A journal error. A damaged file (SQLITE_CORRUPT, SQLITE_NOTADB: torn by a broken filesystem,
-// overwritten, truncated) is no write failure that a retry fixes: it is said to be damaged, with
-// how to recover, and exits 65 so farm managers do not retry it.
+// A journal error: a damaged file says how to recover (scheduler/sqlite.h).
 [[noreturn]] void journal_error(sqlite3* db, const std::string& path, const std::string& what,
                                 int code) {
-  const int primary = db ? sqlite3_extended_errcode(db) & 0xff : 0;
-  if (primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB) {
-    const std::string farm = path.substr(0, path.find_last_of('/'));
-    throw OutputError(path + ": the farm journal is damaged (" + what +
-                          "); it cannot say which segments are whole. To recover, remove " + farm +
-                          " (its segments and journal) and run the chunks again",
-                      kExitDataErr);
-  }
-  throw OutputError(path + ": journal " + what, code);
+  sqlite_fail(db, path, "journal", what, code);
 }
 
 constexpr int kBusyTimeoutMs = 60000;
@@ -53,55 +44,6 @@ CREATE TABLE IF NOT EXISTS output(
   mtime_ns INTEGER NOT NULL, at TEXT NOT NULL DEFAULT (datetime('now')));
 )SQL";
 
-// One prepared statement; finalised on destruction.
-class Statement {
- public:
-  Statement(sqlite3* db, const std::string& journal, const char* sql) : db_(db), journal_(journal) {
-    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK) fail("prepare");
-  }
-  ~Statement() { sqlite3_finalize(stmt_); }
-  Statement(const Statement&) = delete;
-  Statement& operator=(const Statement&) = delete;
-
-  Statement& bind(int i, int64_t v) {
-    if (sqlite3_bind_int64(stmt_, i, v) != SQLITE_OK) fail("bind");
-    return *this;
-  }
-  Statement& bind(int i, double v) {
-    if (sqlite3_bind_double(stmt_, i, v) != SQLITE_OK) fail("bind");
-    return *this;
-  }
-  Statement& bind(int i, const std::string& v) {
-    if (sqlite3_bind_text(stmt_, i, v.c_str(), int(v.size()), SQLITE_TRANSIENT) != SQLITE_OK) {
-      fail("bind");
-    }
-    return *this;
-  }
-  // True while there is a row.
-  bool step() {
-    const int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    fail("step");
-  }
-  int64_t integer(int col) const { return sqlite3_column_int64(stmt_, col); }
-  double real(int col) const { return sqlite3_column_double(stmt_, col); }
-  std::string text(int col) const {
-    const auto* p = sqlite3_column_text(stmt_, col);
-    return p ? std::string(reinterpret_cast<const char*>(p)) : std::string();
-  }
-
- private:
-  [[noreturn]] void fail(const char* what) const {
-    const int code = sqlite3_extended_errcode(db_);
-    journal_error(db_, journal_, std::string(what) + " failed: " + sqlite3_errmsg(db_),
-                  (code & 0xff) == SQLITE_CANTOPEN ? kExitCantCreat : kExitIoErr);
-  }
-  sqlite3* db_;
-  const std::string& journal_;
-  sqlite3_stmt* stmt_ = nullptr;
-};
-
 const char* kChunkColumns =
     "first_frame, last_frame, input, input_size, input_mtime_ns, settings, segment, frames, "
     "first_pts, last_pts, segment_size, segment_mtime_ns, seconds, host";
@@ -124,35 +66,6 @@ ChunkRecord read_chunk(const Statement& s) {
   r.host = s.text(13);
   return r;
 }
-
-// A transaction that takes the write lock at once (BEGIN IMMEDIATE), so two writers never
-// deadlock upgrading read locks; rolled back unless committed.
-class WriteTransaction {
- public:
-  WriteTransaction(sqlite3* db, const std::string& journal) : db_(db), journal_(journal) {
-    run("BEGIN IMMEDIATE");
-  }
-  ~WriteTransaction() {
-    if (!done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  void commit() {
-    run("COMMIT");
-    done_ = true;
-  }
-
- private:
-  void run(const char* sql) {
-    char* message = nullptr;
-    if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
-      std::string text = message ? message : sqlite3_errmsg(db_);
-      sqlite3_free(message);
-      journal_error(db_, journal_, std::string(sql) + " failed: " + text, kExitIoErr);
-    }
-  }
-  sqlite3* db_;
-  const std::string& journal_;
-  bool done_ = false;
-};
 
 }  // namespace
 

@@ -43,6 +43,11 @@ int64_t Progress::frames() const {
   return done_;
 }
 
+int64_t Progress::frames_total() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return total_;
+}
+
 double Progress::seconds() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return std::chrono::duration<double>(Clock::now() - start_).count();

@@ -21,6 +21,7 @@ class Progress {
   // Ends the current file (prints a final line on a TTY).
   void end();
   int64_t frames() const;
+  int64_t frames_total() const;  // of the current file; 0 when unknown
   double seconds() const;
 
  private:

@@ -930,6 +930,13 @@ std::vector<JobSpec> parse_job_text(const std::string& text, const std::string& 
   return jobs;
 }
 
+JobSpec parse_job_node(const YAML::Node& map, const std::string& path,
+                       const std::string& default_name) {
+  const Field doc{map, "", map.Mark().is_null() ? 1 : map.Mark().line + 1, &path};
+  if (!map.IsMap()) fail(doc, "a job must be a map of keys (got " + got(map) + ")");
+  return JobParser(doc, default_name).parse();
+}
+
 std::vector<JobSpec> load_job_file(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {

@@ -11,6 +11,10 @@
 
 #include "src/model.h"
 
+namespace YAML {
+class Node;
+}
+
 namespace wm {
 
 enum class OnExists { kFail, kSkip, kOverwrite };
@@ -82,6 +86,11 @@ struct JobSpec {
 std::vector<JobSpec> load_job_file(const std::string& path);
 // Parses YAML text; `path` names it in errors and anchors relative paths.
 std::vector<JobSpec> parse_job_text(const std::string& text, const std::string& path);
+// Parses one job from a YAML map already loaded (a job inlined in another file, such as an entry
+// of a WATCH.yaml): errors name `path` and the lines the nodes carry (a node added by the caller
+// has none: its errors give the map's line); `default_name` when the map has no `job:`.
+JobSpec parse_job_node(const YAML::Node& map, const std::string& path,
+                       const std::string& default_name);
 
 // Expands `{stem}`, `{ext}`, `{job}`, `{dir}` (the input's folder) in `output_template` for one
 // input; the result is resolved against job_dir when relative. Unknown placeholders throw.

@@ -19,6 +19,7 @@
 #include "scheduler/slurm.h"
 #include "src/base/error.h"
 #include "src/base/log.h"
+#include "watch/cli.h"
 
 namespace {
 
@@ -61,7 +62,11 @@ Farm commands (one chunk of frames per farm task; docs/farm.md; `wmbatch CMD --h
   wmbatch run JOB.yaml [--chunk N | --frames A-B]   one chunk (default: $SLURM_ARRAY_TASK_ID or
                                                     $JOB_COMPLETION_INDEX), or all + assemble
   wmbatch assemble JOB.yaml                         concatenate the segments, mux audio
-  wmbatch submit --slurm JOB.yaml...                a Slurm job array + an afterok assemble job)";
+  wmbatch submit --slurm JOB.yaml...                a Slurm job array + an afterok assemble job
+
+Watch folder (docs/watch.md):
+  wmbatch watch WATCH.yaml                          the daemon: every file that settles, once
+  wmbatch status WATCH.yaml [--json]                its queue: counts, running, last failures)";
 
 const char* kFarmExitCodes = R"(Exit codes (farm):
   0   done, or already done
@@ -270,6 +275,8 @@ int main(int argc, char** argv) {
     if (command == "run") return cmd_run(argc - 1, argv + 1);
     if (command == "assemble") return cmd_assemble(argc - 1, argv + 1);
     if (command == "submit") return cmd_submit(argc - 1, argv + 1);
+    if (command == "watch") return wm::watch::main_watch(argc - 1, argv + 1);
+    if (command == "status") return wm::watch::main_status(argc - 1, argv + 1);
   }
   CLI::App app{
       "wmbatch: run video neural models (upscalers, Wan2.1 VAE) over videos of any "

@@ -1,0 +1,226 @@
+// Helpers of the watch-folder tests (test_watch*.cpp): a folder set-up with its WATCH.yaml, the
+// real `wmbatch watch` as a child process, the queue read with SQLite, HTTP GET over a socket.
+#pragma once
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sqlite3.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/integration/test_farm_helpers.h"
+#include "tests/support/media.h"
+#include "tests/support/run.h"
+
+namespace wm::test {
+
+// A guard against a hang, not a speed requirement: waits fail only after this long.
+constexpr double kPatienceSeconds = 300;
+
+// Polls `done` every 50 ms; false when it has not become true within kPatienceSeconds.
+inline bool wait_until(const std::function<bool()>& done) {
+  const auto start = std::chrono::steady_clock::now();
+  while (!done()) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+        kPatienceSeconds) {
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+inline int count_of(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+// One row of the queue, as the daemon recorded it.
+struct QueueRow {
+  int64_t id = 0;
+  std::string input, state, output, last_error, source_now;
+  int attempts = 0, failures = 0, interrupted = 0, exit_code = 0;
+  double started_at = 0, finished_at = 0;
+};
+
+// Reads every row of the queue file (empty when it does not exist yet), by id.
+inline std::vector<QueueRow> read_queue(const std::string& path) {
+  std::vector<QueueRow> rows;
+  if (!exists(path)) return rows;
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    sqlite3_close(db);
+    return rows;
+  }
+  sqlite3_busy_timeout(db, 10000);
+  sqlite3_stmt* s = nullptr;
+  const char* sql =
+      "SELECT id, input, state, output, last_error, source_now, attempts, failures, interrupted, "
+      "exit_code, started_at, finished_at FROM items ORDER BY id";
+  if (sqlite3_prepare_v2(db, sql, -1, &s, nullptr) == SQLITE_OK) {
+    auto text = [&](int c) {
+      const auto* p = sqlite3_column_text(s, c);
+      return p ? std::string(reinterpret_cast<const char*>(p)) : std::string();
+    };
+    while (sqlite3_step(s) == SQLITE_ROW) {
+      QueueRow r;
+      r.id = sqlite3_column_int64(s, 0);
+      r.input = text(1);
+      r.state = text(2);
+      r.output = text(3);
+      r.last_error = text(4);
+      r.source_now = text(5);
+      r.attempts = sqlite3_column_int(s, 6);
+      r.failures = sqlite3_column_int(s, 7);
+      r.interrupted = sqlite3_column_int(s, 8);
+      r.exit_code = sqlite3_column_int(s, 9);
+      r.started_at = sqlite3_column_double(s, 10);
+      r.finished_at = sqlite3_column_double(s, 11);
+      rows.push_back(r);
+    }
+  }
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return rows;
+}
+
+inline int count_state(const std::vector<QueueRow>& rows, const std::string& state) {
+  int n = 0;
+  for (const auto& r : rows) n += r.state == state;
+  return n;
+}
+
+// HTTP/1.1 GET over a socket to 127.0.0.1:port; returns the status line's code and the body.
+inline std::pair<int, std::string> http_get(int port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return {-1, ""};
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return {-1, ""};
+  }
+  const std::string request =
+      "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  if (::write(fd, request.data(), request.size()) != ssize_t(request.size())) {
+    ::close(fd);
+    return {-1, ""};
+  }
+  std::string response;
+  char buf[8192];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) response.append(buf, size_t(n));
+  ::close(fd);
+  const size_t head_end = response.find("\r\n\r\n");
+  if (response.compare(0, 9, "HTTP/1.1 ") != 0 || head_end == std::string::npos) return {-1, ""};
+  return {std::stoi(response.substr(9, 3)), response.substr(head_end + 4)};
+}
+
+// A watched folder set-up in a temp dir: in/ (watched), out/, done/, failed/, WATCH.yaml
+// (written by write_config) and the daemon's log files.
+class WatchSetup {
+ public:
+  explicit WatchSetup(const std::string& tag) : dir_("watch-" + tag) {
+    for (const char* sub : {"in", "out", "done", "failed"}) {
+      std::filesystem::create_directories(dir_.file(sub));
+    }
+  }
+  const TempDir& dir() const { return dir_; }
+  std::string in(const std::string& name) const { return dir_.file("in/" + name); }
+  std::string out(const std::string& name) const { return dir_.file("out/" + name); }
+  std::string watch_file() const { return dir_.file("WATCH.yaml"); }
+  std::string queue_file() const { return dir_.file("WATCH.wmwatch.sqlite"); }
+
+  // A WATCH.yaml watching in/ with the built-in lanczos ×2 upscaler into out/{stem}_x2.mp4;
+  // `top` and `entry` add keys (YAML lines) at the top level and to the entry.
+  void write_config(const std::string& top = "", const std::string& entry = "") const {
+    write_text(watch_file(), "settle_seconds: 0.3\npoll_seconds: 1\n" + top +
+                                 "watch:\n"
+                                 "  - folder: in\n"
+                                 "    job:\n"
+                                 "      task: upscale\n"
+                                 "      model: {kind: lanczos, scale: 2}\n"
+                                 "      encode: {codec: libx264, preset: ultrafast, crf: 20}\n"
+                                 "    output: out/{stem}_x2.mp4\n"
+                                 "    failed_folder: failed\n" +
+                                 entry);
+  }
+
+  // Starts `wmbatch watch` (log: log-<n>.txt) and waits until it watches.
+  Background& start() {
+    log_ = dir_.file("log-" + std::to_string(runs_++) + ".txt");
+    daemon_ = std::make_unique<Background>(
+        std::vector<std::string>{wmbatch_path(), "watch", watch_file(), "--log-level", "debug"},
+        log_);
+    EXPECT_TRUE(wait_until([&] {
+      return log().find("watching ") != std::string::npos || daemon_->exited();
+    })) << log();
+    return *daemon_;
+  }
+  Background& daemon() { return *daemon_; }
+  std::string log() const { return log_.empty() ? "" : read_text(log_); }
+  // Every run's log, in order.
+  std::string all_logs() const {
+    std::string all;
+    for (int i = 0; i < runs_; ++i)
+      all += read_text(dir_.file("log-" + std::to_string(i) + ".txt"));
+    return all;
+  }
+  // SIGTERM, then the exit status.
+  int stop() {
+    daemon_->signal(SIGTERM);
+    return daemon_->wait();
+  }
+  std::vector<QueueRow> queue() const { return read_queue(queue_file()); }
+  // Waits until `n` items are done or failed.
+  bool wait_finished(int n) const {
+    return wait_until([&] {
+      const auto rows = queue();
+      return count_state(rows, "done") + count_state(rows, "failed") >= n;
+    });
+  }
+  // The status page's port, from the daemon's log.
+  int http_port() const {
+    std::smatch m;
+    const std::string text = log();
+    if (!std::regex_search(text, m,
+                           std::regex("status page on http://127\\.0\\.0\\.1:([0-9]+)/"))) {
+      return -1;
+    }
+    return std::stoi(m[1]);
+  }
+
+ private:
+  TempDir dir_;
+  std::string log_;
+  int runs_ = 0;
+  std::unique_ptr<Background> daemon_;
+};
+
+// A small clip (64×48, 8 frames, H.264 + AAC) to copy into the watched folder.
+inline void make_small_clip(const std::string& path, int frames = 8, int width = 64,
+                            int height = 48) {
+  ClipSpec spec;
+  spec.width = width;
+  spec.height = height;
+  spec.frames = frames;
+  make_clip(path, spec);
+}
+
+}  // namespace wm::test

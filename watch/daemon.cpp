@@ -1,0 +1,348 @@
+#include "watch/daemon.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "src/base/clock.h"
+#include "src/base/error.h"
+#include "src/base/log.h"
+#include "watch/detector.h"
+#include "watch/queue.h"
+#include "watch/status.h"
+#include "watch/status_server.h"
+#include "watch/watch_spec.h"
+#include "watch/worker.h"
+
+namespace wm::watch {
+namespace {
+
+std::atomic<bool> g_stop{false};
+std::atomic<bool> g_reload{false};
+std::atomic<int> g_stop_signals{0};
+int g_wake_fd = -1;  // write end of the self-pipe that wakes the loop's poll()
+
+extern "C" void wm_watch_on_signal(int sig) {
+  if (sig == SIGHUP) {
+    g_reload.store(true);
+  } else {
+    g_stop.store(true);
+    if (g_stop_signals.fetch_add(1) > 0) {
+      ::signal(sig, SIG_DFL);
+      ::raise(sig);
+    }
+  }
+  if (g_wake_fd >= 0) {
+    const char c = 1;
+    [[maybe_unused]] const ssize_t n = ::write(g_wake_fd, &c, 1);
+  }
+}
+
+// The self-pipe and the handlers; restored on destruction.
+class Signals {
+ public:
+  Signals() {
+    if (::pipe2(fds_, O_CLOEXEC | O_NONBLOCK) != 0) fds_[0] = fds_[1] = -1;
+    g_wake_fd = fds_[1];
+    g_stop = false;
+    g_reload = false;
+    g_stop_signals = 0;
+    struct sigaction sa {};
+    sa.sa_handler = wm_watch_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+    ::signal(SIGPIPE, SIG_IGN);
+  }
+  ~Signals() {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
+    g_wake_fd = -1;
+    for (int fd : fds_) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+  int fd() const { return fds_[0]; }
+  void drain() const {
+    char buf[64];
+    while (fds_[0] >= 0 && ::read(fds_[0], buf, sizeof buf) > 0) {
+    }
+  }
+
+ private:
+  int fds_[2] = {-1, -1};
+};
+
+const WatchEntry* entry_of(const WatchSpec& spec, const Item& item) {
+  for (const WatchEntry& e : spec.entries) {
+    if (e.folder == item.folder && e.settings == item.settings) return &e;
+  }
+  return nullptr;
+}
+
+// State shared by the loop, the workers and the status page.
+class Daemon {
+ public:
+  Daemon(std::shared_ptr<const WatchSpec> spec, Queue& queue)
+      : spec_(std::move(spec)), queue_(queue) {}
+
+  int run(const Signals& signals);
+
+ private:
+  std::shared_ptr<const WatchSpec> spec() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return spec_;
+  }
+  void resume_disposals();
+  void start_workers(int count);
+  void work(size_t index);
+  void reload();
+  void start_server();
+  nlohmann::json snapshot();
+  std::unique_ptr<Detector> make_detector(const WatchSpec& spec);
+
+  mutable std::mutex mutex_;  // spec_, generation_, the workers' wake-ups
+  std::condition_variable wake_;
+  std::shared_ptr<const WatchSpec> spec_;
+  uint64_t generation_ = 0;
+  Queue& queue_;
+  std::atomic<bool> cancel_{false};
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::thread> threads_;
+  std::unique_ptr<StatusServer> server_;
+};
+
+void Daemon::resume_disposals() {
+  const auto spec = this->spec();
+  for (const Item& item : queue_.undisposed()) {
+    const WatchEntry* entry = entry_of(*spec, item);
+    if (!entry) continue;
+    if (item.state == ItemState::kDone) {
+      dispose_done(queue_, item, *entry);
+    } else {
+      dispose_failed(queue_, item, *entry);
+    }
+  }
+}
+
+void Daemon::start_workers(int count) {
+  while (int(workers_.size()) < count) {
+    const size_t index = workers_.size();
+    workers_.push_back(std::make_unique<Worker>(int(index), queue_, cancel_));
+    threads_.emplace_back([this, index] { work(index); });
+  }
+}
+
+void Daemon::work(size_t index) {
+  auto log = log::get("watch");
+  Worker& worker = *workers_[index];
+  uint64_t seen_generation = 0;
+  while (!cancel_.load()) {
+    std::shared_ptr<const WatchSpec> spec;
+    uint64_t generation = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      spec = spec_;
+      generation = generation_;
+    }
+    std::optional<Item> item;
+    if (int(index) < spec->max_parallel) {
+      try {
+        item = queue_.claim(unix_now());
+      } catch (const Error& e) {
+        log->error("{}", e.what());
+      }
+    }
+    if (!item) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait_for(lock, std::chrono::milliseconds(500));
+      continue;
+    }
+    if (generation != seen_generation) {
+      worker.drop_runners();  // WATCH.yaml was reloaded: jobs may have changed
+      seen_generation = generation;
+    }
+    const WatchEntry* entry = entry_of(*spec, *item);
+    if (!entry) {
+      queue_.remove(item->id);
+      log->info("{}: no watch entry takes it any more (WATCH.yaml changed); dropped", item->input);
+      continue;
+    }
+    try {
+      worker.run(*item, *entry, *spec);
+    } catch (const std::exception& e) {  // the queue itself failed (disk full, I/O error)
+      log->error("{}: {}", item->input, e.what());
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  }
+}
+
+nlohmann::json Daemon::snapshot() {
+  std::vector<LiveItem> live;
+  for (const auto& w : workers_) {
+    if (auto l = w->live()) live.push_back(*l);
+  }
+  return status_json(queue_, live, spec()->file, true);
+}
+
+void Daemon::start_server() {
+  const auto spec = this->spec();
+  server_.reset();
+  if (!spec->http.enabled) return;
+  server_ = std::make_unique<StatusServer>(spec->http.host, spec->http.port,
+                                           [this] { return snapshot(); });
+}
+
+std::unique_ptr<Detector> Daemon::make_detector(const WatchSpec& spec) {
+  auto detector = std::make_unique<Detector>(
+      spec, [this](const std::string& path, int64_t size, int64_t mtime_ns, const WatchEntry& e) {
+        return queue_.known(path, size, mtime_ns, e.settings);
+      });
+  detector->rescan();
+  return detector;
+}
+
+int Daemon::run(const Signals& signals) {
+  auto log = log::get("watch");
+  std::shared_ptr<const WatchSpec> spec = this->spec();
+  if (const int n = queue_.recover()) {
+    log->info("{} item(s) were running when the daemon last stopped; queued again", n);
+  }
+  resume_disposals();
+  start_server();
+  start_workers(spec->max_parallel);
+  auto detector = make_detector(*spec);
+  std::string folders;
+  for (const WatchEntry& e : spec->entries) folders += (folders.empty() ? "" : ", ") + e.folder;
+  log->info("watching {} (queue {}{})", folders, queue_.path(),
+            queue_.wal() ? "" : ", rollback journal");
+
+  auto last_scan = Clock::now();
+  while (!g_stop.load()) {
+    spec = this->spec();
+    const double tick = std::clamp(spec->settle_seconds / 4, 0.05, 0.5);
+    pollfd fds[2] = {{signals.fd(), POLLIN, 0}, {detector->fd(), POLLIN, 0}};
+    ::poll(fds, detector->fd() >= 0 ? 2 : 1, int(tick * 1000));
+    signals.drain();
+    if (g_stop.load()) break;
+    if (g_reload.exchange(false)) {
+      const uint64_t before = generation_;
+      reload();
+      if (generation_ != before) {
+        spec = this->spec();
+        detector = make_detector(*spec);
+        last_scan = Clock::now();
+      }
+    }
+    detector->read_events();
+    if (seconds_since(last_scan) >= spec->poll_seconds) {
+      detector->rescan();
+      last_scan = Clock::now();
+    }
+    bool queued = false;
+    for (const ReadyFile& f : detector->take_ready()) {
+      try {
+        if (queue_.enqueue(f.path, f.size, f.mtime_ns, f.entry->settings, f.entry->folder)) {
+          log->info("queued: {}", f.path);
+          queued = true;
+        }
+      } catch (const Error& e) {
+        log->error("{}", e.what());
+      }
+    }
+    if (queued) wake_.notify_all();
+  }
+
+  log->info("stopping: the running files stop at their next slice boundary");
+  cancel_.store(true);
+  wake_.notify_all();
+  for (auto& t : threads_) t.join();
+  server_.reset();
+  log->info("stopped");
+  return kExitOk;
+}
+
+void Daemon::reload() {
+  auto log = log::get("watch");
+  const auto old = spec();
+  try {
+    auto fresh = std::make_shared<WatchSpec>(load_watch_file(old->file));
+    if (fresh->queue != old->queue) {
+      log->warn("queue: a new queue file takes a restart; keeping {}", old->queue);
+      fresh->queue = old->queue;
+    }
+    const bool http_changed = fresh->http.enabled != old->http.enabled ||
+                              fresh->http.host != old->http.host ||
+                              fresh->http.port != old->http.port;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      spec_ = fresh;
+      ++generation_;
+    }
+    if (http_changed) start_server();
+    start_workers(fresh->max_parallel);
+    wake_.notify_all();
+    log->info("reloaded {} ({} folder(s), max_parallel {})", fresh->file, fresh->entries.size(),
+              fresh->max_parallel);
+  } catch (const Error& e) {
+    log->error("reload failed; keeping the running configuration: {}", e.what());
+  }
+}
+
+}  // namespace
+
+int run_daemon(const std::string& watch_file) {
+  std::shared_ptr<const WatchSpec> spec;
+  try {
+    spec = std::make_shared<WatchSpec>(load_watch_file(watch_file));
+  } catch (const Error& e) {
+    std::fprintf(stderr, "wmbatch: %s\n", e.what());
+    return e.exit_code();
+  }
+  Signals signals;
+  try {
+    Queue queue(spec->queue);
+    Daemon daemon(spec, queue);
+    return daemon.run(signals);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "wmbatch: %s\n", e.what());
+    return e.exit_code();
+  }
+}
+
+int print_status(const std::string& watch_file, bool json) {
+  try {
+    const WatchSpec spec = load_watch_file(watch_file);
+    struct stat st {};
+    if (::stat(spec.queue.c_str(), &st) != 0) {
+      if (json) {
+        const nlohmann::json none = {{"queue_file", spec.queue},
+                                     {"counts", nlohmann::json::object()}};
+        std::printf("%s\n", none.dump(2).c_str());
+      } else {
+        std::printf("queue %s: none yet (the daemon has not run)\n", spec.queue.c_str());
+      }
+      return kExitOk;
+    }
+    Queue queue(spec.queue);
+    const nlohmann::json s = status_json(queue, {}, spec.file, false);
+    std::fputs(json ? (s.dump(2) + "\n").c_str() : status_text(s).c_str(), stdout);
+    return kExitOk;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "wmbatch: %s\n", e.what());
+    return e.exit_code();
+  }
+}
+
+}  // namespace wm::watch

@@ -1,0 +1,25 @@
+// The watch-folder daemon (`wmbatch watch WATCH.yaml`): finds files that settle in the watched
+// folders (watch/detector.h), records them in the queue (watch/queue.h) and has max_parallel
+// workers (watch/worker.h) run their jobs; optionally serves the status page
+// (watch/status_server.h). The user guide is docs/watch.md.
+//
+// Signals (handled here, not by the CLI): SIGTERM/SIGINT stop taking files and stop the running
+// ones at their next slice boundary (they are queued again and start over on the next run); the
+// daemon then exits 0. A second SIGTERM/SIGINT ends it at once (the queue stays consistent: a
+// killed daemon resumes too). SIGHUP reloads WATCH.yaml; a file that does not validate is
+// logged and the running configuration kept.
+#pragma once
+
+#include <string>
+
+namespace wm::watch {
+
+// Runs in the foreground until stopped; logs to stderr. Returns the exit code: 0 after a clean
+// stop, 65 bad WATCH.yaml at start, 66 missing, 73/74 queue or status page unavailable.
+int run_daemon(const std::string& watch_file);
+
+// `wmbatch status WATCH.yaml`: counts by state, running items with progress, last failures
+// (text, or the /api/status JSON). Reads the queue; needs no running daemon. Exit code.
+int print_status(const std::string& watch_file, bool json);
+
+}  // namespace wm::watch

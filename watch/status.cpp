@@ -1,0 +1,299 @@
+#include "watch/status.h"
+
+#include <cmath>
+#include <ctime>
+#include <sstream>
+
+#include "parallel/devices.h"
+#include "scheduler/progress.h"
+#include "src/models/wan21_bench_support.h"
+
+namespace wm::watch {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kQueueShown = 100;
+constexpr int kHistoryShown = 50;
+constexpr int kFailuresShown = 20;
+
+json running_json(const LiveItem& l, int attempts) {
+  const double fps = l.seconds > 0 ? double(l.frames) / l.seconds : 0.0;
+  json j = {{"id", l.id},
+            {"input", l.input},
+            {"output", l.output},
+            {"frames", l.frames},
+            {"frames_total", l.frames_total},
+            {"seconds", l.seconds},
+            {"fps", fps},
+            {"attempts", attempts}};
+  j["eta_seconds"] = (fps > 0 && l.frames_total > l.frames)
+                         ? json(double(l.frames_total - l.frames) / fps)
+                         : json(nullptr);
+  return j;
+}
+
+json item_json(const Item& it) {
+  json j = {{"id", it.id},
+            {"input", it.input},
+            {"state", to_string(it.state)},
+            {"attempts", it.attempts},
+            {"failures", it.failures},
+            {"interrupted", it.interrupted},
+            {"queued_at", it.queued_at}};
+  if (!it.output.empty()) j["output"] = it.output;
+  if (it.state == ItemState::kDone || it.state == ItemState::kFailed) {
+    j["finished_at"] = it.finished_at;
+    j["frames"] = it.frames;
+    j["seconds"] = it.seconds;
+  }
+  if (!it.last_error.empty()) {
+    j["error"] = it.last_error;
+    j["exit_code"] = it.exit_code;
+  }
+  if (it.state == ItemState::kQueued && it.next_attempt_at > 0) {
+    j["next_attempt_at"] = it.next_attempt_at;
+  }
+  if (it.disposed) j["source_now"] = it.source_now;
+  return j;
+}
+
+std::string fixed(double v, int digits) {
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(digits);
+  s << v;
+  return s.str();
+}
+
+std::string str(const json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return "";
+  return it->is_string() ? it->get<std::string>() : it->dump();
+}
+
+// Prometheus label values: backslash, double quote and newline escaped.
+std::string label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string html_escape(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+json status_json(Queue& queue, const std::vector<LiveItem>& live, const std::string& watch_file,
+                 bool daemon) {
+  json j;
+  j["watch_file"] = watch_file;
+  j["queue_file"] = queue.path();
+  j["daemon"] = daemon;
+  j["time"] = unix_now();
+  const auto counts = queue.counts();
+  j["counts"] = json::object();
+  for (const auto& [state, n] : counts) j["counts"][to_string(state)] = n;
+  const Totals totals = queue.totals();
+  j["totals"] = {{"files_processed", totals.done},
+                 {"files_failed", totals.failed},
+                 {"frames", totals.frames},
+                 {"seconds", totals.seconds}};
+
+  json running = json::array();
+  for (const Item& it : queue.items(ItemState::kRunning, 1000)) {
+    LiveItem l{0,
+               it.id,
+               it.input,
+               it.output,
+               it.frames,
+               it.frames_total,
+               it.started_at > 0 ? unix_now() - it.started_at : 0.0};
+    for (const LiveItem& w : live) {
+      if (w.id == it.id) l = w;
+    }
+    running.push_back(running_json(l, it.attempts));
+  }
+  j["running"] = running;
+  json waiting = json::array();
+  for (const Item& it : queue.items(ItemState::kQueued, kQueueShown))
+    waiting.push_back(item_json(it));
+  j["queue"] = waiting;
+  json history = json::array();
+  for (const Item& it : queue.history(kHistoryShown)) history.push_back(item_json(it));
+  j["history"] = history;
+  json failures = json::array();
+  for (const Item& it : queue.items(ItemState::kFailed, kFailuresShown, true)) {
+    failures.push_back(item_json(it));
+  }
+  j["failures"] = failures;
+  if (daemon) {
+    j["peak_rss_mib"] = sched::peak_rss_mib();
+    json gpus = json::array();
+    for (int i = 0; i < parallel::cuda_device_count(); ++i) {
+      Device d;
+      d.kind = Device::Kind::kCuda;
+      d.index = i;
+      const double mib = models::peak_device_memory_mib(d);
+      if (mib >= 0) gpus.push_back({{"device", "cuda:" + std::to_string(i)}, {"peak_mib", mib}});
+    }
+    j["gpus"] = gpus;
+  }
+  return j;
+}
+
+std::string status_html(const json& s) {
+  std::ostringstream h;
+  h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+       "<meta http-equiv=\"refresh\" content=\"2\">"
+       "<title>wmbatch watch</title><style>"
+       "body{font-family:sans-serif;margin:1.5em;color:#222}"
+       "table{border-collapse:collapse;margin-bottom:1.5em}"
+       "td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left;font-size:.9em}"
+       "th{background:#f0f0f0}.failed{color:#a00}.done{color:#070}"
+       "progress{width:10em}</style></head><body>\n";
+  h << "<h1>wmbatch watch</h1>\n<p>" << html_escape(str(s, "watch_file")) << "</p>\n";
+  const json& c = s["counts"];
+  h << "<p id=\"counts\">queued <b>" << c.value("queued", 0) << "</b> · running <b>"
+    << c.value("running", 0) << "</b> · done <b>" << c.value("done", 0) << "</b> · failed <b>"
+    << c.value("failed", 0) << "</b></p>\n";
+
+  h << "<h2>Running</h2>\n<table id=\"running\"><tr><th>file</th><th>output</th><th>progress</th>"
+       "<th>fps</th><th>ETA</th></tr>\n";
+  for (const json& r : s["running"]) {
+    const int64_t frames = r.value("frames", int64_t(0));
+    const int64_t total = r.value("frames_total", int64_t(0));
+    h << "<tr><td>" << html_escape(str(r, "input")) << "</td><td>" << html_escape(str(r, "output"))
+      << "</td><td>";
+    if (total > 0) h << "<progress max=\"" << total << "\" value=\"" << frames << "\"></progress> ";
+    h << frames << (total > 0 ? " / " + std::to_string(total) : "") << "</td><td>"
+      << fixed(r.value("fps", 0.0), 1) << "</td><td>"
+      << (r["eta_seconds"].is_null() ? "" : fixed(r["eta_seconds"].get<double>(), 0) + " s")
+      << "</td></tr>\n";
+  }
+  h << "</table>\n";
+
+  h << "<h2>Queue</h2>\n<table id=\"queue\"><tr><th>#</th><th>file</th><th>queued</th>"
+       "<th>attempts</th><th>next attempt</th><th>last error</th></tr>\n";
+  for (const json& q : s["queue"]) {
+    h << "<tr><td>" << q.value("id", int64_t(0)) << "</td><td>" << html_escape(str(q, "input"))
+      << "</td><td>" << utc_text(q.value("queued_at", 0.0)) << "</td><td>" << q.value("attempts", 0)
+      << "</td><td>" << utc_text(q.value("next_attempt_at", 0.0)) << "</td><td>"
+      << html_escape(str(q, "error")) << "</td></tr>\n";
+  }
+  h << "</table>\n";
+
+  h << "<h2>Recent</h2>\n<table id=\"history\"><tr><th>#</th><th>file</th><th>state</th>"
+       "<th>finished</th><th>frames</th><th>seconds</th><th>output or error</th></tr>\n";
+  for (const json& r : s["history"]) {
+    const std::string state = str(r, "state");
+    h << "<tr class=\"" << html_escape(state) << "\"><td>" << r.value("id", int64_t(0))
+      << "</td><td>" << html_escape(str(r, "input")) << "</td><td>" << html_escape(state)
+      << "</td><td>" << utc_text(r.value("finished_at", 0.0)) << "</td><td>"
+      << r.value("frames", int64_t(0)) << "</td><td>" << fixed(r.value("seconds", 0.0), 2)
+      << "</td><td>" << html_escape(state == "failed" ? str(r, "error") : str(r, "output"))
+      << "</td></tr>\n";
+  }
+  h << "</table>\n<p><a href=\"/api/status\">JSON</a> · <a href=\"/metrics\">metrics</a></p>\n"
+       "</body></html>\n";
+  return h.str();
+}
+
+std::string status_metrics(const json& s) {
+  std::ostringstream m;
+  m.precision(17);
+  const json& t = s["totals"];
+  auto metric = [&](const char* name, const char* type, const char* help, const auto& value) {
+    m << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n"
+      << name << " " << value << "\n";
+  };
+  metric("wmbatch_watch_files_processed_total", "counter", "Files processed (done).",
+         t.value("files_processed", int64_t(0)));
+  metric("wmbatch_watch_files_failed_total", "counter", "Files given up as failed.",
+         t.value("files_failed", int64_t(0)));
+  metric("wmbatch_watch_frames_total", "counter", "Frames written for done files.",
+         t.value("frames", int64_t(0)));
+  metric("wmbatch_watch_processing_seconds_total", "counter",
+         "Seconds spent processing done files.", t.value("seconds", 0.0));
+  metric("wmbatch_watch_queue_length", "gauge", "Files waiting in the queue.",
+         s["counts"].value("queued", int64_t(0)));
+  metric("wmbatch_watch_running", "gauge", "Files being processed now.",
+         s["counts"].value("running", int64_t(0)));
+  m << "# HELP wmbatch_watch_items Queue items by state.\n# TYPE wmbatch_watch_items gauge\n";
+  for (const auto& [state, n] : s["counts"].items()) {
+    m << "wmbatch_watch_items{state=\"" << label(state) << "\"} " << n.get<int64_t>() << "\n";
+  }
+  if (s.contains("peak_rss_mib")) {
+    metric("wmbatch_watch_peak_rss_bytes", "gauge", "Peak resident memory of the daemon.",
+           int64_t(s["peak_rss_mib"].get<double>() * 1048576.0));
+  }
+  if (s.contains("gpus") && !s["gpus"].empty()) {
+    m << "# HELP wmbatch_gpu_memory_peak_bytes Peak GPU memory allocated by the daemon.\n"
+         "# TYPE wmbatch_gpu_memory_peak_bytes gauge\n";
+    for (const json& g : s["gpus"]) {
+      m << "wmbatch_gpu_memory_peak_bytes{device=\"" << label(str(g, "device")) << "\"} "
+        << int64_t(g.value("peak_mib", 0.0) * 1048576.0) << "\n";
+    }
+  }
+  return m.str();
+}
+
+std::string status_text(const json& s) {
+  std::ostringstream o;
+  const json& c = s["counts"];
+  o << "queue " << str(s, "queue_file") << "\n"
+    << "queued " << c.value("queued", 0) << ", running " << c.value("running", 0) << ", done "
+    << c.value("done", 0) << ", failed " << c.value("failed", 0) << "\n";
+  if (!s["running"].empty()) o << "\nrunning:\n";
+  for (const json& r : s["running"]) {
+    const int64_t total = r.value("frames_total", int64_t(0));
+    o << "  " << str(r, "input") << "  " << r.value("frames", int64_t(0));
+    if (total > 0)
+      o << "/" << total << " frames (" << (100 * r.value("frames", int64_t(0)) / total) << "%)";
+    else
+      o << " frames";
+    o << ", " << fixed(r.value("fps", 0.0), 1) << " fps";
+    if (!r["eta_seconds"].is_null())
+      o << ", ETA " << fixed(r["eta_seconds"].get<double>(), 0) << " s";
+    o << "\n";
+  }
+  if (!s["failures"].empty()) o << "\nlast failures:\n";
+  for (const json& f : s["failures"]) {
+    o << "  " << utc_text(f.value("finished_at", 0.0)) << "  " << str(f, "error") << " (exit "
+      << f.value("exit_code", 0) << ")\n";
+  }
+  return o.str();
+}
+
+}  // namespace wm::watch

@@ -1,0 +1,79 @@
+// A worker runs claimed queue items, one at a time, through the batch runner's TaskRunner
+// (scheduler/tasks.h: models loaded once per worker and watch entry, reused for every file).
+//
+// One item, so that a kill at any point leaves exactly one complete output or none:
+//   1. the source must still be the version that settled (else the item is dropped: its new
+//      version is an item of its own);
+//   2. the job writes to a hidden name beside the output, ".wmwatch-<id>-<name>" (through the
+//      runner's own "<name>.partial" → verify → fsync → rename), so a complete file there is
+//      this item's finished work: a rerun after a kill takes it instead of redoing it;
+//   3. commit: the queue records `committing`, the file is renamed to the output (not over an
+//      existing one unless on_exists: overwrite), the folder fsynced, the item marked done;
+//   4. the source is kept, moved to the done folder or deleted (recorded as `disposed`).
+// Failures: exit codes 65/66 (bad or missing input) fail at once; others are retried after
+// backoff_seconds × 2^(failures-1) (capped) until retry.max_attempts failures. A failed input
+// goes to the failed folder (or stays) with "<name>.error.txt" beside it. SIGTERM/SIGINT: the
+// runner stops at its next slice boundary (RunOptions::cancel) and the item is queued again.
+//
+// Threading: a Worker is used by one thread; live() may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "scheduler/progress.h"
+#include "scheduler/tasks.h"
+#include "watch/queue.h"
+#include "watch/watch_spec.h"
+
+namespace wm::watch {
+
+// What a worker is doing now, for the status page.
+struct LiveItem {
+  int worker = 0;
+  int64_t id = 0;
+  std::string input;
+  std::string output;
+  int64_t frames = 0;
+  int64_t frames_total = 0;  // 0 when unknown
+  double seconds = 0;        // since the item started
+};
+
+class Worker {
+ public:
+  Worker(int index, Queue& queue, const std::atomic<bool>& cancel);
+
+  // Processes a claimed item of `entry` (of `spec`). Never throws: every outcome is recorded in
+  // the queue and logged.
+  void run(const Item& item, const WatchEntry& entry, const WatchSpec& spec);
+  // Forgets the loaded models (after a reload of WATCH.yaml).
+  void drop_runners() { runners_.clear(); }
+  std::optional<LiveItem> live() const;
+
+ private:
+  sched::TaskRunner& runner_for(const WatchEntry& entry, const JobSpec& job);
+  void process(const Item& item, const WatchEntry& entry, const WatchSpec& spec);
+
+  int index_;
+  Queue& queue_;
+  const std::atomic<bool>& cancel_;
+  std::map<std::string, std::unique_ptr<sched::TaskRunner>> runners_;  // by settings + devices
+  sched::Progress progress_{sched::ProgressStyle::kNone};
+  mutable std::mutex live_mutex_;
+  std::optional<LiveItem> live_;
+  std::chrono::steady_clock::time_point live_start_;
+};
+
+// Puts the source of a finished item where its entry says (keep, move, delete) and records it.
+// Used by workers and, at start, for items whose disposal a kill interrupted.
+void dispose_done(Queue& queue, const Item& item, const WatchEntry& entry);
+// Moves the source of a failed item to the failed folder (when set) and writes its
+// "<name>.error.txt"; records it.
+void dispose_failed(Queue& queue, const Item& item, const WatchEntry& entry);
+
+}  // namespace wm::watch
