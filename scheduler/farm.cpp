@@ -936,6 +936,6 @@ int assemble_farm(const std::string& job_file, const FarmOptions& options) {
   });
 }
 
-std::string job_settings_hash(const JobSpec& job) { return stable_hash(settings_text(job)); }
+std::string job_settings_hash(const JobSpec& job) { return stable_hash(job_settings_text(job)); }
 
 }  // namespace wm::sched
