@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -44,6 +43,7 @@ uint64_t le(const unsigned char* p, int bytes) {
 struct ZipEntry {
   size_t offset = 0;  // of the data in the file
   size_t size = 0;
+  int method = 0;  // 0: stored; anything else cannot be read in place
 };
 
 // The entries of a zip held in [data, data + size): name → where its (uncompressed) data lie.
@@ -114,21 +114,31 @@ std::map<std::string, ZipEntry> read_zip(const std::string& path, const unsigned
       e += 4 + len;
     }
     if (flags & 1) bad(path, "zip entry '" + name + "' is encrypted");
-    if (method != 0 || csize != usize) {
-      bad(path, "zip entry '" + name + "' is compressed (method " + std::to_string(method) +
-                    "); torch.save stores entries uncompressed");
+    if (method == 0 && csize != usize) {
+      bad(path, "malformed zip: stored entry '" + name + "' has two sizes");
     }
     if (local > size || size - local < 30 || le(data + local, 4) != 0x04034b50) {
       bad(path, "malformed zip: bad local header of '" + name + "' (truncated?)");
     }
     const uint64_t start = local + 30 + le(data + local + 26, 2) + le(data + local + 28, 2);
-    if (start > size || usize > size - start) {
+    if (start > size || csize > size - start) {
       bad(path, "zip entry '" + name + "' runs past the end of the file (truncated?)");
     }
-    out[name] = {size_t(start), size_t(usize)};
+    out[name] = {size_t(start), size_t(csize), int(method)};
     at += 46 + name_len + extra_len + comment_len;
   }
   return out;
+}
+
+// The bytes of an entry that is read: it must be stored, as torch.save writes them.
+const ZipEntry& stored(const std::string& path, const std::map<std::string, ZipEntry>& zip,
+                       const std::string& name) {
+  const ZipEntry& e = zip.at(name);
+  if (e.method != 0) {
+    bad(path, "zip entry '" + name + "' is compressed (method " + std::to_string(e.method) +
+                  "); torch.save stores entries uncompressed");
+  }
+  return e;
 }
 
 // --- the restricted unpickler ----------------------------------------------------------------
@@ -609,12 +619,6 @@ bool TorchTensor::contiguous() const {
   return true;
 }
 
-bool looks_like_zip(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  return in.read(magic, 4) && std::memcmp(magic, "PK\x03\x04", 4) == 0;
-}
-
 TorchCheckpoint::TorchCheckpoint(const std::string& path) : path_(path) {
   FdCloser fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (fd.fd < 0) throw InputError(path + ": cannot open: " + errno_text(), kExitNoInput);
@@ -642,9 +646,12 @@ TorchCheckpoint::TorchCheckpoint(const std::string& path) : path_(path) {
       }
     }
     if (stem.empty()) bad(path, "a zip without <name>/data.pkl, not a torch.save checkpoint");
+    if (zip.count(stem + "/constants.pkl") || zip.count(stem + "/code/__torch__.py")) {
+      bad(path, "refused: a TorchScript archive, not a state dict (load it with kind torchscript)");
+    }
     if (const auto it = zip.find(stem + "/byteorder"); it != zip.end()) {
-      const std::string order(reinterpret_cast<const char*>(bytes + it->second.offset),
-                              it->second.size);
+      const ZipEntry& e = stored(path, zip, it->first);
+      const std::string order(reinterpret_cast<const char*>(bytes + e.offset), e.size);
       if (order != "little") bad(path, "storages are " + order + "-endian (only little-endian)");
     }
     const auto load_storage = [&](const std::string& key, const std::string& type, int64_t numel) {
@@ -652,7 +659,7 @@ TorchCheckpoint::TorchCheckpoint(const std::string& path) : path_(path) {
       if (!storage_dtype(type, s.dtype, s.element_size)) bad(path, "unknown storage " + type);
       const auto it = zip.find(stem + "/data/" + key);
       if (it == zip.end()) bad(path, "malformed checkpoint: storage '" + key + "' is missing");
-      if (uint64_t(numel) > it->second.size / s.element_size) {
+      if (uint64_t(numel) > stored(path, zip, it->first).size / s.element_size) {
         bad(path, "malformed checkpoint: storage '" + key + "' is shorter than its " +
                       std::to_string(numel) + " elements");
       }
@@ -660,7 +667,7 @@ TorchCheckpoint::TorchCheckpoint(const std::string& path) : path_(path) {
       s.numel = size_t(numel);
       return s;
     };
-    const ZipEntry& pkl = zip.at(stem + "/data.pkl");
+    const ZipEntry& pkl = stored(path, zip, stem + "/data.pkl");
     Unpickler unpickler(path, bytes + pkl.offset, pkl.size, load_storage);
     const ValuePtr root = unpickler.run();
     if (root->kind != Value::Kind::kDict) {

@@ -67,7 +67,4 @@ class TorchCheckpoint {
   std::map<std::string, std::string> top_level_;
 };
 
-// True when the file starts like a zip archive (a torch.save checkpoint), without reading more.
-bool looks_like_zip(const std::string& path);
-
 }  // namespace wm::io
