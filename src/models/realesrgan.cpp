@@ -3,12 +3,18 @@
 #include "src/models/realesrgan.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+
+#ifdef WMBATCH_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 #include "src/base/error.h"
 #include "src/models/lanczos_resize.h"
 #include "src/models/realesrgan_weights.h"
 #include "src/models/tensor.h"
+#include "src/models/wan21_bench_support.h"
 
 namespace wm::models {
 
@@ -138,9 +144,16 @@ class Network {
       t = r * 0.2 + t;
     }
     f = f + conv_named(t, "conv_body");
-    f = lrelu(conv_named(nearest(f, 2), "conv_up1"));
-    f = lrelu(conv_named(nearest(f, 2), "conv_up2"));
+    f = lrelu(conv_named(upsample2(f), "conv_up1"));
+    f = lrelu(conv_named(upsample2(f), "conv_up2"));
     return conv_named(lrelu(conv_named(f, "conv_hr")), "conv_last");
+  }
+
+  // Nearest ×2 of the tail. On the GPU ATen's kernel keeps the channels-last layout (the
+  // view/expand form would come out NCHW and cost a conversion per conv).
+  at::Tensor upsample2(const at::Tensor& f) const {
+    if (!channels_last_) return nearest(f, 2);
+    return at::upsample_nearest2d(f, std::vector<int64_t>{f.size(2) * 2, f.size(3) * 2});
   }
 
   RealEsrganArch arch_;
@@ -249,7 +262,45 @@ Planar RealEsrganSession::run(Planar&& input, const RunContext&) {
   });
 }
 
+void synchronize(const Device& device) {
+#ifdef WMBATCH_WITH_CUDA
+  if (device.kind == Device::Kind::kCuda) c10::cuda::device_synchronize();
+#else
+  (void)device;
+#endif
+}
+
 }  // namespace
+
+RealEsrganBench bench_realesrgan(const RealEsrganArch& arch, const Device& device,
+                                 Precision precision, int frames, int height, int width, int calls,
+                                 int warmup) {
+  return guarded("realesrgan bench", [&] {
+    at::NoGradGuard no_grad;
+    const bool cuda = device.kind == Device::Kind::kCuda;
+#ifdef WMBATCH_WITH_CUDA
+    if (cuda && precision == Precision::kFloat32) at::globalContext().setAllowTF32CuDNN(false);
+#endif
+    const at::ScalarType dtype = to_scalar_type(precision);
+    const Network net(random_realesrgan_weights(arch, 1234), to_device(device), dtype, cuda);
+    at::Tensor x = at::rand({frames, 3, height, width}, at::kFloat).to(to_device(device), dtype);
+    if (cuda) x = x.contiguous(at::MemoryFormat::ChannelsLast);
+    at::Tensor y;
+    for (int i = 0; i < warmup; ++i) y = net.forward(x);
+    synchronize(device);
+    reset_peak_device_memory(device);
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) y = net.forward(x);
+    synchronize(device);
+    RealEsrganBench b;
+    b.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    b.fps = double(frames) * calls / b.seconds;
+    b.tflops = arch.flops_per_input_pixel() * height * width * frames * calls / b.seconds / 1e12;
+    b.peak_mib = peak_device_memory_mib(device);
+    b.output_mean = y.to(at::kFloat).mean().item<double>();
+    return b;
+  });
+}
 
 std::unique_ptr<Model> make_realesrgan(const ModelConfig& config, const Device& device) {
   if (config.weights.empty()) throw ModelError("realesrgan: model.weights is required");

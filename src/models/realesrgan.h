@@ -59,4 +59,21 @@ std::unique_ptr<Model> make_realesrgan(const ModelConfig& config, const Device& 
 std::unique_ptr<Model> make_realesrgan_random(const RealEsrganArch& arch, const ModelConfig& config,
                                               const Device& device, uint64_t seed);
 
+// Random weights of `arch` written as a .safetensors file with the official key names (what an
+// end-to-end benchmark job loads).
+void write_random_realesrgan(const RealEsrganArch& arch, const std::string& path, uint64_t seed);
+
+// Model-only speed: the network of `arch` (random weights) on device-resident random frames,
+// `frames` per call of height × width, after `warmup` calls; no host transfers, no tiles.
+struct RealEsrganBench {
+  double seconds = 0;      // of the timed calls
+  double fps = 0;          // frames per second
+  double tflops = 0;       // achieved, from RealEsrganArch::flops_per_input_pixel
+  double peak_mib = -1;    // device memory (CUDA), -1 elsewhere
+  double output_mean = 0;  // of the last output (a check that it ran)
+};
+RealEsrganBench bench_realesrgan(const RealEsrganArch& arch, const Device& device,
+                                 Precision precision, int frames, int height, int width, int calls,
+                                 int warmup);
+
 }  // namespace wm::models

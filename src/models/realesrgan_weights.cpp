@@ -6,6 +6,8 @@
 #include <optional>
 #include <regex>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include "io/safetensors.h"
 #include "io/torch_pickle.h"
 #include "src/base/error.h"
@@ -321,6 +323,21 @@ RealEsrganWeights random_realesrgan_weights(const RealEsrganArch& arch, uint64_t
     w.tensors[name] = t.to(at::kFloat).contiguous();
   }
   return w;
+}
+
+void write_random_realesrgan(const RealEsrganArch& arch, const std::string& path, uint64_t seed) {
+  const RealEsrganWeights w = random_realesrgan_weights(arch, seed);
+  std::vector<io::TensorEntry> entries;
+  for (const auto& [name, shape] : realesrgan_keys(arch)) {
+    const at::Tensor& t = w.tensors.at(name);
+    io::TensorEntry e;
+    e.name = name;
+    e.shape = shape;
+    e.data = t.data_ptr<float>();
+    e.bytes = size_t(t.numel()) * sizeof(float);
+    entries.push_back(e);
+  }
+  io::write_safetensors(path, entries, {{"arch", arch.describe()}});
 }
 
 }  // namespace wm::models
