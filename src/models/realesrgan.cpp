@@ -231,7 +231,18 @@ class RealEsrganModel : public Model {
                                  : at::replication_pad2d(x, {0, pad_w, 0, pad_h});
     }
     if (device_.kind == Device::Kind::kCuda) x = x.contiguous(at::MemoryFormat::ChannelsLast);
-    at::Tensor y = network_->forward(x);
+    // On the CPU one frame at a time: RRDB's concatenated features of a 1080p frame take
+    // ~1 GiB in fp32, and a batch gains nothing there. On the GPU the slice's frames go in one
+    // call (fewer, larger kernels).
+    at::Tensor y;
+    if (device_.kind == Device::Kind::kCuda || x.size(0) == 1) {
+      y = network_->forward(x);
+    } else {
+      std::vector<at::Tensor> outs;
+      for (int64_t i = 0; i < x.size(0); ++i)
+        outs.push_back(network_->forward(x.slice(0, i, i + 1)));
+      y = at::cat(outs, 0);
+    }
     if (pad_h || pad_w) {
       y = y.slice(2, 0, h * arch.scale).slice(3, 0, w * arch.scale);
     }

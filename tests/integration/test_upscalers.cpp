@@ -124,6 +124,22 @@ TEST(Upscalers, ExactTilesMatchTheWholeFrame) {
   }
 }
 
+// RRDB's default tiles (16-pixel approximate halo, feathered) stay close to the whole frame; a
+// halo too small for the network would show here (random weights decay fast: trained ones may
+// not, docs/models.md).
+TEST(Upscalers, DefaultRrdbTilesAreCloseToTheWholeFrame) {
+  TempDir dir("upscaler-rrdb-tiles");
+  const std::string base = kGolden + "rrdb-tiny/";
+  const std::string spec = "{kind: realesrgan, weights: '" + base + "model.pth'}";
+  const std::string input = base + "case_b.safetensors";  // 32×48
+  const Tensor whole = upscale(dir, input, spec);
+  const Tensor tiled =
+      upscale(dir, input, spec, "tiling: {tile: 16, overlap: 4}\nslice_frames: 1\n");
+  const double diff = max_abs_diff(tiled, whole);
+  EXPECT_GT(diff, 0.0);  // approximate: the exact halo is 34
+  EXPECT_LE(diff, 1e-3);
+}
+
 // A ×4 network asked for ×2: the network's output resized by Lanczos to twice the input.
 TEST(Upscalers, OutputScaleOtherThanTheNetworks) {
   TempDir dir("upscaler-scale");
