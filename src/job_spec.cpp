@@ -589,6 +589,7 @@ class JobParser {
     parse_model();
     if (const Field* f = top_.find("precision")) job_.model.precision = get_enum(*f, kPrecisions);
     if (const Field* f = top_.find("devices")) parse_devices(*f);
+    check_cpu_precision();
     if (const Field* f = top_.find("tiling")) parse_tiling(*f);
     if (const Field* f = top_.find("slice_frames")) job_.slice_frames = get_int(*f, 0, 1 << 20);
     if (const Field* f = top_.find("tokens")) job_.tokens = get_int(*f, 1, 1024);
@@ -731,6 +732,19 @@ class JobParser {
       }
     }
     if (spec.parse) spec.parse(ModelOptionReader(model, job_.dir), m);
+  }
+
+  // A kind that runs only some precisions on the CPU (registry: cpu_precisions).
+  void check_cpu_precision() const {
+    const ModelKind* kind = find_model_kind(job_.model.kind);
+    if (job_.devices != "cpu" || !kind || kind->cpu_precisions.empty()) return;
+    const auto& ok = kind->cpu_precisions;
+    if (std::find(ok.begin(), ok.end(), job_.model.precision) != ok.end()) return;
+    std::vector<std::string> names;
+    for (Precision p : ok) names.push_back(to_string(p));
+    const Field* f = top_.find("precision");
+    fail(*f, std::string("kind ") + kind->name + " runs " + to_string(job_.model.precision) +
+                 " on GPUs only; on devices: cpu use " + one_of(names));
   }
 
   void parse_devices(const Field& f) {

@@ -93,37 +93,42 @@ std::string aoti_unavailable() {
 #endif
 }
 
+ModelKind entry(std::string name, std::vector<std::string> tasks, std::vector<std::string> keys,
+                void (*parse)(const OptionReader&, ModelConfig&),
+                std::unique_ptr<Model> (*make)(const ModelConfig&, const Device&)) {
+  ModelKind k;
+  k.name = std::move(name);
+  k.tasks = std::move(tasks);
+  k.options = std::move(keys);
+  k.parse = parse;
+  k.make = make;
+  return k;
+}
+
+std::unique_ptr<Model> make_resampler(const ModelConfig& c, const Device&) {
+  return models::make_resampler(c);
+}
+
+// The kinds, in the order documentation and error messages list them. A new kind is one entry.
 std::vector<ModelKind> build_kinds() {
   const std::vector<std::string> scripted_keys = {"weights", "scale", "halo"};
-  return {
-      {"lanczos",
-       {"upscale"},
-       {"scale"},
-       parse_resampler,
-       [](const ModelConfig& c, const Device&) { return models::make_resampler(c); },
-       ""},
-      {"bicubic",
-       {"upscale"},
-       {"scale"},
-       parse_resampler,
-       [](const ModelConfig& c, const Device&) { return models::make_resampler(c); },
-       ""},
-      {"realesrgan",
-       {"upscale"},
-       {"weights", "scale"},
-       parse_realesrgan,
-       models::make_realesrgan,
-       ""},
-      {"torchscript", {"upscale"}, scripted_keys, parse_scripted, models::make_torchscript, ""},
-      {"aoti", {"upscale"}, scripted_keys, parse_scripted, models::make_aoti, aoti_unavailable()},
-      {"wan2.1-vae",
-       {"decode", "encode"},
-       {"weights", "dim", "z_dim", "dim_mult", "num_res_blocks", "temporal_downsample",
-        "latent_mean", "latent_std"},
-       parse_wan21_vae,
-       models::make_wan21_vae,
-       ""},
-  };
+  std::vector<ModelKind> kinds;
+  kinds.push_back(entry("lanczos", {"upscale"}, {"scale"}, parse_resampler, make_resampler));
+  kinds.push_back(entry("bicubic", {"upscale"}, {"scale"}, parse_resampler, make_resampler));
+  kinds.push_back(entry("realesrgan", {"upscale"}, {"weights", "scale"}, parse_realesrgan,
+                        models::make_realesrgan));
+  kinds.back().cpu_precisions = {Precision::kFloat32};
+  kinds.push_back(
+      entry("torchscript", {"upscale"}, scripted_keys, parse_scripted, models::make_torchscript));
+  kinds.back().cpu_precisions = {Precision::kFloat32};
+  kinds.push_back(entry("aoti", {"upscale"}, scripted_keys, parse_scripted, models::make_aoti));
+  kinds.back().unavailable = aoti_unavailable();
+  kinds.push_back(entry("wan2.1-vae", {"decode", "encode"},
+                        {"weights", "dim", "z_dim", "dim_mult", "num_res_blocks",
+                         "temporal_downsample", "latent_mean", "latent_std"},
+                        parse_wan21_vae, models::make_wan21_vae));
+  kinds.back().cpu_precisions = {Precision::kFloat32, Precision::kBFloat16};
+  return kinds;
 }
 
 }  // namespace

@@ -60,6 +60,9 @@ struct ModelKind {
   std::unique_ptr<Model> (*make)(const ModelConfig& config, const Device& device) = nullptr;
   // Not empty: this build cannot run the kind, and says why (validation fails with it).
   std::string unavailable;
+  // Precisions the kind runs in on the CPU (a job on `devices: cpu` asking for another fails
+  // validation); empty: any.
+  std::vector<Precision> cpu_precisions;
 };
 
 // Every kind, in the order documentation and error messages list them.

@@ -363,6 +363,10 @@ const BadJob kBadJobs[] = {
     {JOB "model: {kind: realesrgan, weights: m.pth, halo: 4}\n", 3, "model.halo",
      "applies only to kind torchscript or aoti"},
     {JOB "tiling: {tile: 64, exact: 3}\n", 3, "tiling.exact", "must be true or false"},
+    {JOB "model: {kind: realesrgan, weights: m.pth}\nprecision: fp16\n", 4, "precision",
+     "kind realesrgan runs fp16 on GPUs only; on devices: cpu use fp32"},
+    {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n" VAE "precision: fp16\n",
+     5, "precision", "on devices: cpu use fp32 or bf16"},
     {JOB "model:\n  kind: esrgan\n", 4, "model.kind",
      "must be lanczos, bicubic, realesrgan, torchscript, aoti or wan2.1-vae (got 'esrgan')"},
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n"
