@@ -198,6 +198,9 @@ std::string settings_text(const JobSpec& job) {
   for (double v : m.latent_mean) s << " " << v;
   s << " std";
   for (double v : m.latent_std) s << " " << v;
+  // The kind's own options (registry) and whether tiles must be exact.
+  if (m.options) s << "\noptions " << m.options->text();
+  s << "\nexact_tiles " << m.exact_tiles;
   if (!m.weights.empty()) {
     const std::string weights = absolute_in(m.weights, job.dir);
     const auto stamp = stamp_file(weights);

@@ -124,6 +124,19 @@ TEST(Upscalers, ExactTilesMatchTheWholeFrame) {
   }
 }
 
+// A TorchScript module with its receptive field given as `halo:` tiles exactly; without it the
+// default halo (32) is taken as approximate.
+TEST(Upscalers, TorchScriptTilesWithAGivenHalo) {
+  TempDir dir("upscaler-ts-tiles");
+  const std::string base = kGolden + "srvgg-tiny/";
+  const std::string input = base + "case_b.safetensors";
+  const std::string module = "{kind: torchscript, weights: '" + base + "model.torchscript.pt'";
+  const Tensor whole = upscale(dir, input, module + "}");
+  const Tensor tiled = upscale(dir, input, module + ", halo: 6}", "tiling: {tile: 10}\n");
+  EXPECT_LE(max_abs_diff(tiled, whole), 1e-5);
+  EXPECT_LE(max_abs_diff(tiled, load(input, "output")), 1e-4);
+}
+
 // RRDB's default tiles (16-pixel approximate halo, feathered) stay close to the whole frame; a
 // halo too small for the network would show here (random weights decay fast: trained ones may
 // not, docs/models.md).
