@@ -121,6 +121,12 @@ void even_size(const std::string& pix_fmt, int& width, int& height) {
   if (pix_fmt.find("422") == std::string::npos) height &= ~1;
 }
 
+bool is_tensor_file(const std::string& path) {
+  const std::string tail = ".safetensors";
+  return path.size() >= tail.size() &&
+         path.compare(path.size() - tail.size(), tail.size(), tail) == 0;
+}
+
 // Video in, video out, same frame count and timing: the built-in upscalers and any other
 // frame-to-frame model.
 class UpscaleRunner : public FinishingRunner {
@@ -131,6 +137,14 @@ class UpscaleRunner : public FinishingRunner {
  private:
   PendingOutput run(const std::string& input, const std::string& output, const RunOptions& options,
                     Progress& progress, bool background) override {
+    if (is_tensor_file(input)) {
+      return PendingOutput(upscale_tensor(job_, models_, input, output, options, progress));
+    }
+    if (is_tensor_file(output)) {
+      throw ConfigError(
+          job_.file, job_.line, "output",
+          "a .safetensors output needs a .safetensors input (" + input + " is upscaled to video)");
+    }
     io::VideoReader reader(input, reader_options(job_, models_.devices()));
     const io::VideoInfo& info = reader.info();
     const ModelTraits& traits = models_.traits();

@@ -136,6 +136,12 @@ io::EncodeSettings encode_settings(const EncodeSpec& spec, const std::vector<Dev
 // Per-stage seconds as report metrics ("stage_model_seconds", ...).
 std::map<std::string, double> stage_metrics(const PipelineStats& stats);
 
+// The upscale task on a .safetensors input ([N,3,H,W] or [3,H,W] frames) into a .safetensors
+// output (raw model values); task_upscale_tensor.cpp. Throws ConfigError when `output` is not a
+// .safetensors file.
+TaskResult upscale_tensor(const JobSpec& job, const ModelSet& models, const std::string& input,
+                          const std::string& output, const RunOptions& options, Progress& progress);
+
 // Implemented in task_latents.cpp.
 std::unique_ptr<TaskRunner> make_latent_task_runner(const JobSpec& job);
 

@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "src/base/error.h"
+#include "src/models/registry.h"
 
 namespace wm {
 
@@ -92,19 +93,20 @@ const KeyTable kTopKeys{"",
                         {"job", "task", "input", "output", "on_exists", "model", "precision",
                          "devices", "tiling", "slice_frames", "tokens", "encode", "fps",
                          "input_tensor", "max_error_rate", "decode", "offload"}};
-const KeyTable kModelKeys{"model",
-                          {"kind", "scale", "weights", "dim", "z_dim", "dim_mult", "num_res_blocks",
-                           "temporal_downsample", "latent_mean", "latent_std"}};
-const KeyTable kTilingKeys{"tiling", {"tile", "tile_width", "tile_height", "overlap"}};
+// `kind` and every option key of the registry's kinds.
+std::vector<std::string> model_keys() {
+  std::vector<std::string> keys = {"kind"};
+  for (const std::string& k : all_model_option_keys()) keys.push_back(k);
+  return keys;
+}
+const KeyTable kModelKeys{"model", model_keys()};
+const KeyTable kTilingKeys{"tiling", {"tile", "tile_width", "tile_height", "overlap", "exact"}};
 const KeyTable kEncodeKeys{
     "encode", {"codec", "crf", "preset", "pix_fmt", "audio", "subtitles", "threads", "options"}};
 const KeyTable kOffloadKeys{"offload", {"pinned_mib"}};
 const KeyTable* const kAllTables[] = {&kTopKeys, &kModelKeys, &kTilingKeys, &kEncodeKeys,
                                       &kOffloadKeys};
 
-const char* const kVaeOnlyKeys[] = {
-    "dim",         "z_dim",     "dim_mult", "num_res_blocks", "temporal_downsample",
-    "latent_mean", "latent_std"};
 const char* const kX264Presets[] = {"ultrafast", "superfast", "veryfast", "faster",   "fast",
                                     "medium",    "slow",      "slower",   "veryslow", "placebo"};
 
@@ -478,30 +480,93 @@ const std::vector<std::pair<std::string, OnExists>> kOnExists = {
     {"fail", OnExists::kFail}, {"skip", OnExists::kSkip}, {"overwrite", OnExists::kOverwrite}};
 const std::vector<std::pair<std::string, Precision>> kPrecisions = {
     {"fp32", Precision::kFloat32}, {"bf16", Precision::kBFloat16}, {"fp16", Precision::kFloat16}};
-const std::vector<std::pair<std::string, std::string>> kModelKinds = {
-    {"lanczos", "lanczos"},
-    {"bicubic", "bicubic"},
-    {"wan2.1-vae", "wan2.1-vae"},
-    {"torchscript", "torchscript"}};
 const std::vector<std::pair<std::string, bool>> kCopyOrNone = {{"copy", true}, {"none", false}};
 const std::vector<std::pair<std::string, DecodeMode>> kDecodeModes = {
     {"software", DecodeMode::kSoftware},
     {"nvdec", DecodeMode::kNvdec},
     {"auto", DecodeMode::kAuto}};
 
-// Model kinds each task can run.
-std::vector<std::string> kinds_for(Task task) {
+// The model tasks a job task needs (reconstruct runs the encoder and the decoder).
+std::vector<std::string> model_tasks(Task task) {
   switch (task) {
     case Task::kUpscale:
-      return {"lanczos", "bicubic", "torchscript"};
+      return {"upscale"};
     case Task::kDecodeLatents:
+      return {"decode"};
     case Task::kEncodeLatents:
-      return {"wan2.1-vae", "torchscript"};
+      return {"encode"};
     case Task::kReconstruct:
-      return {"wan2.1-vae"};
+      return {"encode", "decode"};
   }
   return {};
 }
+
+// The registry's view of a validated `model:` map (registry.h): each getter checks the value
+// with the job file's rules and fails at the key's line.
+class ModelOptionReader : public OptionReader {
+ public:
+  ModelOptionReader(const MapView& map, const std::string& dir) : map_(map), dir_(dir) {}
+  bool has(const std::string& key) const override { return map_.find(key) != nullptr; }
+  long long get_int(const std::string& key, long long min, long long max) const override {
+    return wm::get_int(field(key), min, max);
+  }
+  int get_int_in(const std::string& key, const std::vector<int>& allowed) const override {
+    return wm::get_int_in(field(key), allowed);
+  }
+  double get_number(const std::string& key, double min, double max,
+                    bool min_exclusive) const override {
+    return wm::get_number(field(key), {min, max, min_exclusive});
+  }
+  bool get_bool(const std::string& key) const override { return wm::get_bool(field(key)); }
+  std::string get_string(const std::string& key) const override {
+    return wm::get_string(field(key));
+  }
+  std::string get_path(const std::string& key, const std::vector<std::string>& extensions,
+                       const std::string& hint) const override {
+    const Field& f = field(key);
+    const std::string path = wm::get_string(f);
+    if (!extensions.empty() && std::none_of(extensions.begin(), extensions.end(),
+                                            [&](const auto& e) { return ends_with(path, e); })) {
+      std::string problem = "must be a " + one_of(extensions) + " file";
+      if (!hint.empty()) problem += " (" + hint + ")";
+      wm::fail(f, problem);
+    }
+    return resolve_path(dir_, path);
+  }
+  std::vector<int> get_int_list(const std::string& key, size_t min_items, size_t max_items, int min,
+                                int max) const override {
+    std::vector<int> out;
+    for (const Field& item : get_list(field(key), min_items, max_items)) {
+      out.push_back(int(wm::get_int(item, min, max)));
+    }
+    return out;
+  }
+  std::vector<bool> get_bool_list(const std::string& key, size_t min_items,
+                                  size_t max_items) const override {
+    std::vector<bool> out;
+    for (const Field& item : get_list(field(key), min_items, max_items)) {
+      out.push_back(wm::get_bool(item));
+    }
+    return out;
+  }
+  std::vector<double> get_number_list(const std::string& key, size_t min_items, size_t max_items,
+                                      double min, double max, bool min_exclusive) const override {
+    std::vector<double> out;
+    for (const Field& item : get_list(field(key), min_items, max_items)) {
+      out.push_back(wm::get_number(item, {min, max, min_exclusive}));
+    }
+    return out;
+  }
+  [[noreturn]] void fail(const std::string& key, const std::string& problem) const override {
+    const Field* f = map_.find(key);
+    wm::fail(f ? *f : map_.absent(key), problem);
+  }
+
+ private:
+  const Field& field(const std::string& key) const { return map_.require(key); }
+  const MapView& map_;
+  std::string dir_;
+};
 
 class JobParser {
  public:
@@ -524,6 +589,7 @@ class JobParser {
     parse_model();
     if (const Field* f = top_.find("precision")) job_.model.precision = get_enum(*f, kPrecisions);
     if (const Field* f = top_.find("devices")) parse_devices(*f);
+    check_cpu_precision();
     if (const Field* f = top_.find("tiling")) parse_tiling(*f);
     if (const Field* f = top_.find("slice_frames")) job_.slice_frames = get_int(*f, 0, 1 << 20);
     if (const Field* f = top_.find("tokens")) job_.tokens = get_int(*f, 1, 1024);
@@ -539,8 +605,10 @@ class JobParser {
       job_.fps = get_number(*f, {0, 1000, true});
     }
     if (const Field* f = top_.find("input_tensor")) {
-      only_for_tasks(*f, {Task::kDecodeLatents, Task::kEncodeLatents});
+      only_for_tasks(*f, {Task::kDecodeLatents, Task::kEncodeLatents, Task::kUpscale});
       job_.input_tensor = get_string(*f);
+    } else if (job_.task == Task::kUpscale) {
+      job_.input_tensor = "input";
     }
     if (const Field* f = top_.find("max_error_rate")) job_.max_error_rate = get_number(*f, {0, 1});
     if (const Field* f = top_.find("decode")) {
@@ -589,7 +657,9 @@ class JobParser {
       if (!ends_with(tmpl, ".safetensors")) fail(f, "must end with .safetensors (latents)");
     } else {
       // decode_latents may also write the decoded frames as a tensor (unclamped float32).
-      if ((ends_with(tmpl, ".safetensors") && job_.task != Task::kDecodeLatents) ||
+      // So may upscale (raw, unclamped network output; tests/golden runs).
+      const bool tensor_out = job_.task == Task::kDecodeLatents || job_.task == Task::kUpscale;
+      if ((ends_with(tmpl, ".safetensors") && !tensor_out) ||
           (job_.task == Task::kDecodeLatents && ends_with(tmpl, "{ext}"))) {
         fail(f, std::string("must name a video file such as {stem}.mp4 (task ") +
                     to_string(job_.task) + " writes video)");
@@ -633,7 +703,7 @@ class JobParser {
         m.task = "encode";
         break;
     }
-    const std::vector<std::string> kinds = kinds_for(job_.task);
+    const std::vector<std::string> kinds = kinds_for_tasks(model_tasks(job_.task));
     const Field* f = top_.find("model");
     if (!f) {
       if (std::find(kinds.begin(), kinds.end(), m.kind) == kinds.end()) {
@@ -644,81 +714,38 @@ class JobParser {
     }
     const MapView model(*f, kModelKeys);
     const Field* kind = model.find("kind");
-    if (kind) m.kind = get_enum(*kind, kModelKinds);
+    if (kind) {
+      std::vector<std::pair<std::string, std::string>> all;
+      for (const ModelKind& k : model_kinds()) all.emplace_back(k.name, k.name);
+      m.kind = get_enum(*kind, all);
+    }
     if (std::find(kinds.begin(), kinds.end(), m.kind) == kinds.end()) {
       fail(kind ? *kind : model.absent("kind"), std::string("task ") + to_string(job_.task) +
                                                     " needs kind " + one_of(kinds) + " (got " +
                                                     m.kind + ")");
     }
-    const bool builtin = m.kind == "lanczos" || m.kind == "bicubic";
-    const bool vae = m.kind == "wan2.1-vae";
-
-    if (const Field* s = model.find("scale")) {
-      if (!builtin) fail(*s, "applies only to kind lanczos or bicubic");
-      m.scale = get_int_in(*s, {2, 3, 4});
-    }
-    if (const Field* w = model.find("weights")) {
-      if (builtin) fail(*w, "applies only to kind wan2.1-vae or torchscript");
-      const std::string weights = get_string(*w);
-      if (vae && !ends_with(weights, ".safetensors")) {
-        fail(*w, "must be a .safetensors file (convert the official .pth first)");
-      }
-      m.weights = resolve_path(job_.dir, weights);
-    } else if (!builtin) {
-      fail(model.absent("weights"), "required for kind " + m.kind);
-    }
-    for (const char* key : kVaeOnlyKeys) {
+    const ModelKind& spec = *find_model_kind(m.kind);
+    if (!spec.unavailable.empty()) fail(kind ? *kind : model.absent("kind"), spec.unavailable);
+    for (const std::string& key : all_model_option_keys()) {
       const Field* k = model.find(key);
-      if (k && !vae) fail(*k, "applies only to kind wan2.1-vae");
+      if (k && std::find(spec.options.begin(), spec.options.end(), key) == spec.options.end()) {
+        fail(*k, "applies only to kind " + one_of(kinds_with_option(key)));
+      }
     }
-    if (vae) parse_vae(model);
+    if (spec.parse) spec.parse(ModelOptionReader(model, job_.dir), m);
   }
 
-  void parse_vae(const MapView& model) {
-    ModelConfig& m = job_.model;
-    if (const Field* f = model.find("dim")) m.dim = get_int(*f, 1, 4096);
-    if (const Field* f = model.find("z_dim")) m.z_dim = get_int(*f, 1, 1024);
-    if (const Field* f = model.find("num_res_blocks")) m.num_res_blocks = get_int(*f, 1, 64);
-    const Field* mult = model.find("dim_mult");
-    if (mult) {
-      m.dim_mult.clear();
-      for (const Field& item : get_list(*mult, 1, 8)) m.dim_mult.push_back(get_int(item, 1, 64));
-    }
-    const Field* down = model.find("temporal_downsample");
-    if (down) {
-      m.temporal_downsample.clear();
-      for (const Field& item : get_list(*down, 0, 8))
-        m.temporal_downsample.push_back(get_bool(item));
-    }
-    if (m.temporal_downsample.size() + 1 != m.dim_mult.size()) {
-      const std::string steps = std::to_string(m.dim_mult.size() - 1);
-      if (!down) {
-        fail(*mult, "model.temporal_downsample needs " + steps + " entries to match; set it");
-      }
-      fail(*down, "needs " + steps + " entries, one per step between dim_mult levels (got " +
-                      std::to_string(m.temporal_downsample.size()) + ")");
-    }
-
-    const auto stats = [&](const char* key, bool positive) {
-      std::vector<double> values;
-      const Field* f = model.find(key);
-      if (!f) return values;
-      const auto items = get_list(*f, 1, 1024);
-      for (const Field& item : items) {
-        values.push_back(get_number(item, {positive ? 0.0 : -1e30, 1e30, positive}));
-      }
-      if (static_cast<int>(values.size()) != m.z_dim) {
-        fail(*f, "needs z_dim = " + std::to_string(m.z_dim) + " numbers (got " +
-                     std::to_string(values.size()) + ")");
-      }
-      return values;
-    };
-    m.latent_mean = stats("latent_mean", false);
-    m.latent_std = stats("latent_std", true);
-    if (m.z_dim != 16 && (m.latent_mean.empty() || m.latent_std.empty())) {
-      fail(*model.find("z_dim"),
-           "the official latent_mean and latent_std have 16 channels; give both for this z_dim");
-    }
+  // A kind that runs only some precisions on the CPU (registry: cpu_precisions).
+  void check_cpu_precision() const {
+    const ModelKind* kind = find_model_kind(job_.model.kind);
+    if (job_.devices != "cpu" || !kind || kind->cpu_precisions.empty()) return;
+    const auto& ok = kind->cpu_precisions;
+    if (std::find(ok.begin(), ok.end(), job_.model.precision) != ok.end()) return;
+    std::vector<std::string> names;
+    for (Precision p : ok) names.push_back(to_string(p));
+    const Field* f = top_.find("precision");
+    fail(*f, std::string("kind ") + kind->name + " runs " + to_string(job_.model.precision) +
+                 " on GPUs only; on devices: cpu use " + one_of(names));
   }
 
   void parse_devices(const Field& f) {
@@ -775,6 +802,10 @@ class JobParser {
         fail(*o, "must be less than the tile size " + std::to_string(smallest) + " (got " +
                      std::to_string(t.overlap) + ")");
       }
+    }
+    if (const Field* e = tiling.find("exact")) {
+      t.exact = get_bool(*e);
+      job_.model.exact_tiles = t.exact;
     }
     // The Wan encoder takes frames whose sides are multiples of 8.
     const bool vae_encode = job_.model.kind == "wan2.1-vae" && job_.model.task == "encode";

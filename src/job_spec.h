@@ -51,6 +51,9 @@ struct TilingSpec {
   int tile_width = 0;      // input pixels
   int tile_height = 0;
   int overlap = 0;  // input pixels shared by neighbouring tiles (>= model halo for exactness)
+  // `exact: true`: tiles reproduce the untiled output (models with an approximate default halo,
+  // RRDBNet, then use their exact, larger one). Also in ModelConfig::exact_tiles.
+  bool exact = false;
 };
 
 struct JobSpec {
@@ -72,8 +75,10 @@ struct JobSpec {
   int tokens = 3;        // slices in flight (bounds memory)
   EncodeSpec encode;
   double fps = 0;  // decode_latents: output frame rate (0: from the file, else 16)
-  std::string input_tensor = "latent";  // decode_latents / encode_latents with .safetensors input
-  double max_error_rate = 0.0;          // tolerated fraction of undecodable packets
+  // Tensor name of a .safetensors input: decode_latents / encode_latents ("latent"), upscale
+  // ("input" unless given).
+  std::string input_tensor = "latent";
+  double max_error_rate = 0.0;                // tolerated fraction of undecodable packets
   DecodeMode decode = DecodeMode::kSoftware;  // upscale only so far (see docs/job-format.md)
   // Every validated key of the job's document that can change the output's bits, as canonical
   // text (keys sorted, one `path: value` a line). Everything but the keys that only choose what

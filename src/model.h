@@ -27,9 +27,18 @@ struct Device {
   std::string str() const { return kind == Kind::kCpu ? "cpu" : "cuda:" + std::to_string(index); }
 };
 
+// Options of one model kind that have no place among ModelConfig's common fields: each kind
+// that has some derives its own struct in its model header (e.g. RealEsrganOptions), its
+// registry entry fills it from the `model:` map, and its model reads it back.
+struct ModelOptions {
+  virtual ~ModelOptions() = default;
+  // "key value" lines of every setting, in a fixed order (fingerprints of farm jobs).
+  virtual std::string text() const = 0;
+};
+
 // What a job asks of a model (filled from the job file's `model:` map after validation).
 struct ModelConfig {
-  std::string kind = "lanczos";  // lanczos | bicubic | wan2.1-vae | torchscript
+  std::string kind = "lanczos";  // a kind of the registry (src/models/registry.h)
   std::string task = "upscale";  // upscale | decode | encode  (what the model is used for)
   int scale = 2;                 // built-in upscalers: 2, 3 or 4
   std::string weights;           // path to weights (.safetensors, or .pt for torchscript)
@@ -45,6 +54,11 @@ struct ModelConfig {
   // Run setting (the job's `offload.pinned_mib`): the most pinned host memory each staging pool
   // of a GPU session holds (device→host outputs, host→device inputs); 0 = the model's default.
   int64_t pinned_pool_bytes = 0;
+  // The kind's own options (see ModelOptions); null for kinds without any.
+  std::shared_ptr<const ModelOptions> options;
+  // Run setting (the job's `tiling.exact`): tiles must reproduce the untiled output, so a model
+  // whose default halo is approximate declares its exact one (RRDBNet).
+  bool exact_tiles = false;
 };
 
 // Facts a model declares; the scheduler plans tiles and slices from them.

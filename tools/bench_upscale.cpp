@@ -1,8 +1,10 @@
 // wmbench upscale: wmbatch's upscale pipeline against the ffmpeg CLI on the same clip, in the
-// same run. Prints one JSON object.
+// same run; with --model, a Real-ESRGAN network's speed (model only, and optionally end to end
+// and against the PyTorch eager baseline script). Prints one JSON object.
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +16,7 @@
 
 #include "io/video_reader.h"
 #include "scheduler/runner.h"
+#include "src/models/realesrgan.h"
 #include "tools/bench.h"
 
 namespace {
@@ -42,11 +45,228 @@ const char* kUsage =
     "  Upscales the clip with wmbatch (in process) and with\n"
     "  ffmpeg -i IN -vf scale=iw*S:ih*S:flags=KIND -c:v libx264 -preset P -crf C OUT\n"
     "  and prints frames, seconds and fps of both and their ratio as JSON.\n"
-    "  --make generates a clip with the ffmpeg CLI (testsrc2 + noise + a tone).\n";
+    "  --make generates a clip with the ffmpeg CLI (testsrc2 + noise + a tone).\n"
+    "  With --model NAME: a Real-ESRGAN network instead (wmbench upscale --model x --help).\n";
+
+const char* kModelUsage =
+    "wmbench upscale --model realesr-animevideov3|realesr-general-x4v3|RealESRGAN_x4plus|\n"
+    "                        RealESRGAN_x2plus|RealESRGAN_x4plus_anime_6B\n"
+    "                [--device cuda:0|cpu] [--precision fp16|bf16|fp32] [--size WxH]\n"
+    "                [--frames 4] [--calls 10] [--warmup 3] [--e2e SECONDS]\n"
+    "                [--baseline tools/bench/realesrgan_baseline.py] [--workdir DIR]\n"
+    "  The full-size architecture with random weights. Model only: --frames frames per call on\n"
+    "  device-resident input (fps, peak device MiB, achieved TFLOP/s). --e2e S: also a whole\n"
+    "  upscale job on a generated S-second clip (decode -> model -> libx264 veryfast crf 18).\n"
+    "  --baseline: runs the PyTorch eager script (python3, same size, one frame per call) and\n"
+    "  reports its fps and the ratio. Sizes default to 1920x1080 (SRVGG) and 960x540 (RRDB).\n";
+
+// Creates (once) a WxH clip of `seconds` in `workdir` with the ffmpeg CLI; returns its path or
+// an empty string.
+std::string generated_clip(const std::string& workdir, const std::string& size,
+                           const std::string& seconds) {
+  const std::string input = workdir + "/clip_" + size + "_" + seconds + "s.mp4";
+  if (std::filesystem::exists(input)) return input;
+  const int rc =
+      run({"ffmpeg",
+           "-v",
+           "error",
+           "-y",
+           "-f",
+           "lavfi",
+           "-i",
+           "testsrc2=size=" + size + ":rate=25:duration=" + seconds + ",noise=alls=12:allf=t",
+           "-f",
+           "lavfi",
+           "-i",
+           "sine=frequency=440:duration=" + seconds,
+           "-c:v",
+           "libx264",
+           "-preset",
+           "medium",
+           "-crf",
+           "20",
+           "-pix_fmt",
+           "yuv420p",
+           "-c:a",
+           "aac",
+           "-shortest",
+           input});
+  return rc == 0 ? input : "";
+}
+
+// Runs `command` and returns its stdout.
+std::string capture(const std::string& command, int& status) {
+  std::string out;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) {
+    status = -1;
+    return out;
+  }
+  std::array<char, 4096> buffer{};
+  size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), n);
+  status = ::pclose(pipe);
+  return out;
+}
+
+int bench_upscale_model(int argc, char** argv) {
+  std::string model, device_text = "cuda:0", precision_text = "fp16", size, baseline;
+  std::string workdir = "/tmp/wmbench", e2e;
+  int frames = 4, calls = -1, warmup = -1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(64);
+      }
+      return argv[++i];
+    };
+    if (a == "--model")
+      model = value();
+    else if (a == "--device")
+      device_text = value();
+    else if (a == "--precision")
+      precision_text = value();
+    else if (a == "--size")
+      size = value();
+    else if (a == "--frames")
+      frames = std::stoi(value());
+    else if (a == "--calls")
+      calls = std::stoi(value());
+    else if (a == "--warmup")
+      warmup = std::stoi(value());
+    else if (a == "--e2e")
+      e2e = value();
+    else if (a == "--baseline")
+      baseline = value();
+    else if (a == "--workdir")
+      workdir = value();
+    else {
+      std::fputs(kModelUsage, stderr);
+      return a == "--help" ? 0 : 64;
+    }
+  }
+  wm::models::RealEsrganArch arch;
+  try {
+    arch = wm::models::realesrgan_preset(model);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wmbench: %s\n", e.what());
+    return 64;
+  }
+  wm::Device device;
+  if (device_text.rfind("cuda", 0) == 0) {
+    device.kind = wm::Device::Kind::kCuda;
+    const auto colon = device_text.find(':');
+    device.index = colon == std::string::npos ? 0 : std::stoi(device_text.substr(colon + 1));
+  }
+  const bool cuda = device.kind == wm::Device::Kind::kCuda;
+  wm::Precision precision = wm::Precision::kFloat16;
+  if (precision_text == "bf16")
+    precision = wm::Precision::kBFloat16;
+  else if (precision_text == "fp32")
+    precision = wm::Precision::kFloat32;
+  if (size.empty())
+    size = arch.family == wm::models::RealEsrganArch::Family::kSrvgg ? "1920x1080" : "960x540";
+  const int width = std::stoi(size.substr(0, size.find('x')));
+  const int height = std::stoi(size.substr(size.find('x') + 1));
+  if (calls < 0) calls = cuda ? 10 : 1;
+  if (warmup < 0) warmup = cuda ? 3 : 1;
+
+  nlohmann::json result = {{"bench", "upscale-model"},
+                           {"model", model},
+                           {"arch", arch.describe()},
+                           {"device", device.str()},
+                           {"precision", precision_text},
+                           {"width", width},
+                           {"height", height},
+                           {"scale", arch.scale},
+                           {"frames_per_call", frames},
+                           {"calls", calls}};
+  try {
+    const wm::models::RealEsrganBench b =
+        wm::models::bench_realesrgan(arch, device, precision, frames, height, width, calls, warmup);
+    result["model_fps"] = b.fps;
+    result["model_seconds"] = b.seconds;
+    result["model_tflops"] = b.tflops;
+    result["model_peak_mib"] = b.peak_mib;
+    result["gflop_per_frame"] = arch.flops_per_input_pixel() * width * height / 1e9;
+    result["output_mean"] = b.output_mean;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wmbench: %s\n", e.what());
+    return 1;
+  }
+
+  if (!e2e.empty()) {
+    std::filesystem::create_directories(workdir);
+    const std::string clip = generated_clip(workdir, size, e2e);
+    if (clip.empty()) {
+      std::fprintf(stderr, "wmbench: could not generate a %s clip\n", size.c_str());
+      return 1;
+    }
+    const std::string weights = workdir + "/" + model + "_random.safetensors";
+    wm::models::write_random_realesrgan(arch, weights, 1234);
+    wm::JobSpec job;
+    job.file = "wmbench";
+    job.dir = workdir;
+    job.name = "bench";
+    job.inputs = {clip};
+    job.output = workdir + "/" + model + "_out.mp4";
+    job.on_exists = wm::OnExists::kOverwrite;
+    job.model.kind = "realesrgan";
+    job.model.weights = weights;
+    job.model.precision = precision;
+    job.slice_frames = frames;
+    if (cuda) {
+      job.devices = "list";
+      job.device_ids = {device.index};
+    }
+    job.encode.preset = "veryfast";
+    job.encode.crf = 18;
+    wm::sched::RunOptions options;
+    options.progress = wm::sched::ProgressStyle::kNone;
+    wm::sched::Progress progress(wm::sched::ProgressStyle::kNone);
+    const double t0 = now();
+    const wm::sched::JobOutcome outcome = wm::sched::run_job(job, options, progress);
+    const double seconds = now() - t0;
+    if (outcome.exit_code != 0) {
+      std::fprintf(stderr, "wmbench: job failed: %s\n", outcome.inputs.front().error.c_str());
+      return outcome.exit_code;
+    }
+    result["e2e_frames"] = outcome.frames;
+    result["e2e_seconds"] = seconds;
+    result["e2e_fps"] = outcome.frames / seconds;
+    result["e2e_over_model"] = outcome.frames / seconds / result["model_fps"].get<double>();
+    result["e2e_peak_rss_mib"] = outcome.peak_rss_mib;
+    for (const auto& [name, value] : outcome.inputs.front().metrics) result["e2e_" + name] = value;
+  }
+
+  if (!baseline.empty()) {
+    int status = 0;
+    const std::string out =
+        capture("python3 '" + baseline + "' --model " + model + " --size " + size + " --calls " +
+                    std::to_string(std::max(calls * frames, 4)) + " --device " +
+                    (cuda ? "cuda:" + std::to_string(device.index) : "cpu"),
+                status);
+    try {
+      const nlohmann::json base = nlohmann::json::parse(out.substr(out.find('{')));
+      result["baseline"] = base;
+      result["speedup_vs_baseline"] =
+          result["model_fps"].get<double>() / base.at("fps").get<double>();
+    } catch (const std::exception&) {
+      result["baseline_error"] = "status " + std::to_string(status) + ": " + out;
+    }
+  }
+  std::printf("%s\n", result.dump(2).c_str());
+  return 0;
+}
 
 }  // namespace
 
 int bench_upscale(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--model") return bench_upscale_model(argc, argv);
+  }
   std::string input, make = "1920x1080:10", kind = "lanczos", preset = "veryfast";
   std::string workdir = "/tmp/wmbench";
   int scale = 2, crf = 18;

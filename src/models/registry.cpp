@@ -1,17 +1,187 @@
-// make_model: the one place that maps a config's `kind` to an implementation.
+// The model registry (registry.h) and make_model: every kind, its tasks, its `model:` keys and
+// how they are read, and its constructor, in one list.
+#include "src/models/registry.h"
+
+#include <torch/version.h>
+
+#include <algorithm>
+
 #include "src/base/error.h"
-#include "src/model.h"
+#include "src/models/aoti.h"
+#include "src/models/realesrgan.h"
 #include "src/models/resample.h"
 #include "src/models/tensor.h"
+#include "src/models/torchscript.h"
 #include "src/models/wan21_vae.h"
 
 namespace wm {
+namespace {
+
+// `weights`, required, with one of `extensions` (any when empty).
+std::string required_weights(const OptionReader& r, const ModelConfig& config,
+                             const std::vector<std::string>& extensions,
+                             const std::string& hint = "") {
+  if (!r.has("weights")) r.fail("weights", "required for kind " + config.kind);
+  return r.get_path("weights", extensions, hint);
+}
+
+void parse_resampler(const OptionReader& r, ModelConfig& config) {
+  if (r.has("scale")) config.scale = r.get_int_in("scale", {2, 3, 4});
+}
+
+void parse_wan21_vae(const OptionReader& r, ModelConfig& m) {
+  m.weights = required_weights(r, m, {".safetensors"}, "convert the official .pth first");
+  if (r.has("dim")) m.dim = int(r.get_int("dim", 1, 4096));
+  if (r.has("z_dim")) m.z_dim = int(r.get_int("z_dim", 1, 1024));
+  if (r.has("num_res_blocks")) m.num_res_blocks = int(r.get_int("num_res_blocks", 1, 64));
+  if (r.has("dim_mult")) m.dim_mult = r.get_int_list("dim_mult", 1, 8, 1, 64);
+  if (r.has("temporal_downsample")) {
+    m.temporal_downsample = r.get_bool_list("temporal_downsample", 0, 8);
+  }
+  if (m.temporal_downsample.size() + 1 != m.dim_mult.size()) {
+    const std::string steps = std::to_string(m.dim_mult.size() - 1);
+    if (!r.has("temporal_downsample")) {
+      r.fail("dim_mult", "model.temporal_downsample needs " + steps + " entries to match; set it");
+    }
+    r.fail("temporal_downsample", "needs " + steps +
+                                      " entries, one per step between dim_mult levels (got " +
+                                      std::to_string(m.temporal_downsample.size()) + ")");
+  }
+  const auto stats = [&](const char* key, bool positive) {
+    std::vector<double> values;
+    if (!r.has(key)) return values;
+    values = r.get_number_list(key, 1, 1024, positive ? 0.0 : -1e30, 1e30, positive);
+    if (static_cast<int>(values.size()) != m.z_dim) {
+      r.fail(key, "needs z_dim = " + std::to_string(m.z_dim) + " numbers (got " +
+                      std::to_string(values.size()) + ")");
+    }
+    return values;
+  };
+  m.latent_mean = stats("latent_mean", false);
+  m.latent_std = stats("latent_std", true);
+  if (m.z_dim != 16 && (m.latent_mean.empty() || m.latent_std.empty())) {
+    r.fail("z_dim",
+           "the official latent_mean and latent_std have 16 channels; give both for this z_dim");
+  }
+}
+
+void parse_realesrgan(const OptionReader& r, ModelConfig& m) {
+  m.weights = required_weights(r, m, {".pth", ".safetensors"},
+                               "the released Real-ESRGAN files, or safetensors with their keys");
+  auto options = std::make_shared<models::RealEsrganOptions>();
+  if (r.has("scale")) options->scale = int(r.get_int("scale", 1, 8));
+  m.options = std::move(options);
+}
+
+// torchscript and aoti: a user's module with a declared (or probed) scale and halo.
+void parse_scripted(const OptionReader& r, ModelConfig& m) {
+  m.weights = required_weights(
+      r, m, m.kind == "aoti" ? std::vector<std::string>{".pt2"} : std::vector<std::string>{},
+      "an AOTInductor package (torch._inductor.aoti_compile_and_package)");
+  auto options = std::make_shared<models::ScriptedOptions>();
+  if (r.has("scale")) options->scale = int(r.get_int("scale", 1, 16));
+  if (r.has("halo")) options->halo = int(r.get_int("halo", 0, 4096));
+  m.options = std::move(options);
+}
+
+std::string aoti_unavailable() {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
+  return "";
+#else
+  return "kind aoti needs LibTorch 2.6 or newer (this build has " TORCH_VERSION
+         "); export the model with torch.jit.trace and use kind torchscript";
+#endif
+}
+
+ModelKind entry(std::string name, std::vector<std::string> tasks, std::vector<std::string> keys,
+                void (*parse)(const OptionReader&, ModelConfig&),
+                std::unique_ptr<Model> (*make)(const ModelConfig&, const Device&)) {
+  ModelKind k;
+  k.name = std::move(name);
+  k.tasks = std::move(tasks);
+  k.options = std::move(keys);
+  k.parse = parse;
+  k.make = make;
+  return k;
+}
+
+std::unique_ptr<Model> make_resampler(const ModelConfig& c, const Device&) {
+  return models::make_resampler(c);
+}
+
+// The kinds, in the order documentation and error messages list them. A new kind is one entry.
+std::vector<ModelKind> build_kinds() {
+  const std::vector<std::string> scripted_keys = {"weights", "scale", "halo"};
+  std::vector<ModelKind> kinds;
+  kinds.push_back(entry("lanczos", {"upscale"}, {"scale"}, parse_resampler, make_resampler));
+  kinds.push_back(entry("bicubic", {"upscale"}, {"scale"}, parse_resampler, make_resampler));
+  kinds.push_back(entry("realesrgan", {"upscale"}, {"weights", "scale"}, parse_realesrgan,
+                        models::make_realesrgan));
+  kinds.back().cpu_precisions = {Precision::kFloat32};
+  kinds.push_back(
+      entry("torchscript", {"upscale"}, scripted_keys, parse_scripted, models::make_torchscript));
+  kinds.back().cpu_precisions = {Precision::kFloat32};
+  kinds.push_back(entry("aoti", {"upscale"}, scripted_keys, parse_scripted, models::make_aoti));
+  kinds.back().unavailable = aoti_unavailable();
+  kinds.push_back(entry("wan2.1-vae", {"decode", "encode"},
+                        {"weights", "dim", "z_dim", "dim_mult", "num_res_blocks",
+                         "temporal_downsample", "latent_mean", "latent_std"},
+                        parse_wan21_vae, models::make_wan21_vae));
+  kinds.back().cpu_precisions = {Precision::kFloat32, Precision::kBFloat16};
+  return kinds;
+}
+
+}  // namespace
+
+const std::vector<ModelKind>& model_kinds() {
+  static const std::vector<ModelKind> kinds = build_kinds();
+  return kinds;
+}
+
+const ModelKind* find_model_kind(const std::string& name) {
+  for (const ModelKind& k : model_kinds()) {
+    if (k.name == name) return &k;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> kinds_for_tasks(const std::vector<std::string>& tasks) {
+  std::vector<std::string> out;
+  for (const ModelKind& k : model_kinds()) {
+    const bool all = std::all_of(tasks.begin(), tasks.end(), [&](const std::string& t) {
+      return std::find(k.tasks.begin(), k.tasks.end(), t) != k.tasks.end();
+    });
+    if (all) out.push_back(k.name);
+  }
+  return out;
+}
+
+std::vector<std::string> all_model_option_keys() {
+  std::vector<std::string> keys;
+  for (const ModelKind& k : model_kinds()) {
+    for (const std::string& key : k.options) {
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+    }
+  }
+  return keys;
+}
+
+std::vector<std::string> kinds_with_option(const std::string& key) {
+  std::vector<std::string> out;
+  for (const ModelKind& k : model_kinds()) {
+    if (std::find(k.options.begin(), k.options.end(), key) != k.options.end()) {
+      out.push_back(k.name);
+    }
+  }
+  return out;
+}
 
 std::unique_ptr<Model> make_model(const ModelConfig& config, const Device& device) {
   models::use_all_cpu_threads();
-  if (config.kind == "lanczos" || config.kind == "bicubic") return models::make_resampler(config);
-  if (config.kind == "wan2.1-vae") return models::make_wan21_vae(config, device);
-  throw ModelError("model kind '" + config.kind + "' is not available in this build");
+  const ModelKind* kind = find_model_kind(config.kind);
+  if (!kind) throw ModelError("model kind '" + config.kind + "' is not known");
+  if (!kind->unavailable.empty()) throw ModelError(kind->unavailable);
+  return kind->make(config, device);
 }
 
 }  // namespace wm

@@ -5,12 +5,16 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "src/base/error.h"
+#include "src/models/realesrgan.h"
+#include "src/models/registry.h"
+#include "src/models/torchscript.h"
 
 namespace wm {
 namespace {
@@ -192,8 +196,55 @@ TEST(JobSpec, Defaults) {
   EXPECT_TRUE(j.encode.copy_audio);
   EXPECT_TRUE(j.encode.copy_subtitles);
   EXPECT_EQ(j.fps, 0);
-  EXPECT_EQ(j.input_tensor, "latent");
+  EXPECT_EQ(j.input_tensor, "input");  // upscale's tensor inputs
   EXPECT_EQ(j.max_error_rate, 0);
+}
+
+TEST(JobSpec, RegistryKindsValidateTheirOwnOptions) {
+  const JobSpec r = parse_one(
+      "input: a.safetensors\noutput: o/{stem}.safetensors\n"
+      "model: {kind: realesrgan, weights: m/x4.pth, scale: 2}\ntiling: {tile: 64, exact: true}\n");
+  EXPECT_EQ(r.model.kind, "realesrgan");
+  const auto* options = dynamic_cast<const models::RealEsrganOptions*>(r.model.options.get());
+  ASSERT_NE(options, nullptr);
+  EXPECT_EQ(options->scale, 2);
+  EXPECT_TRUE(r.model.exact_tiles);
+  EXPECT_TRUE(r.tiling.exact);
+  EXPECT_EQ(r.input_tensor, "input");
+
+  const JobSpec t = parse_one(
+      "input: a.mp4\noutput: o/{stem}.mp4\nmodel: {kind: torchscript, weights: m.pt, halo: 8}\n");
+  const auto* scripted = dynamic_cast<const models::ScriptedOptions*>(t.model.options.get());
+  ASSERT_NE(scripted, nullptr);
+  EXPECT_EQ(scripted->halo, 8);
+  EXPECT_EQ(scripted->scale, 0);  // from the probe
+
+  // Every kind the registry lists validates with its required keys, or names why it cannot run.
+  for (const ModelKind& kind : model_kinds()) {
+    const bool upscale = kind.tasks.front() == "upscale";
+    std::string yaml = upscale
+                           ? "input: a.mp4\noutput: o/{stem}.mp4\n"
+                           : "task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n";
+    yaml += "model: {kind: " + kind.name;
+    if (std::find(kind.options.begin(), kind.options.end(), "weights") != kind.options.end()) {
+      yaml += ", weights: " + std::string(kind.name == "realesrgan" || kind.name == "wan2.1-vae"
+                                              ? "m.safetensors"
+                                          : kind.name == "aoti" ? "m.pt2"
+                                                                : "m.pt");
+    }
+    yaml += "}\n";
+    if (kind.unavailable.empty()) {
+      EXPECT_EQ(parse_one(yaml).model.kind, kind.name);
+    } else {
+      try {
+        parse_one(yaml);
+        ADD_FAILURE() << kind.name << " validated but cannot run";
+      } catch (const ConfigError& e) {
+        EXPECT_EQ(e.key(), "model.kind");
+        EXPECT_NE(std::string(e.what()).find(kind.unavailable), std::string::npos);
+      }
+    }
+  }
 }
 
 TEST(JobSpec, ModelTaskFollowsJobTask) {
@@ -304,8 +355,20 @@ const BadJob kBadJobs[] = {
     {JOB "max_error_rate: 1.5\n", 3, "max_error_rate", "must be at most 1 (got 1.5)"},
     {JOB "max_error_rate: -0.1\n", 3, "max_error_rate", "must be at least 0"},
     // models
+    {JOB "model: {kind: realesrgan, weights: m.pt}\n", 3, "model.weights",
+     "must be a .pth or .safetensors file"},
+    {JOB "model: {kind: realesrgan}\n", 3, "model.weights", "required for kind realesrgan"},
+    {JOB "model: {kind: realesrgan, weights: m.pth, scale: 9}\n", 3, "model.scale",
+     "must be at most 8"},
+    {JOB "model: {kind: realesrgan, weights: m.pth, halo: 4}\n", 3, "model.halo",
+     "applies only to kind torchscript or aoti"},
+    {JOB "tiling: {tile: 64, exact: 3}\n", 3, "tiling.exact", "must be true or false"},
+    {JOB "model: {kind: realesrgan, weights: m.pth}\nprecision: fp16\n", 4, "precision",
+     "kind realesrgan runs fp16 on GPUs only; on devices: cpu use fp32"},
+    {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n" VAE "precision: fp16\n",
+     5, "precision", "on devices: cpu use fp32 or bf16"},
     {JOB "model:\n  kind: esrgan\n", 4, "model.kind",
-     "must be lanczos, bicubic, wan2.1-vae or torchscript (got 'esrgan')"},
+     "must be lanczos, bicubic, realesrgan, torchscript, aoti or wan2.1-vae (got 'esrgan')"},
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n"
      "model: {kind: wan21-vae}\n",
      4, "model.kind", "did you mean `wan2.1-vae`?"},
@@ -314,21 +377,22 @@ const BadJob kBadJobs[] = {
      4, "model.weights", "required for kind wan2.1-vae"},
     {JOB "model:\n  kind: torchscript\n", 3, "model.weights", "required for kind torchscript"},
     {JOB "model: {kind: lanczos, weights: w.pt}\n", 3, "model.weights",
-     "applies only to kind wan2.1-vae or torchscript"},
+     "applies only to kind realesrgan, torchscript, aoti or wan2.1-vae"},
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n"
      "model: {kind: wan2.1-vae, weights: vae.pth}\n",
      4, "model.weights", "must be a .safetensors file"},
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\nmodel:\n  kind: lanczos\n",
-     5, "model.kind", "task decode_latents needs kind wan2.1-vae or torchscript (got lanczos)"},
+     5, "model.kind", "task decode_latents needs kind wan2.1-vae (got lanczos)"},
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n", 1, "model",
      "required for task decode_latents"},
-    {JOB VAE, 3, "model.kind", "task upscale needs kind lanczos, bicubic or torchscript"},
+    {JOB VAE, 3, "model.kind",
+     "task upscale needs kind lanczos, bicubic, realesrgan, torchscript or aoti"},
     {"task: reconstruct\ninput: a.mp4\noutput: o/{stem}.mp4\n"
      "model: {kind: torchscript, weights: m.pt}\n",
      4, "model.kind", "needs kind wan2.1-vae"},
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\nmodel:\n"
      "  kind: wan2.1-vae\n  weights: w.safetensors\n  scale: 2\n",
-     7, "model.scale", "applies only to kind lanczos or bicubic"},
+     7, "model.scale", "applies only to kind lanczos, bicubic, realesrgan, torchscript or aoti"},
     {JOB "model:\n  kind: lanczos\n  dim: 96\n", 5, "model.dim", "applies only to kind wan2.1-vae"},
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n"
      "model:\n  kind: wan2.1-vae\n  weights: w.safetensors\n  latent_std: [1, 1, 1, 1, 1, 1, 1, "
@@ -394,7 +458,8 @@ const BadJob kBadJobs[] = {
     {JOB "fps: 24\n", 3, "fps", "applies only to task decode_latents (task is upscale)"},
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n" VAE "fps: 0\n", 5, "fps",
      "must be greater than 0 (got 0)"},
-    {JOB "input_tensor: x\n", 3, "input_tensor", "applies only to task decode_latents or"},
+    {"task: reconstruct\ninput: a.mp4\noutput: o/{stem}.mp4\n" VAE "input_tensor: x\n", 5,
+     "input_tensor", "applies only to task decode_latents, encode_latents or upscale"},
     {"task: encode_latents\ninput: a.mp4\noutput: o/{stem}.safetensors\n" VAE "encode: {crf: 1}\n",
      5, "encode", "applies only to tasks that write video"},
     // YAML syntax, documents

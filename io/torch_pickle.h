@@ -1,0 +1,70 @@
+// PyTorch checkpoints (`torch.save`, zip format, PyTorch >= 1.6) read without PyTorch and without
+// running anything the file says: a zip of `<stem>/data.pkl` (a pickle), `<stem>/data/<key>` (raw
+// little-endian storages, stored uncompressed) and small entries such as `<stem>/version`.
+//
+// The pickle is run by a restricted interpreter that knows only what a dict of tensors needs:
+// dicts (plain and `collections.OrderedDict`, nested: `{'params_ema': OrderedDict(...)}`), lists,
+// tuples, strings, numbers, booleans, None, the persistent ids of storages, the globals
+// `collections.OrderedDict`, `torch._utils._rebuild_tensor_v2`, `torch._utils._rebuild_parameter`
+// and `torch.<Dtype>Storage`, and the opcodes that build them (protocols 2 to 5). Any other global
+// (`os.system`, `builtins.eval`, ...), any call of something else, and any other opcode are
+// refused before they could matter: a model file never runs code.
+//
+// Like SafetensorsFile, TorchCheckpoint memory-maps the file and hands out pointers into it; no
+// Torch here, the models wrap the bytes themselves.
+//
+// Errors: a missing or unreadable file → InputError(kExitNoInput); anything else (not a zip,
+// truncated, compressed entries, a refused global or opcode, storages out of range) →
+// ModelError(kExitDataErr) "PATH: <what>". Never reads out of bounds.
+// Threading: immutable after construction.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace wm::io {
+
+struct TorchTensor {
+  std::string dtype;             // safetensors names: "F32", "F16", "BF16", "F64", "I64", ...
+  std::vector<int64_t> shape;    // empty for a scalar
+  std::vector<int64_t> strides;  // in elements, as saved (state dicts are usually contiguous)
+  // The element at index 0 (storage offset applied); every element the shape and strides reach
+  // lies inside the storage (checked). Not necessarily aligned.
+  const void* data = nullptr;
+  size_t element_size = 0;
+  bool contiguous() const;
+};
+
+class TorchCheckpoint {
+ public:
+  explicit TorchCheckpoint(const std::string& path);
+  ~TorchCheckpoint();
+  TorchCheckpoint(TorchCheckpoint&& other) noexcept;
+  TorchCheckpoint& operator=(TorchCheckpoint&& other) noexcept;
+  TorchCheckpoint(const TorchCheckpoint&) = delete;
+  TorchCheckpoint& operator=(const TorchCheckpoint&) = delete;
+
+  const std::string& path() const { return path_; }
+  // Tensors of the top-level dict, by key ("body.0.weight" in a bare state dict).
+  const std::map<std::string, TorchTensor>& tensors() const { return tensors_; }
+  // Tensors of the nested dict under the top-level key `key` ("params", "params_ema"); empty when
+  // there is no such dict. Deeper levels are not kept.
+  const std::map<std::string, TorchTensor>& dict(const std::string& key) const;
+  // Every top-level key, sorted, with what it holds ("tensor", "dict", "int", "str", ...).
+  const std::map<std::string, std::string>& top_level() const { return top_level_; }
+
+ private:
+  void unmap() noexcept;
+
+  std::string path_;
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+  std::map<std::string, TorchTensor> tensors_;
+  std::map<std::string, std::map<std::string, TorchTensor>> dicts_;
+  std::map<std::string, std::string> top_level_;
+};
+
+}  // namespace wm::io

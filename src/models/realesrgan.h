@@ -1,0 +1,79 @@
+// Real-ESRGAN upscalers (kind `realesrgan`): SRVGGNetCompact (realesr-animevideov3,
+// realesr-general-x4v3) and RRDBNet (RealESRGAN_x4plus, RealESRGAN_x2plus,
+// RealESRGAN_x4plus_anime_6B), computed natively with ATen from the released `.pth` files
+// (read by io/torch_pickle.h, never by Python's pickle) or `.safetensors` files with the same keys.
+// The architecture is inferred from the keys and shapes (realesrgan_weights.h); the layer
+// sequences follow ../shared/upscalers-spec.md.
+//
+// Input and output are RGB in 0..1 as the official scripts feed them; the output is not clamped
+// here (the video sink clamps when it writes; the tensor path keeps the raw values). The ×2 (and
+// ×1) RRDB pads odd sizes right/bottom by reflection and crops, as the official wrapper does.
+// A `scale:` other than the network's resizes the network's output with a Lanczos-3 filter.
+//
+// Tiles: SRVGG's halo (num_conv + 2 input pixels) is exact. RRDB's exact halo (15·blocks + 4,
+// doubled for ×2) is large (349 px for x4plus), so by default RRDB declares a 16-pixel approximate
+// halo (32 for ×2) and tiles are blended; the job's `tiling.exact: true` selects the exact one.
+//
+// Torch-free header: the registry and the benchmark include it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "src/model.h"
+
+namespace wm::models {
+
+// Options of kind realesrgan beyond ModelConfig's weights and precision.
+struct RealEsrganOptions : ModelOptions {
+  int scale = 0;  // output scale; 0 = the network's
+  std::string text() const override { return "scale " + std::to_string(scale) + "\n"; }
+};
+
+// One network's architecture, as inferred from a file or named by a preset.
+struct RealEsrganArch {
+  enum class Family { kSrvgg, kRrdb } family = Family::kSrvgg;
+  int features = 64;  // num_feat
+  int convs = 16;     // SRVGG: num_conv (body convs between the first and the last)
+  int blocks = 23;    // RRDB: num_block
+  int growth = 32;    // RRDB: num_grow_ch
+  int scale = 4;      // the network's own scale
+  // "SRVGGNetCompact(features 64, convs 16, PReLU, x4)" / "RRDBNet(features 64, blocks 23, ...)".
+  std::string describe() const;
+  // Input pixels a tile needs on each side to reproduce the untiled output exactly.
+  int exact_halo() const;
+  // Multiply-adds ×2 per input pixel of the convolutions (for TFLOP/s reports).
+  double flops_per_input_pixel() const;
+};
+
+// The architectures of the official releases by name: realesr-animevideov3,
+// realesr-general-x4v3, RealESRGAN_x4plus, RealESRGAN_x2plus, RealESRGAN_x4plus_anime_6B.
+// Throws ModelError for another name.
+RealEsrganArch realesrgan_preset(const std::string& name);
+
+// Builds kind realesrgan from config.weights (options: RealEsrganOptions). Throws ModelError
+// (exit 65) naming the file for a file that is neither architecture or does not load.
+std::unique_ptr<Model> make_realesrgan(const ModelConfig& config, const Device& device);
+// The architecture `arch` with random weights (seeded), for benchmarks.
+std::unique_ptr<Model> make_realesrgan_random(const RealEsrganArch& arch, const ModelConfig& config,
+                                              const Device& device, uint64_t seed);
+
+// Random weights of `arch` written as a .safetensors file with the official key names (what an
+// end-to-end benchmark job loads).
+void write_random_realesrgan(const RealEsrganArch& arch, const std::string& path, uint64_t seed);
+
+// Model-only speed: the network of `arch` (random weights) on device-resident random frames,
+// `frames` per call of height × width, after `warmup` calls; no host transfers, no tiles.
+struct RealEsrganBench {
+  double seconds = 0;      // of the timed calls
+  double fps = 0;          // frames per second
+  double tflops = 0;       // achieved, from RealEsrganArch::flops_per_input_pixel
+  double peak_mib = -1;    // device memory (CUDA), -1 elsewhere
+  double output_mean = 0;  // of the last output (a check that it ran)
+};
+RealEsrganBench bench_realesrgan(const RealEsrganArch& arch, const Device& device,
+                                 Precision precision, int frames, int height, int width, int calls,
+                                 int warmup);
+
+}  // namespace wm::models

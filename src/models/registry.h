@@ -1,0 +1,79 @@
+// The model registry: the one list of model kinds. Each entry names a kind, the model tasks it
+// can run, the keys of the job's `model:` map it accepts, how those keys are read into a
+// ModelConfig (per-kind options live with the model, see ModelOptions) and how the model is
+// built. Job validation (src/job_spec.cpp) and make_model() both ask this list, so a kind that
+// validates is a kind that runs. Adding a kind is one entry in registry.cpp.
+//
+// Torch-free: job_spec includes it. Threading: the list is built once, then read-only.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/model.h"
+
+namespace wm {
+
+// What a kind's option parser reads from the `model:` map. Implemented by the job parser over
+// YAML (so models never see YAML); every getter validates its value and throws ConfigError
+// ("FILE:LINE: model.KEY: problem", exit 65) on a bad one. Keys are those the kind lists.
+class OptionReader {
+ public:
+  virtual ~OptionReader() = default;
+  virtual bool has(const std::string& key) const = 0;
+  virtual long long get_int(const std::string& key, long long min, long long max) const = 0;
+  // One of `allowed`.
+  virtual int get_int_in(const std::string& key, const std::vector<int>& allowed) const = 0;
+  // A finite number in [min, max] (or (min, max] when min_exclusive).
+  virtual double get_number(const std::string& key, double min, double max,
+                            bool min_exclusive = false) const = 0;
+  virtual bool get_bool(const std::string& key) const = 0;
+  virtual std::string get_string(const std::string& key) const = 0;
+  // A file path, resolved against the job file's folder. When `extensions` is not empty the
+  // path must end with one of them; `hint` is added to that error.
+  virtual std::string get_path(const std::string& key, const std::vector<std::string>& extensions,
+                               const std::string& hint = "") const = 0;
+  // Lists of `min_items`..`max_items` entries, each checked like the scalar getters (errors
+  // name the entry: model.KEY[i]).
+  virtual std::vector<int> get_int_list(const std::string& key, size_t min_items, size_t max_items,
+                                        int min, int max) const = 0;
+  virtual std::vector<bool> get_bool_list(const std::string& key, size_t min_items,
+                                          size_t max_items) const = 0;
+  virtual std::vector<double> get_number_list(const std::string& key, size_t min_items,
+                                              size_t max_items, double min, double max,
+                                              bool min_exclusive = false) const = 0;
+  // Fails at `key` (at the `model:` map when the key is absent).
+  [[noreturn]] virtual void fail(const std::string& key, const std::string& problem) const = 0;
+};
+
+struct ModelKind {
+  std::string name;
+  // Model tasks it runs: "upscale", "decode", "encode" (config.task). A job task needs all of
+  // its model tasks (reconstruct: encode and decode).
+  std::vector<std::string> tasks;
+  // Keys of `model:` besides `kind`.
+  std::vector<std::string> options;
+  // Reads the options into `config` (config.task is set). May be null (no options).
+  void (*parse)(const OptionReader& reader, ModelConfig& config) = nullptr;
+  // Builds the model. Throws ModelError.
+  std::unique_ptr<Model> (*make)(const ModelConfig& config, const Device& device) = nullptr;
+  // Not empty: this build cannot run the kind, and says why (validation fails with it).
+  std::string unavailable;
+  // Precisions the kind runs in on the CPU (a job on `devices: cpu` asking for another fails
+  // validation); empty: any.
+  std::vector<Precision> cpu_precisions;
+};
+
+// Every kind, in the order documentation and error messages list them.
+const std::vector<ModelKind>& model_kinds();
+// The kind called `name`, or null.
+const ModelKind* find_model_kind(const std::string& name);
+// Kinds that run every one of `tasks`, in registry order.
+std::vector<std::string> kinds_for_tasks(const std::vector<std::string>& tasks);
+// Every option key of every kind (for the unknown-key check of `model:`), without repeats.
+std::vector<std::string> all_model_option_keys();
+// The kinds that accept `key`, in registry order.
+std::vector<std::string> kinds_with_option(const std::string& key);
+
+}  // namespace wm

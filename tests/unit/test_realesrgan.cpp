@@ -1,0 +1,157 @@
+// Real-ESRGAN layouts and helpers: the official architectures' key counts, parameter counts and
+// exact halos (../shared/upscalers-spec.md), architecture inference and its errors, old-ESRGAN
+// key names, and the Lanczos resize behind `scale:`.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "src/base/error.h"
+#include "src/models/lanczos_resize.h"
+#include "src/models/realesrgan.h"
+#include "src/models/realesrgan_weights.h"
+#include "tests/support/media.h"
+
+namespace wm::models {
+namespace {
+
+const std::string kGolden = std::string(WM_SOURCE_DIR) + "/tests/data/golden/upscalers/";
+
+struct Official {
+  const char* name;
+  size_t tensors;
+  int64_t parameters;
+  int halo;
+};
+
+TEST(RealEsrgan, OfficialArchitecturesHaveTheSpecsKeysParametersAndHalos) {
+  const Official all[] = {{"realesr-animevideov3", 53, 621424, 18},
+                          {"realesr-general-x4v3", 101, 1213296, 34},
+                          {"RealESRGAN_x4plus", 702, 16697987, 349},
+                          {"RealESRGAN_x2plus", 702, 16703171, 698},
+                          {"RealESRGAN_x4plus_anime_6B", 192, 4467779, 94}};
+  for (const Official& o : all) {
+    SCOPED_TRACE(o.name);
+    const RealEsrganArch arch = realesrgan_preset(o.name);
+    const auto keys = realesrgan_keys(arch);
+    EXPECT_EQ(keys.size(), o.tensors);
+    int64_t parameters = 0;
+    std::map<std::string, std::vector<int64_t>> shapes;
+    for (const auto& [name, shape] : keys) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      parameters += n;
+      shapes[name] = shape;
+    }
+    EXPECT_EQ(parameters, o.parameters);
+    EXPECT_EQ(arch.exact_halo(), o.halo);
+    // Inference from the keys gives the architecture back.
+    const RealEsrganArch inferred = infer_realesrgan_arch(shapes, o.name);
+    EXPECT_EQ(inferred.describe(), arch.describe());
+  }
+  EXPECT_THROW(realesrgan_preset("RealESRGAN_x8"), ModelError);
+}
+
+std::string inference_error(const std::map<std::string, std::vector<int64_t>>& shapes) {
+  try {
+    infer_realesrgan_arch(shapes, "m.pth");
+  } catch (const ModelError& e) {
+    EXPECT_EQ(e.exit_code(), kExitDataErr);
+    return e.what();
+  }
+  ADD_FAILURE() << "inferred an architecture";
+  return "";
+}
+
+TEST(RealEsrgan, InferenceNamesWhatWasExpectedAndFound) {
+  std::map<std::string, std::vector<int64_t>> srvgg;
+  for (const auto& [name, shape] : realesrgan_keys(realesrgan_preset("realesr-animevideov3"))) {
+    srvgg[name] = shape;
+  }
+  auto missing = srvgg;
+  missing.erase("body.17.weight");
+  EXPECT_NE(inference_error(missing).find("needs 'body.17.weight' [64]"), std::string::npos);
+  auto wrong = srvgg;
+  wrong["body.4.weight"] = {64, 32, 3, 3};
+  EXPECT_NE(inference_error(wrong).find("'body.4.weight' should be [64,64,3,3], found [64,32,3,3]"),
+            std::string::npos);
+  auto extra = srvgg;
+  extra["head.weight"] = {3};
+  EXPECT_NE(inference_error(extra).find("no tensor 'head.weight'"), std::string::npos);
+  auto bad_scale = srvgg;
+  bad_scale["body.34.weight"] = {40, 64, 3, 3};
+  EXPECT_NE(inference_error(bad_scale).find("3·scale²"), std::string::npos);
+  const std::string neither = inference_error({{"encoder.conv.weight", {8, 3, 3, 3}}});
+  EXPECT_NE(neither.find("neither SRVGGNetCompact"), std::string::npos) << neither;
+  EXPECT_NE(neither.find("encoder.conv.weight [8,3,3,3]"), std::string::npos) << neither;
+  std::map<std::string, std::vector<int64_t>> rrdb;
+  for (const auto& [name, shape] : realesrgan_keys(realesrgan_preset("RealESRGAN_x2plus"))) {
+    rrdb[name] = shape;
+  }
+  rrdb["conv_first.weight"] = {64, 5, 3, 3};
+  EXPECT_NE(inference_error(rrdb).find("expected 3 (x4), 12 (x2) or 48 (x1)"), std::string::npos);
+}
+
+// The same tensors under old-ESRGAN names (model.0, model.1.sub.N.RDBj.convk.0, ...) load as
+// the official file does.
+TEST(RealEsrgan, OldEsrganKeyNamesAreMapped) {
+  test::TempDir tmp("esrgan-names");
+  const RealEsrganWeights official = load_realesrgan_weights(kGolden + "rrdb-tiny/model.pth");
+  const int blocks = official.arch.blocks;
+  std::vector<io::TensorEntry> entries;
+  std::vector<std::string> names;
+  for (const auto& [name, t] : official.tensors) {
+    std::string old = name;
+    const std::string tail = name.substr(name.rfind('.') + 1);
+    const std::string stem = name.substr(0, name.rfind('.'));
+    if (stem == "conv_first") old = "model.0." + tail;
+    if (stem == "conv_body") old = "model.1.sub." + std::to_string(blocks) + "." + tail;
+    if (stem == "conv_up1") old = "model.3." + tail;
+    if (stem == "conv_up2") old = "model.6." + tail;
+    if (stem == "conv_hr") old = "model.8." + tail;
+    if (stem == "conv_last") old = "model.10." + tail;
+    if (name.rfind("body.", 0) == 0) {  // body.i.rdbj.convk → model.1.sub.i.RDBj.convk.0
+      const size_t i_end = name.find('.', 5);
+      const std::string i = name.substr(5, i_end - 5);
+      const std::string j = name.substr(i_end + 4, 1);
+      const std::string k = name.substr(name.find(".conv") + 5, 1);
+      old = "model.1.sub." + i + ".RDB" + j + ".conv" + k + ".0." + tail;
+    }
+    io::TensorEntry e;
+    e.name = old;
+    e.shape = std::vector<int64_t>(t.sizes().begin(), t.sizes().end());
+    e.data = t.data_ptr<float>();
+    e.bytes = size_t(t.numel()) * 4;
+    entries.push_back(e);
+  }
+  io::write_safetensors(tmp.file("old.safetensors"), entries);
+  const RealEsrganWeights mapped = load_realesrgan_weights(tmp.file("old.safetensors"));
+  EXPECT_EQ(mapped.arch.describe(), official.arch.describe());
+  ASSERT_EQ(mapped.tensors.size(), official.tensors.size());
+  for (const auto& [name, t] : official.tensors) {
+    ASSERT_TRUE(mapped.tensors.count(name)) << name;
+    EXPECT_TRUE(at::equal(mapped.tensors.at(name), t)) << name;
+  }
+}
+
+TEST(LanczosResize, KeepsConstantsAndLinearRampsAwayFromBorders) {
+  const at::Tensor flat = at::full({1, 3, 20, 30}, 0.25f);
+  const at::Tensor down = lanczos_resize(flat, 10, 15);
+  ASSERT_EQ(down.sizes(), (std::vector<int64_t>{1, 3, 10, 15}));
+  EXPECT_LT((down - 0.25f).abs().max().item<float>(), 1e-6f);
+  // A horizontal ramp x/W sampled at output centres stays a ramp (symmetric kernel) inside.
+  const int64_t w = 64;
+  const at::Tensor ramp =
+      (at::arange(w, at::kFloat) / float(w)).view({1, 1, 1, w}).expand({1, 1, 8, w});
+  const at::Tensor half = lanczos_resize(ramp.contiguous(), 8, 32);
+  for (int64_t x = 4; x < 28; ++x) {
+    const double centre = (x + 0.5) * 2 - 0.5;  // in input pixels
+    EXPECT_NEAR(half[0][0][3][x].item<float>(), centre / w, 1e-5) << x;
+  }
+  EXPECT_TRUE(at::equal(lanczos_resize(flat, 20, 30), flat));
+}
+
+}  // namespace
+}  // namespace wm::models
