@@ -297,7 +297,7 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
     }
   };
   sched::TaskRunner& runner = runner_for(entry, job);
-  ::unlink((staging + ".partial").c_str());  // a killed run's leftover
+  fs::remove_stale_temps(staging);  // a killed run's leftovers (only this item writes here)
   const int64_t frames = runner.process(item.input, staging, options, progress_);
   commit(frames, seconds_since(start));
 }

@@ -5,7 +5,7 @@
 //   1. the source must still be the version that settled (else the item is dropped: its new
 //      version is an item of its own);
 //   2. the job writes to a hidden name beside the output, ".wmwatch-<id>-<name>" (through the
-//      runner's own "<name>.partial" → verify → fsync → rename), so a complete file there is
+//      runner's own "<name>.<pid>.partial" → verify → fsync → rename), so a complete file there is
 //      this item's finished work: a rerun after a kill takes it instead of redoing it;
 //   3. commit: the queue records `committing`, the file is renamed to the output (not over an
 //      existing one unless on_exists: overwrite), the folder fsynced, the item marked done;
