@@ -94,7 +94,8 @@ const KeyTable kTopKeys{"",
                          "input_tensor", "max_error_rate", "decode", "offload"}};
 const KeyTable kModelKeys{"model",
                           {"kind", "scale", "weights", "dim", "z_dim", "dim_mult", "num_res_blocks",
-                           "temporal_downsample", "latent_mean", "latent_std"}};
+                           "temporal_downsample", "latent_mean", "latent_std", "norm_groups",
+                           "latent_scale", "latent_shift", "logvar"}};
 const KeyTable kTilingKeys{"tiling", {"tile", "tile_width", "tile_height", "overlap"}};
 const KeyTable kEncodeKeys{
     "encode", {"codec", "crf", "preset", "pix_fmt", "audio", "subtitles", "threads", "options"}};
@@ -482,6 +483,7 @@ const std::vector<std::pair<std::string, std::string>> kModelKinds = {
     {"lanczos", "lanczos"},
     {"bicubic", "bicubic"},
     {"wan2.1-vae", "wan2.1-vae"},
+    {"seedvr2-vae", "seedvr2-vae"},
     {"torchscript", "torchscript"}};
 const std::vector<std::pair<std::string, bool>> kCopyOrNone = {{"copy", true}, {"none", false}};
 const std::vector<std::pair<std::string, DecodeMode>> kDecodeModes = {
@@ -496,9 +498,9 @@ std::vector<std::string> kinds_for(Task task) {
       return {"lanczos", "bicubic", "torchscript"};
     case Task::kDecodeLatents:
     case Task::kEncodeLatents:
-      return {"wan2.1-vae", "torchscript"};
+      return {"wan2.1-vae", "seedvr2-vae", "torchscript"};
     case Task::kReconstruct:
-      return {"wan2.1-vae"};
+      return {"wan2.1-vae", "seedvr2-vae"};
   }
   return {};
 }
@@ -525,7 +527,10 @@ class JobParser {
     if (const Field* f = top_.find("precision")) job_.model.precision = get_enum(*f, kPrecisions);
     if (const Field* f = top_.find("devices")) parse_devices(*f);
     if (const Field* f = top_.find("tiling")) parse_tiling(*f);
-    if (const Field* f = top_.find("slice_frames")) job_.slice_frames = get_int(*f, 0, 1 << 20);
+    if (const Field* f = top_.find("slice_frames")) {
+      job_.slice_frames = get_int(*f, 0, 1 << 20);
+      check_seedvr2_slices(*f);
+    }
     if (const Field* f = top_.find("tokens")) job_.tokens = get_int(*f, 1, 1024);
     if (const Field* f = top_.find("offload")) {
       const MapView offload(*f, kOffloadKeys);
@@ -651,16 +656,20 @@ class JobParser {
     }
     const bool builtin = m.kind == "lanczos" || m.kind == "bicubic";
     const bool vae = m.kind == "wan2.1-vae";
+    const bool seedvr2 = m.kind == "seedvr2-vae";
 
     if (const Field* s = model.find("scale")) {
       if (!builtin) fail(*s, "applies only to kind lanczos or bicubic");
       m.scale = get_int_in(*s, {2, 3, 4});
     }
     if (const Field* w = model.find("weights")) {
-      if (builtin) fail(*w, "applies only to kind wan2.1-vae or torchscript");
+      if (builtin) fail(*w, "applies only to kind wan2.1-vae, seedvr2-vae or torchscript");
       const std::string weights = get_string(*w);
       if (vae && !ends_with(weights, ".safetensors")) {
         fail(*w, "must be a .safetensors file (convert the official .pth first)");
+      }
+      if (seedvr2 && !ends_with(weights, ".safetensors") && !ends_with(weights, ".pth")) {
+        fail(*w, "must be a .safetensors or .pth file (the official ema_vae_fp16 release)");
       }
       m.weights = resolve_path(job_.dir, weights);
     } else if (!builtin) {
@@ -671,6 +680,35 @@ class JobParser {
       if (k && !vae) fail(*k, "applies only to kind wan2.1-vae");
     }
     if (vae) parse_vae(model);
+    for (const char* key : {"norm_groups", "latent_scale", "latent_shift", "logvar"}) {
+      const Field* k = model.find(key);
+      if (k && !seedvr2) fail(*k, "applies only to kind seedvr2-vae");
+    }
+    if (seedvr2) parse_seedvr2(model);
+  }
+
+  void parse_seedvr2(const MapView& model) {
+    ModelConfig& m = job_.model;
+    if (const Field* f = model.find("norm_groups")) m.norm_groups = get_int(*f, 1, 4096);
+    if (const Field* f = model.find("latent_scale")) {
+      m.latent_scale = get_number(*f, {0, 1e6, true});
+    }
+    if (const Field* f = model.find("latent_shift")) m.latent_shift = get_number(*f, {-1e6, 1e6});
+    if (const Field* f = model.find("logvar")) {
+      only_for_tasks(*f, {Task::kEncodeLatents});
+      m.logvar = get_bool(*f);
+    }
+  }
+
+  // The SeedVR2 encoder's stride-2 time convolutions carry one frame between slices, which is
+  // exact only when every slice after the first holds whole groups of 4 frames (spec §5).
+  void check_seedvr2_slices(const Field& f) const {
+    const bool encodes = job_.task == Task::kEncodeLatents || job_.task == Task::kReconstruct;
+    if (job_.model.kind != "seedvr2-vae" || !encodes || job_.slice_frames % 4 == 0) return;
+    fail(f, "must be a multiple of 4 for seedvr2-vae encoding (got " +
+                std::to_string(job_.slice_frames) +
+                "): the encoder carries state between slices that is exact only for whole "
+                "groups of 4 frames after the first slice's 1 + slice_frames");
   }
 
   void parse_vae(const MapView& model) {
@@ -775,11 +813,14 @@ class JobParser {
                      std::to_string(t.overlap) + ")");
       }
     }
-    // The Wan encoder takes frames whose sides are multiples of 8.
-    const bool vae_encode = job_.model.kind == "wan2.1-vae" && job_.model.task == "encode";
+    // The Wan and SeedVR2 encoders take frames whose sides are multiples of 8.
+    const bool vae_encode =
+        (job_.model.kind == "wan2.1-vae" || job_.model.kind == "seedvr2-vae") &&
+        job_.model.task == "encode";
     if (vae_encode && (t.tile_width % 8 || t.tile_height % 8)) {
       const Field& bad = tile ? *tile : t.tile_width % 8 ? *width : *height;
-      fail(bad, "must be a multiple of 8 for wan2.1-vae encoding (got " + bad.node.Scalar() + ")");
+      fail(bad, "must be a multiple of 8 for " + job_.model.kind + " encoding (got " +
+                    bad.node.Scalar() + ")");
     }
   }
 

@@ -305,7 +305,7 @@ const BadJob kBadJobs[] = {
     {JOB "max_error_rate: -0.1\n", 3, "max_error_rate", "must be at least 0"},
     // models
     {JOB "model:\n  kind: esrgan\n", 4, "model.kind",
-     "must be lanczos, bicubic, wan2.1-vae or torchscript (got 'esrgan')"},
+     "must be lanczos, bicubic, wan2.1-vae, seedvr2-vae or torchscript (got 'esrgan')"},
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n"
      "model: {kind: wan21-vae}\n",
      4, "model.kind", "did you mean `wan2.1-vae`?"},
@@ -314,12 +314,18 @@ const BadJob kBadJobs[] = {
      4, "model.weights", "required for kind wan2.1-vae"},
     {JOB "model:\n  kind: torchscript\n", 3, "model.weights", "required for kind torchscript"},
     {JOB "model: {kind: lanczos, weights: w.pt}\n", 3, "model.weights",
-     "applies only to kind wan2.1-vae or torchscript"},
+     "applies only to kind wan2.1-vae, seedvr2-vae or torchscript"},
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n"
      "model: {kind: wan2.1-vae, weights: vae.pth}\n",
      4, "model.weights", "must be a .safetensors file"},
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\nmodel:\n  kind: lanczos\n",
-     5, "model.kind", "task decode_latents needs kind wan2.1-vae or torchscript (got lanczos)"},
+     5, "model.kind", "needs kind wan2.1-vae, seedvr2-vae or torchscript (got lanczos)"},
+    {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n"
+     "model: {kind: wan2.1-vae, weights: w.safetensors, norm_groups: 4}\n",
+     4, "model.norm_groups", "applies only to kind seedvr2-vae"},
+    {"task: encode_latents\ninput: a.mp4\noutput: o/{stem}.safetensors\nslice_frames: 6\n"
+     "model: {kind: seedvr2-vae, weights: w.safetensors}\n",
+     4, "slice_frames", "must be a multiple of 4 for seedvr2-vae encoding (got 6)"},
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n", 1, "model",
      "required for task decode_latents"},
     {JOB VAE, 3, "model.kind", "task upscale needs kind lanczos, bicubic or torchscript"},
