@@ -196,6 +196,43 @@ TEST(SeedVR2Jobs, EncodedLatentsDecodeThroughTheirRule) {
   EXPECT_LE(max_abs_diff(via_file, direct), 1e-4);
 }
 
+// Video in and out: a clip whose frame count is not 1 + 4k is padded for the encoder and trimmed
+// back by the decoder; reconstruct measures the round trip.
+TEST(SeedVR2Jobs, VideoJobsKeepTheFrameCount) {
+  TempDir dir("seedvr2-video");
+  ClipSpec spec;
+  spec.width = 64;
+  spec.height = 48;
+  spec.frames = 7;
+  spec.audio = true;
+  make_clip(dir.file("clip.mp4"), spec);
+  const Tensor latent =
+      run_job(dir, "task: encode_latents\ninput: clip.mp4\nslice_frames: 4\n" + model(), "latent",
+              "clip.safetensors");
+  EXPECT_EQ(latent.shape, (std::vector<int64_t>{1, 16, 3, 6, 8}));  // 7 frames → 9 → 3
+  EXPECT_EQ(latent.metadata.at("frames"), "7");
+  EXPECT_EQ(latent.metadata.at("latent_scale"), "0.9152");
+
+  write_text(dir.file("dec.yaml"),
+             "task: decode_latents\ninput: clip.safetensors\noutput: back.mp4\n" + model() +
+                 "encode: {preset: ultrafast}\n");
+  CommandResult r = wmbatch({dir.file("dec.yaml")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Probe back = probe(dir.file("back.mp4"));
+  EXPECT_EQ(back.video_frames, 7);
+  EXPECT_EQ(back.width, 64);
+  EXPECT_EQ(back.height, 48);
+
+  write_text(dir.file("rec.yaml"), "task: reconstruct\ninput: clip.mp4\noutput: rec.mp4\n" +
+                                       model() + "encode: {preset: ultrafast}\n");
+  r = wmbatch({dir.file("rec.yaml"), "--report", dir.file("report.json")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("PSNR"), std::string::npos) << r.output;
+  const Probe rec = probe(dir.file("rec.mp4"));
+  EXPECT_EQ(rec.video_frames, 7);
+  EXPECT_TRUE(rec.has_audio);
+}
+
 // --- tiles -------------------------------------------------------------------------------------
 
 // Spatial tiles are approximate (GroupNorm statistics and the attention span the whole frame);
