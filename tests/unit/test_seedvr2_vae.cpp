@@ -173,8 +173,7 @@ TEST(SeedVR2Layout, WidthsAreReadFromTheCheckpointShapes) {
 
 TEST(SeedVR2Golden, DecodeCasesMatchTheReference) {
   auto model = wm::models::make_seedvr2_vae(tiny_config("decode"), wm::Device{});
-  // (Every case, through whole jobs: tests/integration/test_seedvr2_jobs.cpp.)
-  for (const char* name : {"decode_t1", "decode_t3"}) {
+  for (const char* name : {"decode_t1", "decode_t3", "decode_t5"}) {
     const Planar z = golden(name, "latent");
     const Planar want = golden(name, "video");
     EXPECT_EQ(model->output_frames(z.frames), want.frames);
@@ -190,7 +189,7 @@ TEST(SeedVR2Golden, EncodeCasesMatchTheReference) {
   config.logvar = true;
   auto model = wm::models::make_seedvr2_vae(config, wm::Device{});
   EXPECT_EQ(model->traits().out_channels, 32);
-  for (const char* name : {"encode_t9"}) {
+  for (const char* name : {"encode_t9", "encode_t17"}) {
     const Planar video = golden(name, "video");
     const Planar mean = golden(name, "latent_mean");
     const Planar logvar = golden(name, "latent_logvar");
@@ -211,9 +210,10 @@ TEST(SeedVR2Slicing, DecodeSlicesOfAnyLengthEqualTheWholeSequence) {
   auto model = wm::models::make_seedvr2_vae(tiny_config("decode"), wm::Device{});
   const Planar z = golden("decode_t5", "latent");
   const Planar whole = run_sliced(*model, z, {5});
-  // Uneven slices, and the official pipeline's cut (a first slice of 1 + 1 latent frames).
-  // Whole jobs in slices of 1, 2 and 3: tests/integration/test_seedvr2_jobs.cpp.
-  const std::vector<std::vector<int>> plans = {{2, 1, 1, 1}, {1, 3, 1}};
+  // Even and uneven slices, a first slice without a partner frame, and the official pipeline's
+  // cut (a first slice of 1 + 1 latent frames, then 1 at a time).
+  const std::vector<std::vector<int>> plans = {{1, 1, 1, 1, 1}, {2, 2, 1}, {3, 2},
+                                               {2, 1, 1, 1},    {1, 3, 1}, {4, 1}};
   for (const auto& sizes : plans) {
     const double err = max_abs_diff(run_sliced(*model, z, sizes), whole);
     std::stringstream name;
@@ -229,8 +229,8 @@ TEST(SeedVR2Slicing, EncodeSlicesOfWholeGroupsEqualTheWholeSequence) {
   auto model = wm::models::make_seedvr2_vae(config, wm::Device{});
   const Planar video = golden("encode_t17", "video");
   const Planar whole = run_sliced(*model, video, {17});
-  // (Slices of 4 and 8 through whole jobs: tests/integration/test_seedvr2_jobs.cpp.)
-  for (const auto& sizes : std::vector<std::vector<int>>{{1, 8, 8}, {5, 12}}) {
+  for (const auto& sizes :
+       std::vector<std::vector<int>>{{5, 4, 4, 4}, {9, 8}, {1, 8, 8}, {5, 12}, {1, 4, 8, 4}}) {
     const double err = max_abs_diff(run_sliced(*model, video, sizes), whole);
     EXPECT_LE(err, 1e-5) << sizes.size() << " slices";
   }
