@@ -89,8 +89,9 @@ class Builder {
 
 Network::~Network() = default;
 
-Network::Network(const Architecture& arch, bool decoder, const ParamGetter& param)
-    : arch_(arch), decoder_(decoder) {
+Network::Network(const Architecture& arch, bool decoder, const ParamGetter& param,
+                 at::MemoryFormat format)
+    : arch_(arch), decoder_(decoder), format_(format) {
   arch_.validate();
   Builder b(param, slots_);
   const int n = arch_.levels();
@@ -163,18 +164,19 @@ at::Tensor Network::conv(const Conv& c, at::Tensor x, StreamState& s, bool first
     } else {
       head = s.memory[size_t(c.slot)];
     }
-    x = at::cat({head, x}, 2);
+    x = at::cat({head, x}, 2).contiguous(format_);
   }
   if (c.slot >= 0) {
     const int64_t keep = c.kt - c.st;
     s.memory[size_t(c.slot)] = x.narrow(2, x.size(2) - keep, keep).clone();
   }
-  if (c.down) x = at::constant_pad_nd(x, {0, 1, 0, 1}, 0);
-  if (x.is_cpu() && x.scalar_type() == at::kFloat && at::hasMKLDNN()) {
+  if (c.down) x = at::constant_pad_nd(x, {0, 1, 0, 1}, 0).contiguous(format_);
+  if (x.is_cpu() && x.scalar_type() == at::kFloat && format_ == at::MemoryFormat::Contiguous &&
+      at::hasMKLDNN()) {
     // LibTorch sends small float32 3-D convs (N·C·T·H ≤ 20480) to its native CPU kernel, ~15×
     // slower here than oneDNN, which takes them all.
-    return at::mkldnn_convolution(x.contiguous(), c.w, c.b, {0, c.pad, c.pad},
-                                  {c.st, c.ss, c.ss}, {1, 1, 1}, 1);
+    return at::mkldnn_convolution(x.contiguous(), c.w, c.b, {0, c.pad, c.pad}, {c.st, c.ss, c.ss},
+                                  {1, 1, 1}, 1);
   }
   return at::conv3d(x, c.w, c.b, {c.st, c.ss, c.ss}, {0, c.pad, c.pad});
 }
@@ -184,6 +186,14 @@ at::Tensor Network::group_norm(const at::Tensor& x, const at::Tensor& w, const a
   // Statistics per frame and group (spec §2): over C/G channels × H × W of one frame.
   const int64_t B = x.size(0), C = x.size(1), T = x.size(2), H = x.size(3), W = x.size(4);
   const int64_t G = arch_.norm_groups;
+  if (format_ == at::MemoryFormat::ChannelsLast3d) {
+    // Stored (B, T, H, W, C): the frames are the batch of a 2-D channels-last GroupNorm, whose
+    // statistics are per sample and group, i.e. per frame and group. No copy in or out.
+    const at::Tensor frames = x.permute({0, 2, 1, 3, 4}).reshape({B * T, C, H, W});
+    at::Tensor y = at::group_norm(frames, G, w, b, kNormEps);
+    if (silu) y = at::silu_(y);
+    return y.view({B, T, C, H, W}).permute({0, 2, 1, 3, 4}).contiguous(format_);
+  }
   const at::Tensor v = x.contiguous().view({B, G, C / G, T, H * W});
   const at::Tensor vf =
       v.scalar_type() == at::kFloat || v.scalar_type() == at::kDouble ? v : v.to(at::kFloat);
@@ -244,19 +254,28 @@ at::Tensor Network::upsample(const Upsample& u, const at::Tensor& x, StreamState
   const int64_t C = x.size(1), T = x.size(2), H = x.size(3), W = x.size(4), z = u.z;
   at::Tensor y = conv(u.upscale, x, s, first);  // [1, 4zC, T, H, W]
   // Channel ((a·2 + b)·z + c)·C + ch → channel ch, frame t·z + c, row 2y + a, column 2x + b.
-  y = y.view({1, 2, 2, z, C, T, H, W})
-          .permute({0, 4, 5, 3, 6, 1, 7, 2})
-          .reshape({1, C, T * z, 2 * H, 2 * W});
+  if (format_ == at::MemoryFormat::ChannelsLast3d) {
+    // Stored (1, T, H, W, 4zC): one copy into (1, Tz, 2H, 2W, C), channels-last again.
+    y = y.permute({0, 2, 3, 4, 1})
+            .reshape({1, T, H, W, 2, 2, z, C})
+            .permute({0, 1, 6, 2, 4, 3, 5, 7})
+            .reshape({1, T * z, 2 * H, 2 * W, C})
+            .permute({0, 4, 1, 2, 3});
+  } else {
+    y = y.view({1, 2, 2, z, C, T, H, W})
+            .permute({0, 4, 5, 3, 6, 1, 7, 2})
+            .reshape({1, C, T * z, 2 * H, 2 * W});
+  }
   if (z == 2 && first) {
     // The sequence's first latent frame gives one frame, not two: drop output frame 1.
-    y = at::cat({y.narrow(2, 0, 1), y.narrow(2, 2, y.size(2) - 2)}, 2);
+    y = at::cat({y.narrow(2, 0, 1), y.narrow(2, 2, y.size(2) - 2)}, 2).contiguous(format_);
   }
   return conv(u.conv, y, s, first);
 }
 
 at::Tensor Network::forward(const at::Tensor& input, StreamState& state, bool first) const {
   if (int(state.memory.size()) != slots_) state.memory.resize(size_t(slots_));
-  at::Tensor x = conv(*conv_in_, input, state, first);
+  at::Tensor x = conv(*conv_in_, input.contiguous(format_), state, first);
   if (!decoder_) {
     for (size_t i = 0; i < blocks_.size(); ++i) {
       for (const Resnet& r : blocks_[i]) x = resnet(r, x, state, first);

@@ -37,8 +37,10 @@ struct Upsample;
 
 class Network {
  public:
-  // The decoder (decoder.* keys) or the encoder (encoder.*).
-  Network(const Architecture& arch, bool decoder, const ParamGetter& param);
+  // The decoder (decoder.* keys) or the encoder (encoder.*). `format`: the activations' layout,
+  // Contiguous (the CPU's fast one) or ChannelsLast3d (cuDNN's); the params must come in it.
+  Network(const Architecture& arch, bool decoder, const ParamGetter& param,
+          at::MemoryFormat format = at::MemoryFormat::Contiguous);
   ~Network();
   Network(const Network&) = delete;
   Network& operator=(const Network&) = delete;
@@ -54,6 +56,7 @@ class Network {
   bool decoder() const { return decoder_; }
   const Architecture& arch() const { return arch_; }
   int state_slots() const { return slots_; }
+  at::MemoryFormat memory_format() const { return format_; }
 
  private:
   at::Tensor conv(const Conv& c, at::Tensor x, StreamState& s, bool first) const;
@@ -65,6 +68,7 @@ class Network {
 
   Architecture arch_;
   bool decoder_;
+  at::MemoryFormat format_;
   int slots_ = 0;
   std::unique_ptr<Conv> conv_in_, conv_out_;
   std::vector<std::vector<Resnet>> blocks_;    // per level, encoder or decoder order

@@ -337,9 +337,18 @@ class SeedVR2Model final : public Model {
           at::globalContext().setAllowTF32CuDNN(false);
           at::globalContext().setAllowTF32CuBLAS(false);
         }
-        auto net = std::make_shared<const Network>(arch_, decoder_, [&](const std::string& key) {
-          return params_.at(key).to(dev, dtype);
-        });
+        // channels_last_3d is what cuDNN's fast 3-D convs want; on the CPU (oneDNN) the default
+        // layout (as measured for wan2.1-vae).
+        const at::MemoryFormat format = device.kind == Device::Kind::kCuda
+                                            ? at::MemoryFormat::ChannelsLast3d
+                                            : at::MemoryFormat::Contiguous;
+        auto net = std::make_shared<const Network>(
+            arch_, decoder_,
+            [&](const std::string& key) {
+              const at::Tensor t = params_.at(key).to(dev, dtype);
+              return t.dim() == 5 ? t.contiguous(format) : t;
+            },
+            format);
 #ifdef WMBATCH_WITH_CUDA
         // Sessions run on their own streams: the weight uploads must be complete first.
         if (device.kind == Device::Kind::kCuda) c10::cuda::device_synchronize();

@@ -19,6 +19,7 @@
 
 #include "io/safetensors.h"
 #include "src/base/error.h"
+#include "src/models/seedvr2_blocks.h"
 #include "src/models/seedvr2_layout.h"
 #include "tests/support/media.h"
 
@@ -201,6 +202,47 @@ TEST(SeedVR2Golden, EncodeCasesMatchTheReference) {
               << err_logvar << "\n";
     EXPECT_LE(err_mean, 1e-4) << name;
     EXPECT_LE(err_logvar, 1e-4) << name;
+  }
+}
+
+// The channels-last layout (what CUDA runs) computes the same on the CPU: its GroupNorm over
+// frames folded into the batch and its Upsample3D unpacking are other code than the default's.
+// (Which layout each CPU conv returns is LibTorch's choice; the network re-lays where it must.)
+TEST(SeedVR2Golden, ChannelsLastLayoutMatchesTheReference) {
+  wm::io::SafetensorsFile weights(kGolden + "weights.safetensors");
+  auto getter = [&](const std::string& key) {
+    const auto& info = weights.info(key);
+    at::Tensor t = at::empty(info.shape, at::kFloat);
+    std::memcpy(t.data_ptr(), info.data, info.bytes);
+    return t.dim() == 5 ? t.contiguous(at::MemoryFormat::ChannelsLast3d) : t;
+  };
+  seedvr2::Architecture arch;
+  arch.channels = {16, 32, 64, 64};
+  arch.norm_groups = 4;
+  auto tensor = [](const Planar& p) {
+    return at::from_blob(const_cast<float*>(p.data.data()),
+                         {1, p.channels, p.frames, p.height, p.width}, at::kFloat)
+        .clone();
+  };
+  auto max_diff = [](const at::Tensor& got, const Planar& want) {
+    EXPECT_EQ(got.size(2), want.frames);
+    const at::Tensor w =
+        at::from_blob(const_cast<float*>(want.data.data()),
+                      {1, want.channels, want.frames, want.height, want.width}, at::kFloat);
+    return (got.contiguous() - w).abs().max().item<double>();
+  };
+  const at::MemoryFormat cl = at::MemoryFormat::ChannelsLast3d;
+  {
+    const seedvr2::Network decoder(arch, true, getter, cl);
+    seedvr2::StreamState state;
+    const at::Tensor video = decoder.forward(tensor(golden("decode_t3", "latent")), state, true);
+    EXPECT_LE(max_diff(video, golden("decode_t3", "video")), 1e-4);
+  }
+  {
+    const seedvr2::Network encoder(arch, false, getter, cl);
+    seedvr2::StreamState state;
+    const at::Tensor latent = encoder.forward(tensor(golden("encode_t9", "video")), state, true);
+    EXPECT_LE(max_diff(latent.narrow(1, 0, 16), golden("encode_t9", "latent_mean")), 1e-4);
   }
 }
 
