@@ -187,12 +187,19 @@ at::Tensor Network::group_norm(const at::Tensor& x, const at::Tensor& w, const a
   const int64_t B = x.size(0), C = x.size(1), T = x.size(2), H = x.size(3), W = x.size(4);
   const int64_t G = arch_.norm_groups;
   if (format_ == at::MemoryFormat::ChannelsLast3d) {
-    // Stored (B, T, H, W, C): the frames are the batch of a 2-D channels-last GroupNorm, whose
-    // statistics are per sample and group, i.e. per frame and group. No copy in or out.
-    const at::Tensor frames = x.permute({0, 2, 1, 3, 4}).reshape({B * T, C, H, W});
-    at::Tensor y = at::group_norm(frames, G, w, b, kNormEps);
-    if (silu) y = at::silu_(y);
-    return y.view({B, T, C, H, W}).permute({0, 2, 1, 3, 4}).contiguous(format_);
+    // Stored (B, T, H, W, C): groups are runs of C/G adjacent values, so the statistics of a frame
+    // and group are a reduction over (H·W, C/G) of a view, and the layout never changes (LibTorch's
+    // CUDA GroupNorm would copy to NCHW and back). Normalisation and affine fold into one
+    // per-(frame, channel) scale and shift: y = v·scale + shift, one pass.
+    const at::Tensor v = x.permute({0, 2, 3, 4, 1}).reshape({B, T, H * W, G, C / G});
+    const at::Tensor vf = v.scalar_type() == at::kDouble ? v : v.to(at::kFloat);
+    auto [var, mean] = at::var_mean(vf, {2, 4}, /*unbiased=*/false, /*keepdim=*/true);
+    const at::Tensor scale =
+        at::rsqrt(var + kNormEps) * w.to(vf.scalar_type()).view({1, 1, 1, G, C / G});
+    const at::Tensor shift = b.to(vf.scalar_type()).view({1, 1, 1, G, C / G}) - mean * scale;
+    at::Tensor y = at::addcmul(shift, vf, scale);
+    if (silu) at::silu_(y);
+    return y.to(x.scalar_type()).view({B, T, H, W, C}).permute({0, 4, 1, 2, 3});
   }
   const at::Tensor v = x.contiguous().view({B, G, C / G, T, H * W});
   const at::Tensor vf =
