@@ -1,8 +1,13 @@
-// The Wan2.1 VAE tasks: decode_latents (latents → video or tensor), encode_latents (video or
-// tensor → latents with metadata) and reconstruct (video → VAE → video, with PSNR/SSIM).
+// The VAE tasks (wan2.1-vae, seedvr2-vae): decode_latents (latents → video or tensor),
+// encode_latents (video or tensor → latents with metadata) and reconstruct (video → VAE → video,
+// with PSNR/SSIM).
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "io/safetensors.h"
 #include "io/video_reader.h"
@@ -75,13 +80,57 @@ void to_float(const io::TensorInfo& t, const std::string& path, size_t offset, s
   }
 }
 
+// The scale rule of a model's latent files: file latent = (z − shift) · scale, where z is what
+// the VAE's decode receives and its encode gives (seedvr2-vae: 0.9152 and 0, applied outside the
+// VAE as in the official pipeline, ../shared/seedvr2-vae-spec.md §1). Files carry it in their
+// metadata (`latent_scale`, `latent_shift`). Off for wan2.1-vae, which normalises inside.
+struct LatentRule {
+  bool on = false;
+  double scale = 1.0;
+  double shift = 0.0;
+
+  static LatentRule of(const ModelConfig& config) {
+    if (config.kind != "seedvr2-vae") return {};
+    return {true, config.latent_scale, config.latent_shift};
+  }
+  // The rule `file` carries, else this one.
+  LatentRule for_file(const io::SafetensorsFile& file) const {
+    if (!on) return *this;
+    LatentRule r = *this;
+    const auto& meta = file.metadata();
+    auto number = [&](const char* key, double& out) {
+      auto it = meta.find(key);
+      if (it == meta.end()) return;
+      size_t used = 0;
+      double v = 0;
+      try {
+        v = std::stod(it->second, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != it->second.size() || !std::isfinite(v) ||
+          (std::string(key) == "latent_scale" && !(v > 0))) {
+        throw InputError(file.path() + ": metadata " + key + " '" + it->second +
+                             "' is not a valid number",
+                         kExitDataErr);
+      }
+      out = v;
+    };
+    number("latent_scale", r.scale);
+    number("latent_shift", r.shift);
+    return r;
+  }
+  void add_metadata(std::map<std::string, std::string>& meta) const;
+};
+
 // A [C, T, H, W] (or [1, C, T, H, W]) tensor of a safetensors file, cut along T into slices
 // under `rule`; the last slice is padded by repeating its last frame when the rule needs it.
+// With a latent rule on, the values are mapped back to what the VAE receives (v / scale + shift).
 class TensorSliceSource : public SliceSource {
  public:
   TensorSliceSource(const io::SafetensorsFile& file, const std::string& name, int channels,
-                    const SliceRule& rule)
-      : file_(file), info_(file.info(name)), rule_(rule) {
+                    const SliceRule& rule, const LatentRule& latent = {})
+      : file_(file), info_(file.info(name)), rule_(rule), latent_(latent) {
     const auto& s = info_.shape;
     const bool batched = s.size() == 5 && s[0] == 1;
     if (s.size() != 4 && !batched) {
@@ -115,8 +164,11 @@ class TensorSliceSource : public SliceSource {
     for (int64_t c = 0; c < c_; ++c) {
       for (int64_t t = 0; t < real + out.padded; ++t) {
         const int64_t src_t = next_frame_ + std::min(t, real - 1);
-        to_float(info_, file_.path(), size_t((c * t_ + src_t)) * plane, plane,
-                 out.input.plane(int(c), int(t)));
+        float* p = out.input.plane(int(c), int(t));
+        to_float(info_, file_.path(), size_t((c * t_ + src_t)) * plane, plane, p);
+        if (latent_.on) {
+          for (size_t i = 0; i < plane; ++i) p[i] = float(p[i] / latent_.scale + latent_.shift);
+        }
       }
     }
     out.frames.clear();
@@ -130,6 +182,7 @@ class TensorSliceSource : public SliceSource {
   const io::SafetensorsFile& file_;
   const io::TensorInfo& info_;
   SliceRule rule_;
+  LatentRule latent_;
   int64_t c_ = 0, t_ = 0, h_ = 0, w_ = 0;
   int64_t next_frame_ = 0;
   int64_t index_ = 0;
@@ -170,15 +223,45 @@ class TensorSink : public SliceSink {
   std::vector<Planar> slices_;
 };
 
+// Writes each planar as a float32 [1, C, T, H, W] tensor under its name.
+void write_tensors(const std::string& path,
+                   const std::vector<std::pair<std::string, const Planar*>>& tensors,
+                   const std::map<std::string, std::string>& metadata) {
+  std::vector<io::TensorEntry> entries;
+  for (const auto& [name, p] : tensors) {
+    io::TensorEntry entry;
+    entry.name = name;
+    entry.dtype = "F32";
+    entry.shape = {1, p->channels, p->frames, p->height, p->width};
+    entry.data = p->data.data();
+    entry.bytes = p->data.size() * sizeof(float);
+    entries.push_back(entry);
+  }
+  io::write_safetensors(path, entries, metadata);
+}
+
 void write_tensor(const std::string& path, const std::string& name, const Planar& p,
                   const std::map<std::string, std::string>& metadata) {
-  io::TensorEntry entry;
-  entry.name = name;
-  entry.dtype = "F32";
-  entry.shape = {1, p.channels, p.frames, p.height, p.width};
-  entry.data = p.data.data();
-  entry.bytes = p.data.size() * sizeof(float);
-  io::write_safetensors(path, {entry}, metadata);
+  write_tensors(path, {{name, &p}}, metadata);
+}
+
+// Channels [c0, c0 + n) of `p`.
+Planar channels_of(const Planar& p, int c0, int n) {
+  Planar out(n, p.frames, p.height, p.width);
+  std::memcpy(out.data.data(), p.plane(c0, 0), out.data.size() * sizeof(float));
+  return out;
+}
+
+// The shortest decimal text that reads back as `v` (metadata the decoder parses again).
+std::string exact_number(double v) {
+  for (int digits = 6; digits < 17; ++digits) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.*g", digits, v);
+    if (std::strtod(text, nullptr) == v) return text;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", v);
+  return text;
 }
 
 std::string number(double v) {
@@ -196,12 +279,19 @@ io::Rational rational_fps(double fps) {
   return {int(std::lround(fps * 1000)), 1000};
 }
 
-void check_multiple_of_8(const std::string& path, int width, int height) {
+void LatentRule::add_metadata(std::map<std::string, std::string>& meta) const {
+  if (!on) return;
+  meta["latent_scale"] = exact_number(scale);
+  meta["latent_shift"] = exact_number(shift);
+}
+
+void check_multiple_of_8(const std::string& path, int width, int height,
+                         const std::string& model = "wan2.1-vae") {
   if (width % 8 || height % 8) {
-    throw InputError(
-        path + ": frame size " + std::to_string(width) + "x" + std::to_string(height) +
-            " is not a multiple of 8, which the Wan2.1 VAE needs (resize or crop first)",
-        kExitDataErr);
+    throw InputError(path + ": frame size " + std::to_string(width) + "x" +
+                         std::to_string(height) + " is not a multiple of 8, which the " + model +
+                         " encoder needs (resize or crop first)",
+                     kExitDataErr);
   }
 }
 
@@ -217,7 +307,8 @@ class DecodeLatentsRunner : public FinishingRunner {
     io::SafetensorsFile file(input);
     const ModelTraits& traits = models_.traits();
     TensorSliceSource source(file, job_.input_tensor, traits.in_channels,
-                             make_slice_rule(auto_slice_frames(job_.slice_frames, true, 0), 1, 0));
+                             make_slice_rule(auto_slice_frames(job_.slice_frames, true, 0), 1, 0),
+                             LatentRule::of(job_.model).for_file(file));
     int64_t frames = models_.model().output_frames(source.frames());
     const auto& meta = file.metadata();
     if (auto it = meta.find("frames"); it != meta.end()) {
@@ -310,7 +401,7 @@ class EncodeLatentsRunner : public TaskRunner {
     if (ends_with(input, ".safetensors")) {
       io::SafetensorsFile file(input);
       TensorSliceSource source(file, job_.input_tensor, traits.in_channels, rule);
-      check_multiple_of_8(input, source.width(), source.height());
+      check_multiple_of_8(input, source.width(), source.height(), job_.model.kind);
       pipeline.tiles = plan_job_tiles(job_, traits, source.width(), source.height());
       frames = source.frames();
       progress.begin(input, frames);
@@ -322,7 +413,7 @@ class EncodeLatentsRunner : public TaskRunner {
     } else {
       io::VideoReader reader(input, reader_options(job_, models_.devices()));
       const io::VideoInfo& info = reader.info();
-      check_multiple_of_8(input, info.width, info.height);
+      check_multiple_of_8(input, info.width, info.height, job_.model.kind);
       pipeline.tiles = plan_job_tiles(job_, traits, info.width, info.height);
       VideoSliceSource source(reader, rule, kVaeRange, options.first_frame, options.end_frame);
       progress.begin(input, info.frames_estimate);
@@ -336,7 +427,23 @@ class EncodeLatentsRunner : public TaskRunner {
     Planar latents = sink.take();
     meta["frames"] = std::to_string(frames);
     meta["latent_frames"] = std::to_string(latents.frames);
-    write_tensor(output, "latent", latents, meta);
+    const LatentRule rule_out = LatentRule::of(job_.model);
+    rule_out.add_metadata(meta);
+    if (rule_out.on) {
+      // The posterior mean in the file's latent space; the logvar (when asked for) stays the
+      // VAE's own, in a tensor of its own.
+      const int mean_channels = job_.model.logvar ? latents.channels / 2 : latents.channels;
+      Planar mean = channels_of(latents, 0, mean_channels);
+      for (float& v : mean.data) v = float((v - rule_out.shift) * rule_out.scale);
+      if (job_.model.logvar) {
+        const Planar logvar = channels_of(latents, mean_channels, latents.channels - mean_channels);
+        write_tensors(output, {{"latent", &mean}, {"latent_logvar", &logvar}}, meta);
+      } else {
+        write_tensor(output, "latent", mean, meta);
+      }
+    } else {
+      write_tensor(output, "latent", latents, meta);
+    }
     progress.end();
     return latents.frames;
   }
@@ -385,7 +492,7 @@ class ReconstructRunner : public TaskRunner {
                   Progress& progress) override {
     io::VideoReader reader(input, reader_options(job_, encoder_.devices()));
     const io::VideoInfo& info = reader.info();
-    check_multiple_of_8(input, info.width, info.height);
+    check_multiple_of_8(input, info.width, info.height, job_.model.kind);
     const ModelTraits& traits = encoder_.traits();
 
     QualityMeter meter;

@@ -591,7 +591,10 @@ class JobParser {
     if (const Field* f = top_.find("devices")) parse_devices(*f);
     check_cpu_precision();
     if (const Field* f = top_.find("tiling")) parse_tiling(*f);
-    if (const Field* f = top_.find("slice_frames")) job_.slice_frames = get_int(*f, 0, 1 << 20);
+    if (const Field* f = top_.find("slice_frames")) {
+      job_.slice_frames = get_int(*f, 0, 1 << 20);
+      check_seedvr2_slices(*f);
+    }
     if (const Field* f = top_.find("tokens")) job_.tokens = get_int(*f, 1, 1024);
     if (const Field* f = top_.find("offload")) {
       const MapView offload(*f, kOffloadKeys);
@@ -733,6 +736,19 @@ class JobParser {
       }
     }
     if (spec.parse) spec.parse(ModelOptionReader(model, job_.dir), m);
+    // logvar (seedvr2-vae) is written by encode_latents only.
+    if (const Field* f = model.find("logvar")) only_for_tasks(*f, {Task::kEncodeLatents});
+  }
+
+  // The SeedVR2 encoder's stride-2 time convolutions carry one frame between slices, which is
+  // exact only when every slice after the first holds whole groups of 4 frames (spec §5).
+  void check_seedvr2_slices(const Field& f) const {
+    const bool encodes = job_.task == Task::kEncodeLatents || job_.task == Task::kReconstruct;
+    if (job_.model.kind != "seedvr2-vae" || !encodes || job_.slice_frames % 4 == 0) return;
+    fail(f, "must be a multiple of 4 for seedvr2-vae encoding (got " +
+                std::to_string(job_.slice_frames) +
+                "): the encoder carries state between slices that is exact only for whole "
+                "groups of 4 frames after the first slice's 1 + slice_frames");
   }
 
   // A kind that runs only some precisions on the CPU (registry: cpu_precisions).
@@ -807,11 +823,14 @@ class JobParser {
       t.exact = get_bool(*e);
       job_.model.exact_tiles = t.exact;
     }
-    // The Wan encoder takes frames whose sides are multiples of 8.
-    const bool vae_encode = job_.model.kind == "wan2.1-vae" && job_.model.task == "encode";
+    // The Wan and SeedVR2 encoders take frames whose sides are multiples of 8.
+    const bool vae_encode =
+        (job_.model.kind == "wan2.1-vae" || job_.model.kind == "seedvr2-vae") &&
+        job_.model.task == "encode";
     if (vae_encode && (t.tile_width % 8 || t.tile_height % 8)) {
       const Field& bad = tile ? *tile : t.tile_width % 8 ? *width : *height;
-      fail(bad, "must be a multiple of 8 for wan2.1-vae encoding (got " + bad.node.Scalar() + ")");
+      fail(bad, "must be a multiple of 8 for " + job_.model.kind + " encoding (got " +
+                    bad.node.Scalar() + ")");
     }
   }
 

@@ -51,6 +51,13 @@ struct ModelConfig {
   std::vector<bool> temporal_downsample = {false, true, true};
   std::vector<double> latent_mean;  // empty: the official values
   std::vector<double> latent_std;   // empty: the official values
+  // SeedVR2 VAE (seedvr2-vae; channel widths come from the checkpoint): GroupNorm groups; the
+  // scale rule of its latent files (file latent = (posterior − shift) · scale, applied by the
+  // latent tasks outside the VAE); encode: also write the posterior's logvar.
+  int norm_groups = 32;
+  double latent_scale = 0.9152;
+  double latent_shift = 0.0;
+  bool logvar = false;
   // Run setting (the job's `offload.pinned_mib`): the most pinned host memory each staging pool
   // of a GPU session holds (device→host outputs, host→device inputs); 0 = the model's default.
   int64_t pinned_pool_bytes = 0;

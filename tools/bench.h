@@ -5,3 +5,4 @@
 int bench_upscale(int argc, char** argv);
 int bench_vae_decode(int argc, char** argv);
 int bench_vae_job(int argc, char** argv);
+int bench_seedvr2(int argc, char** argv);  // tools/bench_seedvr2.cpp

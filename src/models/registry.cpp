@@ -10,6 +10,7 @@
 #include "src/models/aoti.h"
 #include "src/models/realesrgan.h"
 #include "src/models/resample.h"
+#include "src/models/seedvr2_vae.h"
 #include "src/models/tensor.h"
 #include "src/models/torchscript.h"
 #include "src/models/wan21_vae.h"
@@ -63,6 +64,15 @@ void parse_wan21_vae(const OptionReader& r, ModelConfig& m) {
     r.fail("z_dim",
            "the official latent_mean and latent_std have 16 channels; give both for this z_dim");
   }
+}
+
+void parse_seedvr2_vae(const OptionReader& r, ModelConfig& m) {
+  m.weights = required_weights(r, m, {".safetensors", ".pth"},
+                               "the official ema_vae_fp16 release, .safetensors or .pth");
+  if (r.has("norm_groups")) m.norm_groups = int(r.get_int("norm_groups", 1, 4096));
+  if (r.has("latent_scale")) m.latent_scale = r.get_number("latent_scale", 0, 1e6, true);
+  if (r.has("latent_shift")) m.latent_shift = r.get_number("latent_shift", -1e6, 1e6);
+  if (r.has("logvar")) m.logvar = r.get_bool("logvar");
 }
 
 void parse_realesrgan(const OptionReader& r, ModelConfig& m) {
@@ -127,6 +137,10 @@ std::vector<ModelKind> build_kinds() {
                         {"weights", "dim", "z_dim", "dim_mult", "num_res_blocks",
                          "temporal_downsample", "latent_mean", "latent_std"},
                         parse_wan21_vae, models::make_wan21_vae));
+  kinds.back().cpu_precisions = {Precision::kFloat32, Precision::kBFloat16};
+  kinds.push_back(entry("seedvr2-vae", {"decode", "encode"},
+                        {"weights", "norm_groups", "latent_scale", "latent_shift", "logvar"},
+                        parse_seedvr2_vae, models::make_seedvr2_vae));
   kinds.back().cpu_precisions = {Precision::kFloat32, Precision::kBFloat16};
   return kinds;
 }

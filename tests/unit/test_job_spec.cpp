@@ -368,7 +368,8 @@ const BadJob kBadJobs[] = {
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n" VAE "precision: fp16\n",
      5, "precision", "on devices: cpu use fp32 or bf16"},
     {JOB "model:\n  kind: esrgan\n", 4, "model.kind",
-     "must be lanczos, bicubic, realesrgan, torchscript, aoti or wan2.1-vae (got 'esrgan')"},
+     "must be lanczos, bicubic, realesrgan, torchscript, aoti, wan2.1-vae or seedvr2-vae (got "
+     "'esrgan')"},
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n"
      "model: {kind: wan21-vae}\n",
      4, "model.kind", "did you mean `wan2.1-vae`?"},
@@ -377,12 +378,18 @@ const BadJob kBadJobs[] = {
      4, "model.weights", "required for kind wan2.1-vae"},
     {JOB "model:\n  kind: torchscript\n", 3, "model.weights", "required for kind torchscript"},
     {JOB "model: {kind: lanczos, weights: w.pt}\n", 3, "model.weights",
-     "applies only to kind realesrgan, torchscript, aoti or wan2.1-vae"},
+     "applies only to kind realesrgan, torchscript, aoti, wan2.1-vae or seedvr2-vae"},
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n"
      "model: {kind: wan2.1-vae, weights: vae.pth}\n",
      4, "model.weights", "must be a .safetensors file"},
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\nmodel:\n  kind: lanczos\n",
-     5, "model.kind", "task decode_latents needs kind wan2.1-vae (got lanczos)"},
+     5, "model.kind", "task decode_latents needs kind wan2.1-vae or seedvr2-vae (got lanczos)"},
+    {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n"
+     "model: {kind: wan2.1-vae, weights: w.safetensors, norm_groups: 4}\n",
+     4, "model.norm_groups", "applies only to kind seedvr2-vae"},
+    {"task: encode_latents\ninput: a.mp4\noutput: o/{stem}.safetensors\nslice_frames: 6\n"
+     "model: {kind: seedvr2-vae, weights: w.safetensors}\n",
+     4, "slice_frames", "must be a multiple of 4 for seedvr2-vae encoding (got 6)"},
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n", 1, "model",
      "required for task decode_latents"},
     {JOB VAE, 3, "model.kind",

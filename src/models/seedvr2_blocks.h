@@ -1,0 +1,82 @@
+// SeedVR2 video VAE: the encoder and decoder networks, computing exactly
+// ../shared/seedvr2-vae-spec.md §2–5 with ATen ops (any device and dtype ATen runs them on).
+// Every op runs over all frames of a slice at once; the causal state between slices of one
+// sequence lives in a StreamState (spec §5: each causal conv with kt > st keeps the last kt − st
+// frames of its time-extended input; Upsample3D drops its duplicate head frame only in the
+// sequence's first slice).
+//
+// Internal to src/models/ (seedvr2_vae.cpp, tests, the benchmark). A Network is immutable after
+// construction and may be shared by sessions on its device; a StreamState belongs to one
+// sequence (one tile of one video) and one thread at a time.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/models/seedvr2_layout.h"
+
+namespace wm::models::seedvr2 {
+
+// Per causal conv (slot), the frames it keeps for the next slice. Slot tensors are replaced,
+// never written in place, so a copy of a StreamState is a snapshot.
+struct StreamState {
+  std::vector<at::Tensor> memory;  // undefined: nothing seen yet
+};
+
+// The parameter `key` (shape as layout() says), on the network's device and dtype.
+using ParamGetter = std::function<at::Tensor(const std::string& key)>;
+
+struct Conv;
+struct Resnet;
+struct Attention;
+struct Upsample;
+
+class Network {
+ public:
+  // The decoder (decoder.* keys) or the encoder (encoder.*). `format`: the activations' layout,
+  // Contiguous (the CPU's fast one) or ChannelsLast3d (cuDNN's); the params must come in it.
+  Network(const Architecture& arch, bool decoder, const ParamGetter& param,
+          at::MemoryFormat format = at::MemoryFormat::Contiguous);
+  ~Network();
+  Network(const Network&) = delete;
+  Network& operator=(const Network&) = delete;
+
+  // decode: z [1, L, T, h, w] → video [1, 3, T', 8h, 8w] (unclamped), T' = 1 + 4(T − 1) when
+  //   `first` (the slice holds sequence frame 0), else 4T.
+  // encode: video [1, 3, F, H, W] → [1, 2L, F', H/8, W/8]: the posterior mean (channels [0, L))
+  //   and its logvar clamped to [−30, 20] ([L, 2L)); F = 1 + 4k → 1 + k when `first`, 4k → k
+  //   after. Frame counts are the caller's to check.
+  // `first` resets nothing: give a fresh state with it.
+  at::Tensor forward(const at::Tensor& x, StreamState& state, bool first) const;
+
+  bool decoder() const { return decoder_; }
+  const Architecture& arch() const { return arch_; }
+  int state_slots() const { return slots_; }
+  at::MemoryFormat memory_format() const { return format_; }
+
+ private:
+  at::Tensor conv(const Conv& c, at::Tensor x, StreamState& s, bool first) const;
+  at::Tensor resnet(const Resnet& r, const at::Tensor& x, StreamState& s, bool first) const;
+  at::Tensor attention(const Attention& a, const at::Tensor& x) const;
+  at::Tensor upsample(const Upsample& u, const at::Tensor& x, StreamState& s, bool first) const;
+  at::Tensor group_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                        bool silu) const;
+
+  Architecture arch_;
+  bool decoder_;
+  at::MemoryFormat format_;
+  int slots_ = 0;
+  std::unique_ptr<Conv> conv_in_, conv_out_;
+  std::vector<std::vector<Resnet>> blocks_;    // per level, encoder or decoder order
+  std::vector<std::unique_ptr<Conv>> down_;    // encoder: per level (null: none)
+  std::vector<std::unique_ptr<Upsample>> up_;  // decoder: per level (null: none)
+  std::vector<Resnet> mid_;                    // resnets.0, resnets.1
+  std::unique_ptr<Attention> attention_;
+  at::Tensor norm_out_w_, norm_out_b_;
+};
+
+}  // namespace wm::models::seedvr2

@@ -1,0 +1,392 @@
+#include "src/models/seedvr2_vae.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/InferenceMode.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#ifdef WMBATCH_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include "io/safetensors.h"
+#include "src/base/error.h"
+#include "src/models/seedvr2_blocks.h"
+#include "src/models/tensor.h"
+
+namespace wm::models {
+
+using seedvr2::Architecture;
+using seedvr2::Network;
+using seedvr2::ParamSpec;
+using seedvr2::StreamState;
+
+namespace {
+
+// Recommended spatial tile overlap in latent pixels (traits().halo; tiles are never exact, see
+// seedvr2_vae.h). Seam errors measured on the golden model: docs/seedvr2-vae.md.
+constexpr int kHaloLatent = 8;
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_decoder(const ModelConfig& config) {
+  if (config.task == "decode") return true;
+  if (config.task == "encode") return false;
+  throw ModelError("seedvr2-vae: task must be decode or encode, not '" + config.task + "'");
+}
+
+at::ScalarType file_dtype(const std::string& dtype) {
+  if (dtype == "F32") return at::kFloat;
+  if (dtype == "F16") return at::kHalf;
+  if (dtype == "BF16") return at::kBFloat16;
+  if (dtype == "F64") return at::kDouble;
+  return at::ScalarType::Undefined;
+}
+
+// Host float32 parameters by key.
+using ParamMap = std::map<std::string, at::Tensor>;
+
+// The tensors of a checkpoint file: name → dtype, shape, bytes.
+//
+// Hook for the release `.pth` file (a PyTorch zip pickle): the restricted pickle reader written
+// for the upscalers (branch `upscalers`, ../shared/upscalers-spec.md) is to fill a name →
+// io::TensorInfo map here, exactly as the safetensors reader does; nothing else changes.
+class Checkpoint {
+ public:
+  explicit Checkpoint(const std::string& path) : path_(path) {
+    if (ends_with(path, ".pth") || ends_with(path, ".pt")) {
+      throw ModelError(path +
+                       ": .pth checkpoints are not readable in this build yet; convert to "
+                       ".safetensors (the official key layout) first");
+    }
+    try {
+      file_.emplace(path);
+    } catch (const InputError& e) {
+      throw ModelError(e.what(), e.exit_code());
+    }
+    for (const std::string& name : file_->names()) tensors_.emplace(name, file_->info(name));
+  }
+  const std::string& path() const { return path_; }
+  const std::map<std::string, io::TensorInfo>& tensors() const { return tensors_; }
+  const io::TensorInfo* find(const std::string& name) const {
+    auto it = tensors_.find(name);
+    return it == tensors_.end() ? nullptr : &it->second;
+  }
+
+ private:
+  std::string path_;
+  std::optional<io::SafetensorsFile> file_;
+  std::map<std::string, io::TensorInfo> tensors_;
+};
+
+// The architecture and parameters of the half (`decoder` or encoder) a task needs. Keys of that
+// half must be present with the shapes the architecture implies; keys of the other half are
+// optional but must be shaped right; keys outside the layout are errors. The first problem is
+// named (with a count of the others).
+ParamMap load_params(const ModelConfig& config, bool decoder, Architecture& arch) {
+  if (config.weights.empty()) {
+    throw ModelError("seedvr2-vae: model.weights (a .safetensors file) is required");
+  }
+  const Checkpoint file(config.weights);
+  arch = seedvr2::infer_architecture(
+      [&](const std::string& key) -> const std::vector<int64_t>* {
+        const io::TensorInfo* t = file.find(key);
+        return t ? &t->shape : nullptr;
+      },
+      decoder, config.norm_groups);
+  const std::vector<ParamSpec> specs = seedvr2::layout(arch);
+
+  std::vector<std::string> problems;
+  std::set<std::string> known;
+  for (bool own : {true, false}) {
+    for (const ParamSpec& spec : specs) {
+      if ((spec.decoder == decoder) != own) continue;
+      known.insert(spec.key);
+      const io::TensorInfo* info = file.find(spec.key);
+      if (!info) {
+        if (own) {
+          problems.push_back("missing key " + spec.key + " (expected shape " +
+                             shape_string(spec.shape) + ")");
+        }
+        continue;
+      }
+      if (info->shape != spec.shape) {
+        problems.push_back(spec.key + ": expected shape " + shape_string(spec.shape) +
+                           ", file has " + shape_string(info->shape));
+      } else if (file_dtype(info->dtype) == at::ScalarType::Undefined) {
+        problems.push_back(spec.key + ": dtype " + info->dtype +
+                           " is not supported (F32, F16, BF16, F64)");
+      }
+    }
+  }
+  for (const auto& [name, info] : file.tensors()) {
+    if (!known.count(name)) problems.push_back("unexpected key " + name);
+  }
+  if (!problems.empty()) {
+    std::string msg = file.path() + ": " + problems.front() + " (seedvr2-vae " + arch.str();
+    if (problems.size() > 1) {
+      msg += "; " + std::to_string(problems.size() - 1) + " more problem" +
+             (problems.size() > 2 ? "s" : "");
+    }
+    throw ModelError(msg + ")");
+  }
+  arch.validate();
+
+  ParamMap params;
+  for (const ParamSpec& spec : specs) {
+    if (spec.decoder != decoder) continue;
+    const io::TensorInfo& info = *file.find(spec.key);
+    // Copy out of the mapping (its data need not be aligned), then widen to float32.
+    at::Tensor t = at::empty(spec.shape, at::TensorOptions().dtype(file_dtype(info.dtype)));
+    std::memcpy(t.data_ptr(), info.data, info.bytes);
+    params.emplace(spec.key, t.to(at::kFloat));
+  }
+  return params;
+}
+
+bool ends_with_key(const std::string& key, const char* suffix) { return ends_with(key, suffix); }
+
+ParamMap random_params(const Architecture& arch, bool decoder, uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  ParamMap params;
+  for (const ParamSpec& spec : seedvr2::layout(arch)) {
+    if (spec.decoder != decoder) continue;
+    const at::Tensor u = at::rand(spec.shape, gen, at::kFloat);  // U[0, 1)
+    const bool norm = spec.shape.size() == 1 && (spec.key.find("norm") != std::string::npos);
+    at::Tensor t;
+    if (norm) {
+      t = ends_with_key(spec.key, ".weight") ? 1.0 + (u * 2 - 1) * 0.25 : (u * 2 - 1) * 0.25;
+    } else if (spec.shape.size() > 1) {
+      int64_t fan_in = 1;
+      for (size_t i = 1; i < spec.shape.size(); ++i) fan_in *= spec.shape[i];
+      t = (u * 2 - 1) * std::sqrt(3.0 / double(fan_in));
+    } else {
+      t = (u * 2 - 1) * 0.1;
+    }
+    params.emplace(spec.key, t);
+  }
+  return params;
+}
+
+class SeedVR2Session final : public ModelSession {
+ public:
+  SeedVR2Session(const ModelTraits& traits, std::shared_ptr<const Network> net, at::Device device,
+                 at::ScalarType dtype, bool logvar)
+      : traits_(traits), net_(std::move(net)), device_(device), dtype_(dtype), logvar_(logvar) {}
+
+  Planar run(Planar&& input, const RunContext& ctx) override {
+    check(input, ctx);
+    if (ctx.first_slice) tiles_[ctx.tile_index] = StreamState{};
+    StreamState& state = tiles_[ctx.tile_index];
+    try {
+      return guarded(traits_.name.c_str(), [&] {
+        c10::InferenceMode inference;
+#ifdef WMBATCH_WITH_CUDA
+        std::optional<c10::cuda::CUDAStreamGuard> stream_guard;
+        if (device_.is_cuda()) {
+          if (!stream_) stream_ = c10::cuda::getStreamFromPool(false, device_.index());
+          stream_guard.emplace(*stream_);
+        }
+#endif
+        const at::Tensor x = to_tensor(std::move(input)).to(device_, dtype_);
+        at::Tensor y = net_->forward(x, state, ctx.first_slice);
+        if (!net_->decoder() && !logvar_) y = y.narrow(1, 0, net_->arch().latent_channels);
+        return to_planar(y);
+      });
+    } catch (...) {
+      tiles_.erase(ctx.tile_index);  // half-updated state must not feed a later slice
+      throw;
+    }
+  }
+
+ private:
+  void check(const Planar& in, const RunContext& ctx) const {
+    const ModelTraits& t = traits_;
+    const std::string where = t.name + ": ";
+    if (in.channels != t.in_channels) {
+      throw ModelError(where + "input has " + std::to_string(in.channels) + " channels, expected " +
+                       std::to_string(t.in_channels));
+    }
+    if (in.frames < 1 || in.height < 1 || in.width < 1) {
+      throw ModelError(where + "empty input [" + std::to_string(in.channels) + ", " +
+                       std::to_string(in.frames) + ", " + std::to_string(in.height) + ", " +
+                       std::to_string(in.width) + "]");
+    }
+    if (!net_->decoder()) {
+      const int s = t.size_multiple, g = t.frame_group;
+      if (in.height % s != 0 || in.width % s != 0) {
+        throw ModelError(where + "frame size " + std::to_string(in.width) + "x" +
+                         std::to_string(in.height) + " is not a multiple of " + std::to_string(s));
+      }
+      if (ctx.first_slice && (in.frames - 1) % g != 0) {
+        throw ModelError(where + "the first slice has " + std::to_string(in.frames) +
+                         " frames; it needs 1 + " + std::to_string(g) +
+                         "k (pad by repeating the last frame)");
+      }
+      if (!ctx.first_slice && in.frames % g != 0) {
+        throw ModelError(where + "slice " + std::to_string(ctx.slice_index) + " has " +
+                         std::to_string(in.frames) + " frames; later slices need a multiple of " +
+                         std::to_string(g) +
+                         " (the stride-2 time convolutions carry one frame between slices, which "
+                         "is exact only on a window boundary)");
+      }
+    }
+    if (!ctx.first_slice && !tiles_.count(ctx.tile_index)) {
+      throw ModelError(where + "slice " + std::to_string(ctx.slice_index) + " of tile " +
+                       std::to_string(ctx.tile_index) +
+                       " is not the first slice, but no earlier slice of it ran on this session");
+    }
+  }
+
+  ModelTraits traits_;
+  std::shared_ptr<const Network> net_;
+  at::Device device_;
+  at::ScalarType dtype_;
+  bool logvar_;
+  std::map<int, StreamState> tiles_;  // by RunContext::tile_index
+#ifdef WMBATCH_WITH_CUDA
+  std::optional<c10::cuda::CUDAStream> stream_;
+#endif
+};
+
+class SeedVR2Model final : public Model {
+ public:
+  SeedVR2Model(const ModelConfig& config, bool decoder, const Architecture& arch,
+               const Device& device, ParamMap params)
+      : arch_(arch),
+        decoder_(decoder),
+        precision_(config.precision),
+        logvar_(config.logvar && !decoder),
+        params_(std::move(params)) {
+    arch_.validate();
+    ModelTraits& t = traits_;
+    t.causal_state = true;
+    t.halo_exact = false;
+    t.precisions = {Precision::kFloat32, Precision::kBFloat16, Precision::kFloat16};
+    const int s = arch_.spatial_factor();
+    if (decoder_) {
+      t.name = "seedvr2-vae decode";
+      t.in_channels = arch_.latent_channels;
+      t.out_channels = arch_.in_channels;
+      t.scale_num = s;
+      t.scale_den = 1;
+      t.halo = kHaloLatent;
+    } else {
+      t.name = "seedvr2-vae encode";
+      t.in_channels = arch_.in_channels;
+      t.out_channels = arch_.latent_channels * (logvar_ ? 2 : 1);
+      t.scale_num = 1;
+      t.scale_den = s;
+      t.size_multiple = s;
+      t.halo = kHaloLatent * s;
+      t.frame_group = arch_.temporal_factor();
+      t.frame_offset = 1;
+    }
+    network_for(device);  // weights on the main device now: errors surface at construction
+  }
+
+  const ModelTraits& traits() const override { return traits_; }
+  int64_t output_frames(int64_t frames) const override {
+    if (frames <= 0) return 0;
+    const int64_t f = arch_.temporal_factor();
+    return decoder_ ? 1 + f * (frames - 1) : 1 + (frames - 1) / f;
+  }
+  std::unique_ptr<ModelSession> open_session(const Device& device) const override {
+    return std::make_unique<SeedVR2Session>(traits_, network_for(device), to_device(device),
+                                            dtype_for(device), logvar_);
+  }
+
+ private:
+  at::ScalarType dtype_for(const Device& device) const {
+    if (device.kind == Device::Kind::kCpu && precision_ == Precision::kFloat16) {
+      throw ModelError("seedvr2-vae: fp16 is not supported on CPU (use fp32, or bf16)");
+    }
+    return to_scalar_type(precision_);
+  }
+
+  // One network per device, built on first use from the host parameters.
+  std::shared_ptr<const Network> network_for(const Device& device) const {
+    const at::ScalarType dtype = dtype_for(device);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& slot = networks_[device.str()];
+    if (!slot) {
+      slot = guarded("seedvr2-vae: loading weights", [&] {
+        c10::InferenceMode inference;
+        const at::Device dev = to_device(device);
+        if (device.kind == Device::Kind::kCuda && dtype == at::kFloat) {
+          // Float32 runs are meant to be exact: no TF32 (process-wide, as for wan2.1-vae).
+          at::globalContext().setAllowTF32CuDNN(false);
+          at::globalContext().setAllowTF32CuBLAS(false);
+        }
+        // channels_last_3d is what cuDNN's fast 3-D convs want; on the CPU (oneDNN) the default
+        // layout (as measured for wan2.1-vae).
+        const at::MemoryFormat format = device.kind == Device::Kind::kCuda
+                                            ? at::MemoryFormat::ChannelsLast3d
+                                            : at::MemoryFormat::Contiguous;
+        auto net = std::make_shared<const Network>(
+            arch_, decoder_,
+            [&](const std::string& key) {
+              const at::Tensor t = params_.at(key).to(dev, dtype);
+              return t.dim() == 5 ? t.contiguous(format) : t;
+            },
+            format);
+#ifdef WMBATCH_WITH_CUDA
+        // Sessions run on their own streams: the weight uploads must be complete first.
+        if (device.kind == Device::Kind::kCuda) c10::cuda::device_synchronize();
+#endif
+        return net;
+      });
+    }
+    return slot;
+  }
+
+  Architecture arch_;
+  bool decoder_;
+  Precision precision_;
+  bool logvar_;
+  ParamMap params_;  // host float32 master copy
+  ModelTraits traits_;
+  mutable std::mutex mutex_;
+  mutable std::map<std::string, std::shared_ptr<const Network>> networks_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_seedvr2_vae(const ModelConfig& config, const Device& device) {
+  const bool decoder = is_decoder(config);
+  Architecture arch;
+  ParamMap params =
+      guarded("seedvr2-vae: reading weights", [&] { return load_params(config, decoder, arch); });
+  return std::make_unique<SeedVR2Model>(config, decoder, arch, device, std::move(params));
+}
+
+std::unique_ptr<Model> make_seedvr2_vae_random(const ModelConfig& config,
+                                               const seedvr2::Architecture& arch,
+                                               const Device& device, uint64_t seed) {
+  const bool decoder = is_decoder(config);
+  arch.validate();
+  ParamMap params =
+      guarded("seedvr2-vae: random weights", [&] { return random_params(arch, decoder, seed); });
+  return std::make_unique<SeedVR2Model>(config, decoder, arch, device, std::move(params));
+}
+
+}  // namespace wm::models

@@ -1,0 +1,325 @@
+// wmbench seedvr2: times the SeedVR2 VAE (random weights, the full official architecture unless
+// --channels says otherwise; no file needed) decoding random latents or encoding random video,
+// and prints one JSON object.
+//
+//   wmbench seedvr2 decode|encode [--frames N] [--height H] [--width W]
+//                   [--dtype fp32|bf16|fp16] [--device cpu|cuda:N] [--warmup N] [--iters N]
+//                   [--slice-frames S] [--threads N] [--seed N] [--max-gpu-gib N]
+//                   [--channels 128,256,512,512] [--norm-groups 32] [--compare-fp32 0|1]
+//
+// H and W are video pixels (multiples of 8); --frames counts video frames (1 + 4k; default 81,
+// i.e. 21 latent frames). --slice-frames S cuts the input as the job runner does: decode S latent
+// frames per slice (0: one slice; the official pipeline decodes 1 + 1, then 1 at a time), encode
+// 1 + S frames then S per slice (S a multiple of 4; 0: one slice). Timing covers the model only:
+// host planar in to host planar out (which synchronises the device), model construction excluded.
+// "tflops" counts the convolutions' and the attention's multiply-adds (2 FLOP each) of the whole
+// sequence. --compare-fp32 1 runs the same input through float32 weights afterwards and reports
+// the timed run's PSNR against it (decode: on the [-1, 1] range) and its largest difference.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "src/base/error.h"
+#include "src/model.h"
+#include "src/models/seedvr2_layout.h"
+#include "src/models/seedvr2_vae.h"
+#include "src/models/wan21_bench_support.h"
+#include "tools/bench.h"
+#include "tools/bench_vae_common.h"
+
+namespace {
+
+namespace seedvr2 = wm::models::seedvr2;
+
+struct Options {
+  std::string op;
+  int dim = 0;  // (shared flag; unused)
+  int latent_frames = 0;
+  int frames = 81;
+  int height = 480;
+  int width = 832;
+  std::string dtype = "bf16";
+  std::string device = "cpu";
+  int warmup = 1;
+  int iters = 2;
+  int slice_frames = 0;
+  int threads = 0;
+  uint64_t seed = 1;
+  std::string tuning;
+  int max_gpu_gib = 0;
+  int pinned_mib = 0;
+  std::vector<int64_t> channels = {128, 256, 512, 512};
+  int norm_groups = 32;
+  bool compare_fp32 = false;
+};
+
+const char* kUsage =
+    "usage: wmbench seedvr2 decode|encode [--frames N] [--height H] [--width W]\n"
+    "                       [--dtype fp32|bf16|fp16] [--device cpu|cuda:N] [--warmup N]\n"
+    "                       [--iters N] [--slice-frames S] [--threads N] [--seed N]\n"
+    "                       [--max-gpu-gib N] [--channels A,B,C,D] [--norm-groups G]\n"
+    "                       [--compare-fp32 0|1]\n";
+
+Options parse(int argc, char** argv) {
+  Options o;
+  if (argc < 2) throw std::invalid_argument("decode or encode?");
+  o.op = argv[1];
+  if (o.op == "-h" || o.op == "--help") throw std::invalid_argument("");
+  if (o.op != "decode" && o.op != "encode") {
+    throw std::invalid_argument("expected decode or encode, got '" + o.op + "'");
+  }
+  const auto integer = wm::bench::parse_int;
+  for (int i = 2; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "-h" || flag == "--help") throw std::invalid_argument("");
+    if (i + 1 >= argc) throw std::invalid_argument(flag + ": missing value");
+    const std::string v = argv[++i];
+    if (flag == "--frames") {
+      o.frames = integer(flag, v, 1);
+    } else if (flag == "--channels") {
+      o.channels.clear();
+      std::stringstream in(v);
+      for (std::string item; std::getline(in, item, ',');) {
+        o.channels.push_back(integer(flag, item, 1));
+      }
+      if (o.channels.size() != 4) throw std::invalid_argument("--channels: expected 4 widths");
+    } else if (flag == "--norm-groups") {
+      o.norm_groups = integer(flag, v, 1);
+    } else if (flag == "--compare-fp32") {
+      o.compare_fp32 = integer(flag, v, 0) != 0;
+    } else if (!wm::bench::parse_shared_flag(flag, v, o)) {
+      throw std::invalid_argument("unknown option " + flag);
+    }
+  }
+  if (o.height % 8 != 0 || o.width % 8 != 0) {
+    throw std::invalid_argument("--height and --width must be multiples of 8");
+  }
+  if ((o.frames - 1) % 4 != 0) throw std::invalid_argument("--frames must be 1 + 4k");
+  if (o.op == "encode" && o.slice_frames % 4 != 0) {
+    throw std::invalid_argument("--slice-frames must be a multiple of 4 for encode");
+  }
+  return o;
+}
+
+// Multiply-adds ×2 of the whole sequence (all slices together: the frame counts per layer add
+// up to the whole-sequence ones). Convs: out elements × in channels × kernel volume; attention:
+// 4 projections plus scores and weighted sum per frame.
+struct FlopCounter {
+  const seedvr2::Architecture& a;
+  double flops = 0;
+  void conv(int64_t cin, int64_t cout, int64_t k, int64_t t, int64_t h, int64_t w) {
+    flops += 2.0 * double(cout) * double(t * h * w) * double(cin) * double(k);
+  }
+  void resnet(int64_t cin, int64_t cout, int64_t t, int64_t h, int64_t w) {
+    conv(cin, cout, 27, t, h, w);
+    conv(cout, cout, 27, t, h, w);
+    if (cin != cout) conv(cin, cout, 1, t, h, w);
+  }
+  void mid(int64_t c, int64_t t, int64_t h, int64_t w) {
+    resnet(c, c, t, h, w);
+    resnet(c, c, t, h, w);
+    const double n = double(h * w);
+    flops += double(t) * (4 * 2.0 * n * double(c * c) + 2 * 2.0 * n * n * double(c));
+  }
+};
+
+double sequence_flops(const seedvr2::Architecture& a, bool decode, int64_t frames, int64_t h,
+                      int64_t w) {
+  FlopCounter f{a};
+  const int n = a.levels();
+  const std::vector<int64_t>& c = a.channels;
+  if (decode) {
+    int64_t t = (frames - 1) / 4 + 1;
+    h /= 8, w /= 8;
+    f.conv(a.latent_channels, c[n - 1], 27, t, h, w);
+    f.mid(c[n - 1], t, h, w);
+    int64_t prev = c[n - 1];
+    for (int i = 0; i < n; ++i) {
+      const int64_t width = c[size_t(n - 1 - i)];
+      for (int j = 0; j <= a.layers_per_block; ++j) f.resnet(j ? width : prev, width, t, h, w);
+      if (i < n - 1) {
+        const int64_t z = a.up_temporal(i) ? 2 : 1;
+        f.conv(width, width * 4 * z, 1, t, h, w);
+        t = z == 2 ? 2 * t - 1 : t;
+        h *= 2, w *= 2;
+        f.conv(width, width, 27, t, h, w);
+      }
+      prev = width;
+    }
+    f.conv(c[0], a.in_channels, 27, t, h, w);
+  } else {
+    int64_t t = frames;
+    f.conv(a.in_channels, c[0], 27, t, h, w);
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < a.layers_per_block; ++j) {
+        f.resnet(j ? c[size_t(i)] : (i ? c[size_t(i) - 1] : c[0]), c[size_t(i)], t, h, w);
+      }
+      if (i < n - 1) {
+        const bool temporal = a.down_temporal(i);
+        h /= 2, w /= 2;
+        t = temporal ? (t - 1) / 2 + 1 : t;
+        f.conv(c[size_t(i)], c[size_t(i)], temporal ? 27 : 9, t, h, w);
+      }
+    }
+    f.mid(c[n - 1], t, h, w);
+    f.conv(c[n - 1], 2 * int64_t(a.latent_channels), 27, t, h, w);
+  }
+  return f.flops;
+}
+
+// `input` cut as the job runner cuts it.
+std::vector<wm::Planar> slices_of(const wm::Planar& input, bool decode, int slice) {
+  if (decode) return wm::bench::make_slices(input, slice > 0 ? slice : input.frames);
+  std::vector<wm::Planar> out;
+  const int first = slice > 0 ? std::min(1 + slice, input.frames) : input.frames;
+  for (int t0 = 0; t0 < input.frames;) {
+    const int n = t0 == 0 ? first : std::min(slice, input.frames - t0);
+    wm::Planar p(input.channels, n, input.height, input.width);
+    for (int c = 0; c < input.channels; ++c) {
+      for (int t = 0; t < n; ++t) {
+        std::copy_n(input.plane(c, t0 + t), input.plane_size(), p.plane(c, t));
+      }
+    }
+    out.push_back(std::move(p));
+    t0 += n;
+  }
+  return out;
+}
+
+// The slices' outputs as one planar along time.
+wm::Planar joined(std::vector<wm::Planar>& parts) {
+  int frames = 0;
+  for (const wm::Planar& p : parts) frames += p.frames;
+  wm::Planar out(parts.front().channels, frames, parts.front().height, parts.front().width);
+  int t0 = 0;
+  for (const wm::Planar& p : parts) {
+    for (int c = 0; c < p.channels; ++c) {
+      for (int t = 0; t < p.frames; ++t) {
+        std::copy_n(p.plane(c, t), p.plane_size(), out.plane(c, t0 + t));
+      }
+    }
+    t0 += p.frames;
+  }
+  return out;
+}
+
+}  // namespace
+
+int bench_seedvr2(int argc, char** argv) {
+  Options o;
+  wm::Device device;
+  try {
+    o = parse(argc, argv);
+    device = wm::bench::parse_device(o.device);
+  } catch (const std::invalid_argument& e) {
+    if (*e.what()) std::cerr << "wmbench seedvr2: " << e.what() << "\n";
+    std::cerr << kUsage;
+    return wm::kExitUsage;
+  }
+
+  try {
+    const bool decode = o.op == "decode";
+    wm::models::set_cpu_threads(o.threads);
+    seedvr2::Architecture arch;
+    arch.channels = o.channels;
+    arch.norm_groups = o.norm_groups;
+    wm::ModelConfig config;
+    config.kind = "seedvr2-vae";
+    config.task = decode ? "decode" : "encode";
+    config.precision = wm::bench::parse_precision(o.dtype);
+    auto model = wm::models::make_seedvr2_vae_random(config, arch, device, o.seed);
+    auto session = model->open_session(device);
+    wm::models::limit_device_memory(device, o.max_gpu_gib);
+
+    const wm::ModelTraits& traits = model->traits();
+    const int in_frames = decode ? (o.frames - 1) / 4 + 1 : o.frames;
+    const int in_h = decode ? o.height / 8 : o.height, in_w = decode ? o.width / 8 : o.width;
+    wm::Planar input(traits.in_channels, in_frames, in_h, in_w);
+    std::mt19937 rng(uint32_t(o.seed));
+    std::normal_distribution<float> normal(0.f, 1.f);
+    std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+    for (float& v : input.data) v = decode ? normal(rng) : uniform(rng);
+
+    const int64_t frames_out = model->output_frames(in_frames);
+    double total = 0, best = 1e300;
+    std::vector<wm::Planar> last;
+    for (int it = 0; it < o.warmup + o.iters; ++it) {
+      std::vector<wm::Planar> slices = slices_of(input, decode, o.slice_frames);
+      if (it == o.warmup) wm::models::reset_peak_device_memory(device);
+      const auto start = std::chrono::steady_clock::now();
+      std::vector<wm::Planar> outs;
+      const int64_t frames = wm::bench::run_slices(*session, std::move(slices), &outs);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (frames != frames_out) {
+        throw wm::ModelError("bench: got " + std::to_string(frames) + " frames, expected " +
+                             std::to_string(frames_out));
+      }
+      if (it >= o.warmup) {
+        total += seconds;
+        best = std::min(best, seconds);
+      }
+      if (o.compare_fp32 && it + 1 == o.warmup + o.iters) last = std::move(outs);
+    }
+    const double seconds = total / o.iters;
+    const double flops = sequence_flops(arch, decode, o.frames, o.height, o.width);
+
+    nlohmann::ordered_json out;
+    out["bench"] = "seedvr2";
+    out["op"] = o.op;
+    out["architecture"] = arch.str();
+    out["dtype"] = o.dtype;
+    out["device"] = device.str();
+    out["width"] = o.width;
+    out["height"] = o.height;
+    out["frames"] = o.frames;
+    out["latent_frames"] = (o.frames - 1) / 4 + 1;
+    out["slice_frames"] = o.slice_frames;
+    out["iters"] = o.iters;
+    out["seconds"] = seconds;
+    out["best_seconds"] = best;
+    out["fps"] = double(o.frames) / seconds;
+    out["tflops"] = flops / seconds / 1e12;
+    out["tflop_per_sequence"] = flops / 1e12;
+    out["cpu_threads"] = wm::models::cpu_threads();
+    out["peak_rss_mib"] = wm::bench::peak_rss_mib();
+    if (o.max_gpu_gib > 0) out["max_gpu_gib"] = o.max_gpu_gib;
+    if (device.kind == wm::Device::Kind::kCuda) {
+      const double peak = wm::models::peak_device_memory_mib(device);
+      out["peak_gpu_gib"] = peak / 1024.0;
+    }
+    if (o.compare_fp32 && config.precision != wm::Precision::kFloat32) {
+      config.precision = wm::Precision::kFloat32;
+      auto ref_model = wm::models::make_seedvr2_vae_random(config, arch, device, o.seed);
+      auto ref_session = ref_model->open_session(device);
+      std::vector<wm::Planar> ref_outs;
+      wm::bench::run_slices(*ref_session, slices_of(input, decode, o.slice_frames), &ref_outs);
+      const wm::Planar a = joined(last), b = joined(ref_outs);
+      double mse = 0, worst = 0, peak = 0;
+      for (size_t i = 0; i < a.data.size(); ++i) {
+        // Decode output as the pipeline writes it: clipped to [-1, 1].
+        const double x = decode ? std::clamp(double(a.data[i]), -1.0, 1.0) : a.data[i];
+        const double y = decode ? std::clamp(double(b.data[i]), -1.0, 1.0) : b.data[i];
+        mse += (x - y) * (x - y);
+        worst = std::max(worst, std::fabs(x - y));
+        peak = std::max(peak, std::fabs(y));
+      }
+      mse /= double(std::max<size_t>(a.data.size(), 1));
+      const double range = decode ? 2.0 : 2.0 * peak;
+      out["psnr_vs_fp32_db"] = 10.0 * std::log10(range * range / std::max(mse, 1e-30));
+      out["max_abs_diff_vs_fp32"] = worst;
+    }
+    std::cout << out.dump() << std::endl;
+    return 0;
+  } catch (const wm::Error& e) {
+    std::cerr << "wmbench seedvr2: " << e.what() << "\n";
+    return e.exit_code();
+  }
+}
