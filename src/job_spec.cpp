@@ -91,7 +91,7 @@ struct KeyTable {
 const KeyTable kTopKeys{"",
                         {"job", "task", "input", "output", "on_exists", "model", "precision",
                          "devices", "tiling", "slice_frames", "tokens", "encode", "fps",
-                         "input_tensor", "max_error_rate", "decode", "offload"}};
+                         "input_tensor", "max_error_rate", "decode", "offload", "deinterlace"}};
 const KeyTable kModelKeys{"model",
                           {"kind", "scale", "weights", "dim", "z_dim", "dim_mult", "num_res_blocks",
                            "temporal_downsample", "latent_mean", "latent_std"}};
@@ -488,6 +488,10 @@ const std::vector<std::pair<std::string, DecodeMode>> kDecodeModes = {
     {"software", DecodeMode::kSoftware},
     {"nvdec", DecodeMode::kNvdec},
     {"auto", DecodeMode::kAuto}};
+const std::vector<std::pair<std::string, DeinterlaceMode>> kDeinterlaceModes = {
+    {"auto", DeinterlaceMode::kAuto},
+    {"off", DeinterlaceMode::kOff},
+    {"bwdif", DeinterlaceMode::kBwdif}};
 
 // Model kinds each task can run.
 std::vector<std::string> kinds_for(Task task) {
@@ -547,6 +551,10 @@ class JobParser {
       // The tasks that read video (decode_latents reads a tensor file).
       only_for_tasks(*f, {Task::kUpscale, Task::kEncodeLatents, Task::kReconstruct});
       job_.decode = get_enum(*f, kDecodeModes);
+    }
+    if (const Field* f = top_.find("deinterlace")) {
+      only_for_tasks(*f, {Task::kUpscale, Task::kEncodeLatents, Task::kReconstruct});
+      job_.deinterlace = get_enum(*f, kDeinterlaceModes);
     }
     return job_;
   }

@@ -19,6 +19,9 @@ enum class Task { kUpscale, kDecodeLatents, kEncodeLatents, kReconstruct };
 // GPU, GPU 0 when the job runs on the CPU; software where that fails), auto (nvdec when the job's
 // devices include a GPU, else software).
 enum class DecodeMode { kSoftware, kNvdec, kAuto };
+// Interlaced input: auto (bwdif for sources flagged interlaced), off (keep the fields; the output
+// is flagged with the source's field order), bwdif (deinterlace every input).
+enum class DeinterlaceMode { kAuto, kOff, kBwdif };
 const char* to_string(Task t);
 const char* to_string(OnExists o);
 const char* to_string(DecodeMode d);
@@ -65,6 +68,7 @@ struct JobSpec {
   std::string input_tensor = "latent";  // decode_latents / encode_latents with .safetensors input
   double max_error_rate = 0.0;          // tolerated fraction of undecodable packets
   DecodeMode decode = DecodeMode::kSoftware;  // upscale only so far (see docs/job-format.md)
+  DeinterlaceMode deinterlace = DeinterlaceMode::kAuto;
 };
 
 // Loads every job in `path` (one YAML document per job; `---` separates several).
