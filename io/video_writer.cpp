@@ -18,6 +18,7 @@
 #include "io/av_handles.h"
 #include "io/av_log.h"
 #include "io/pixel_convert.h"
+#include "io/stream_copy.h"
 #include "src/base/clock.h"
 #include "src/base/error.h"
 #include "src/base/log.h"
@@ -189,23 +190,6 @@ std::string x265_max_cll(const std::vector<uint8_t>& bytes) {
   return std::to_string(light.MaxCLL) + "," + std::to_string(light.MaxFALL);
 }
 
-const char* media_name(AVMediaType type) {
-  switch (type) {
-    case AVMEDIA_TYPE_VIDEO:
-      return "video";
-    case AVMEDIA_TYPE_AUDIO:
-      return "audio";
-    case AVMEDIA_TYPE_SUBTITLE:
-      return "subtitle";
-    case AVMEDIA_TYPE_DATA:
-      return "data";
-    case AVMEDIA_TYPE_ATTACHMENT:
-      return "attachment";
-    default:
-      return "unknown";
-  }
-}
-
 }  // namespace
 
 struct VideoWriter::Impl {
@@ -229,12 +213,8 @@ struct VideoWriter::Impl {
   // What the output cannot hold of the source, one line each (VideoWriter::dropped()).
   std::vector<std::string> dropped;
 
-  // Audio/subtitle stream copy from the source: one packet read ahead.
-  FormatInputPtr source;
-  std::vector<int> stream_map;  // source stream index → output stream index, -1 = not copied
-  PacketPtr source_packet = make_packet();
-  bool source_pending = false;
-  bool source_done = true;
+  // Audio, subtitles, chapters, attachments, cover art from the source (null: none).
+  std::unique_ptr<SourceCopy> source;
 
   int64_t frames = 0;
   int64_t video_packets = 0;
@@ -572,174 +552,22 @@ struct VideoWriter::Impl {
     }
   }
 
-  // The source's chapters, where the container holds chapters.
-  void copy_chapters() {
-    if (source->nb_chapters == 0) return;
-    static const char* const kNames[] = {"matroska", "webm", "mp4",  "mov", "ipod",
-                                         "3gp",      "3g2",  "ismv", "f4v", "ogg"};
-    bool holds = false;
-    for (const char* name : kNames) holds = holds || std::strcmp(output->oformat->name, name) == 0;
-    if (!holds) {
-      drop(std::to_string(source->nb_chapters) + " chapters: container " + output->oformat->name +
-           " cannot hold them");
-      return;
-    }
-    output->chapters = static_cast<AVChapter**>(av_calloc(source->nb_chapters, sizeof(AVChapter*)));
-    if (!output->chapters) throw std::bad_alloc();
-    for (unsigned i = 0; i < source->nb_chapters; ++i) {
-      const AVChapter* in = source->chapters[i];
-      auto* out = static_cast<AVChapter*>(av_mallocz(sizeof(AVChapter)));
-      if (!out) throw std::bad_alloc();
-      output->chapters[output->nb_chapters++] = out;
-      out->id = in->id;
-      out->time_base = in->time_base;
-      out->start = in->start;
-      out->end = in->end;
-      av_dict_copy(&out->metadata, in->metadata, 0);
-    }
-  }
-
-  // Cover art as Matroska wants it (libavformat 5.1's muxer writes attached pictures as video
-  // tracks): an attachment "cover.png" / "cover.jpg", which demuxers show as the cover again.
-  void add_cover_attachment(const AVStream* in) {
-    const AVPacket& picture = in->attached_pic;
-    if (!picture.data || picture.size <= 0) {
-      drop("cover art stream #" + std::to_string(in->index) + ": no picture to copy");
-      return;
-    }
-    const bool png = in->codecpar->codec_id == AV_CODEC_ID_PNG;
-    AVStream* out = avformat_new_stream(output.get(), nullptr);
-    if (!out) throw std::bad_alloc();
-    out->codecpar->codec_type = AVMEDIA_TYPE_ATTACHMENT;
-    out->codecpar->codec_id = in->codecpar->codec_id;
-    out->codecpar->extradata =
-        static_cast<uint8_t*>(av_mallocz(size_t(picture.size) + AV_INPUT_BUFFER_PADDING_SIZE));
-    if (!out->codecpar->extradata) throw std::bad_alloc();
-    std::memcpy(out->codecpar->extradata, picture.data, size_t(picture.size));
-    out->codecpar->extradata_size = picture.size;
-    av_dict_copy(&out->metadata, in->metadata, 0);
-    if (!av_dict_get(out->metadata, "filename", nullptr, 0)) {
-      av_dict_set(&out->metadata, "filename", png ? "cover.png" : "cover.jpg", 0);
-    }
-    if (!av_dict_get(out->metadata, "mimetype", nullptr, 0)) {
-      av_dict_set(&out->metadata, "mimetype", png ? "image/png" : "image/jpeg", 0);
-    }
-  }
-
-  // Whether source stream `in` (not the main video) is copied; reports what cannot be.
-  bool copyable(unsigned index, const AVStream* in) {
-    const EncodeSettings& settings = config.encode;
-    const AVCodecParameters* par = in->codecpar;
-    const std::string what = std::string(media_name(par->codec_type)) + " stream #" +
-                             std::to_string(index) + " (" + avcodec_get_name(par->codec_id) + ")";
-    const std::string muxer = output->oformat->name;
-    // Streams the demuxer itself discards stand for something it exposes otherwise (mov's
-    // chapter text track: the chapters).
-    if (in->discard == AVDISCARD_ALL) {
-      log->debug("{}: {} of {} not copied: the demuxer discards it", final_path, what,
-                 config.source_path);
-      return false;
-    }
-    switch (par->codec_type) {
-      case AVMEDIA_TYPE_AUDIO:
-        if (!settings.copy_audio) return false;
-        break;
-      case AVMEDIA_TYPE_SUBTITLE:
-        if (!settings.copy_subtitles) return false;
-        break;
-      case AVMEDIA_TYPE_ATTACHMENT:
-        if (!settings.copy_other) return false;
-        if (muxer != "matroska") {
-          const AVDictionaryEntry* name = av_dict_get(in->metadata, "filename", nullptr, 0);
-          drop("attachment #" + std::to_string(index) + " (" + (name ? name->value : "unnamed") +
-               "): container " + muxer + " cannot hold attachments");
-          return false;
-        }
-        return true;
-      case AVMEDIA_TYPE_VIDEO:
-        if (!(in->disposition & AV_DISPOSITION_ATTACHED_PIC)) {
-          drop(what + ": only the main video stream is processed");
-          return false;
-        }
-        if (!settings.copy_other) return false;
-        if (in->disposition & AV_DISPOSITION_TIMED_THUMBNAILS) {
-          drop(what + ": chapter thumbnails are not copied");
-          return false;
-        }
-        if (muxer == "matroska") {
-          add_cover_attachment(in);
-          return false;  // no packets: the picture is the attachment's data
-        }
-        break;  // cover art
-      default:
-        if (!settings.copy_other) return false;
-        drop(what + ": not copied (wmbatch copies audio, subtitles, attachments and cover art)");
-        return false;
-    }
-    // 1: yes, 0: no, < 0: the muxer cannot tell (let it try).
-    if (avformat_query_codec(output->oformat, par->codec_id, FF_COMPLIANCE_NORMAL) == 0) {
-      drop(what + ": container " + muxer + " cannot hold it");
-      return false;
-    }
-    return true;
-  }
-
   void open_source() {
     const EncodeSettings& settings = config.encode;
     if (config.source_path.empty() ||
         !(settings.copy_audio || settings.copy_subtitles || settings.copy_other)) {
       return;
     }
-    AVFormatContext* raw = nullptr;
-    int rc = avformat_open_input(&raw, config.source_path.c_str(), nullptr, nullptr);
-    if (rc < 0) {
-      const bool missing = rc == AVERROR(ENOENT) || rc == AVERROR(EACCES);
-      throw InputError(config.source_path + ": " + av_error_string(rc),
-                       missing ? kExitNoInput : kExitDataErr);
-    }
-    source.reset(raw);
-    rc = avformat_find_stream_info(source.get(), nullptr);
-    if (rc < 0) {
-      throw InputError(config.source_path + ": cannot read stream info: " + av_error_string(rc),
-                       kExitDataErr);
-    }
-    stream_map.assign(source->nb_streams, -1);
-    const int main_video = pick_video_stream(source.get());
-    if (main_video >= 0) {
-      // The video stream's own tags (title, language, timecode, ...), not the muxer's statistics.
-      const AVDictionaryEntry* e = nullptr;
-      while (
-          (e = av_dict_get(source->streams[main_video]->metadata, "", e, AV_DICT_IGNORE_SUFFIX))) {
-        const std::string key = e->key;
-        if (key == "encoder" || key == "DURATION" || key == "NUMBER_OF_FRAMES" ||
-            key == "NUMBER_OF_BYTES" || key == "BPS" || key.rfind("_STATISTICS", 0) == 0) {
-          continue;
-        }
-        av_dict_set(&video_stream->metadata, e->key, e->value, 0);
-      }
-    }
-    for (unsigned i = 0; i < source->nb_streams; ++i) {
-      AVStream* in = source->streams[i];
-      const AVCodecParameters* par = in->codecpar;
-      const bool copy = int(i) != main_video && copyable(i, in);
-      in->discard = AVDISCARD_ALL;
-      if (!copy) continue;
-      AVStream* out = avformat_new_stream(output.get(), nullptr);
-      if (!out) throw std::bad_alloc();
-      av_check(avcodec_parameters_copy(out->codecpar, par), "avcodec_parameters_copy", final_path,
-               kExitSoftware);
-      out->codecpar->codec_tag = 0;
-      out->time_base = in->time_base;
-      out->disposition = in->disposition;
-      av_dict_copy(&out->metadata, in->metadata, 0);
-      in->discard = AVDISCARD_DEFAULT;
-      stream_map[i] = out->index;
-    }
-    if (settings.copy_other) copy_chapters();
-    // File-level tags (title, ...) as the ffmpeg CLI copies them; "encoder" is ours to write.
-    av_dict_copy(&output->metadata, source->metadata, 0);
-    av_dict_set(&output->metadata, "encoder", nullptr, 0);
-    source_done = false;
+    source = std::make_unique<SourceCopy>(
+        config.source_path, output.get(), video_stream,
+        CopyChoice{settings.copy_audio, settings.copy_subtitles, settings.copy_other}, final_path,
+        log);
+    dropped.insert(dropped.end(), source->dropped().begin(), source->dropped().end());
+  }
+
+  // Copies source packets whose timestamp is <= `ts` (in `tb`); everything when `all`.
+  void copy_source_until(int64_t ts, AVRational tb, bool all) {
+    if (source) source->copy_until(ts, tb, all, [this](AVPacket* pkt) { write_packet(pkt); });
   }
 
   void open_file() {
@@ -786,41 +614,6 @@ struct VideoWriter::Impl {
   void close_writeback() noexcept {
     if (writeback_fd >= 0) ::close(writeback_fd);
     writeback_fd = -1;
-  }
-
-  // Copies source packets whose timestamp is <= `ts` (in `tb`); everything when `all`.
-  void copy_source_until(int64_t ts, AVRational tb, bool all) {
-    while (!source_done) {
-      if (!source_pending) {
-        const int rc = av_read_frame(source.get(), source_packet.get());
-        if (rc < 0) {
-          if (rc != AVERROR_EOF) {
-            log->warn("{}: stopped copying audio/subtitles: {}: {}", final_path, config.source_path,
-                      av_error_string(rc));
-          }
-          source_done = true;
-          return;
-        }
-        if (stream_map[source_packet->stream_index] < 0) {
-          av_packet_unref(source_packet.get());
-          continue;
-        }
-        source_pending = true;
-      }
-      AVPacket* pkt = source_packet.get();
-      const AVStream* in = source->streams[pkt->stream_index];
-      const int64_t t = pkt->dts != AV_NOPTS_VALUE ? pkt->dts : pkt->pts;
-      if (!all && t != AV_NOPTS_VALUE && ts != AV_NOPTS_VALUE &&
-          av_compare_ts(t, in->time_base, ts, tb) > 0) {
-        return;
-      }
-      AVStream* out = output->streams[stream_map[pkt->stream_index]];
-      pkt->stream_index = out->index;
-      av_packet_rescale_ts(pkt, in->time_base, out->time_base);
-      pkt->pos = -1;
-      source_pending = false;
-      write_packet(pkt);  // unrefs pkt
-    }
   }
 
   void drain_encoder() {

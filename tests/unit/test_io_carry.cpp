@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "io/av_handles.h"
+#include "io/segments.h"
 #include "io/video_reader.h"
 #include "io/video_writer.h"
 #include "src/base/log.h"
@@ -327,6 +328,52 @@ TEST(CarryStreams, CoverArtCopied) {
     EXPECT_EQ(out.video_frames, 4) << ext;
     EXPECT_EQ(out.width, spec.width) << ext;  // the main video, not the cover, was encoded
   }
+}
+
+// Farm assembly (concat_segments) copies what a single run's writer copies: chapters,
+// attachments, subtitles, with the source's video tags.
+TEST(CarryStreams, AssembledSegmentsGetChaptersAndAttachments) {
+  TempDir dir("carry");
+  ClipSpec spec;
+  spec.container_ext = ".mkv";
+  spec.subtitles = true;
+  spec.font_attachment = true;
+  spec.chapters = 2;
+  spec.frames = 8;
+  make_clip(dir.file("src.mkv"), spec);
+  VideoReader reader(dir.file("src.mkv"));
+  std::vector<std::string> segments;
+  VideoFrame frame;
+  for (int s = 0; s < 2; ++s) {
+    WriterConfig config;
+    config.path = dir.file("seg" + std::to_string(s) + ".mkv");
+    config.width = reader.info().width;
+    config.height = reader.info().height;
+    config.time_base = reader.info().time_base;
+    config.frame_rate = reader.info().frame_rate;
+    config.source_path = dir.file("src.mkv");
+    config.source = reader.info();
+    config.encode = codec("libx264");
+    config.encode.copy_audio = config.encode.copy_subtitles = config.encode.copy_other = false;
+    config.exact_timescale = true;
+    VideoWriter writer(config);
+    for (int i = 0; i < 4 && reader.read(frame); ++i) writer.write(frame);
+    writer.finish();
+    EXPECT_EQ(probe(config.path).chapters, 0);  // a segment is video only
+    segments.push_back(config.path);
+  }
+  io::ConcatConfig concat;
+  concat.segments = segments;
+  concat.output = dir.file("out.mkv");
+  concat.source_path = dir.file("src.mkv");
+  EXPECT_EQ(io::concat_segments(concat), 8);
+  const test::Probe out = probe(dir.file("out.mkv"));
+  EXPECT_EQ(out.video_frames, 8);
+  EXPECT_EQ(out.chapters, 2);
+  ASSERT_EQ(out.attachments.size(), 1u);
+  EXPECT_EQ(out.attachments[0], "font.ttf");
+  EXPECT_EQ(out.subtitle_streams, 1);
+  EXPECT_TRUE(out.has_audio);
 }
 
 // A data stream is not copied: a warning and a line in dropped(), never silence.
