@@ -386,21 +386,21 @@ struct VideoReader::Impl {
     AVFilterContext* bwdif = nullptr;
     av_check(avfilter_graph_create_filter(&graph_source, avfilter_get_by_name("buffer"), "in", args,
                                           nullptr, graph.get()),
-             "avfilter_graph_create_filter(buffer)", path, kExitSoftware);
+             "avfilter_graph_create_filter(buffer)", path, kExitDataErr);
     av_check(avfilter_graph_create_filter(&graph_sink, avfilter_get_by_name("buffersink"), "out",
                                           nullptr, nullptr, graph.get()),
-             "avfilter_graph_create_filter(buffersink)", path, kExitSoftware);
+             "avfilter_graph_create_filter(buffersink)", path, kExitDataErr);
     // Frames flagged interlaced give their own parity; others take the stream's field order.
     const std::string bwdif_args =
         std::string("mode=send_frame:deint=all:parity=") +
         (interlaced_order(info.field_order) ? (top_first() ? "tff" : "bff") : "auto");
     av_check(avfilter_graph_create_filter(&bwdif, avfilter_get_by_name("bwdif"), "bwdif",
                                           bwdif_args.c_str(), nullptr, graph.get()),
-             "avfilter_graph_create_filter(bwdif)", path, kExitSoftware);
-    av_check(avfilter_link(graph_source, 0, bwdif, 0), "avfilter_link", path, kExitSoftware);
-    av_check(avfilter_link(bwdif, 0, graph_sink, 0), "avfilter_link", path, kExitSoftware);
+             "avfilter_graph_create_filter(bwdif)", path, kExitDataErr);
+    av_check(avfilter_link(graph_source, 0, bwdif, 0), "avfilter_link", path, kExitDataErr);
+    av_check(avfilter_link(bwdif, 0, graph_sink, 0), "avfilter_link", path, kExitDataErr);
     av_check(avfilter_graph_config(graph.get(), nullptr), "avfilter_graph_config", path,
-             kExitSoftware);
+             kExitDataErr);
     graph_flushed = false;
   }
 
@@ -420,7 +420,7 @@ struct VideoReader::Impl {
           return true;
         }
         if (rc == AVERROR_EOF) return false;
-        if (rc != AVERROR(EAGAIN)) av_check(rc, "av_buffersink_get_frame", path, kExitSoftware);
+        if (rc != AVERROR(EAGAIN)) av_check(rc, "av_buffersink_get_frame", path, kExitDataErr);
         if (graph_flushed) return false;
       }
       if (!decode_raw()) {
@@ -432,8 +432,12 @@ struct VideoReader::Impl {
       }
       if (!graph) build_graph(*frame);
       frame->pts = frame->best_effort_timestamp;
-      av_check(av_buffersrc_add_frame(graph_source, frame.get()), "av_buffersrc_add_frame", path,
-               kExitSoftware);
+      const int rc = av_buffersrc_add_frame(graph_source, frame.get());
+      if (rc < 0) {  // e.g. a stream whose frame size changes midway
+        throw InputError(path + ": cannot deinterlace frame " + std::to_string(next_index) + ": " +
+                             av_error_string(rc) + " (deinterlace: off reads it)",
+                         kExitDataErr);
+      }
     }
   }
 

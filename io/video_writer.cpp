@@ -480,9 +480,12 @@ struct VideoWriter::Impl {
     // Interlaced sources keep their fields unless the reader deinterlaced them.
     const bool interlaced = !src.deinterlaced && src.field_order >= AV_FIELD_TT &&
                             src.field_order <= AV_FIELD_BT && turns % 2 == 0;
-    enc->field_order = src.deinterlaced ? AV_FIELD_PROGRESSIVE
-                       : interlaced     ? AVFieldOrder(src.field_order)
-                                        : AV_FIELD_UNKNOWN;
+    // Progressive when known (deinterlaced, or so flagged); a turned interlaced picture is neither.
+    const bool progressive =
+        src.deinterlaced || (src.field_order == AV_FIELD_PROGRESSIVE && turns % 2 == 0);
+    enc->field_order = progressive  ? AV_FIELD_PROGRESSIVE
+                       : interlaced ? AVFieldOrder(src.field_order)
+                                    : AV_FIELD_UNKNOWN;
     if (interlaced) enc->flags |= AV_CODEC_FLAG_INTERLACED_DCT | AV_CODEC_FLAG_INTERLACED_ME;
     if (quiet) enc->log_level_offset = AV_LOG_DEBUG - AV_LOG_ERROR;
     enc->color_primaries = AVColorPrimaries(src.color_primaries);

@@ -242,6 +242,9 @@ void make_clip(const std::string& path, const ClipSpec& spec) {
     check(avcodec_parameters_from_context(video_stream->codecpar, video.get()), "parameters");
     video_stream->time_base = video_tb;
     video_stream->avg_frame_rate = fps;
+    if (!spec.timecode.empty()) {
+      av_dict_set(&video_stream->metadata, "timecode", spec.timecode.c_str(), 0);
+    }
     if (spec.rotation_90) {
       auto* matrix = reinterpret_cast<int32_t*>(
           av_stream_new_side_data(video_stream, AV_PKT_DATA_DISPLAYMATRIX, 9 * sizeof(int32_t)));
@@ -553,6 +556,11 @@ Probe probe(const std::string& path) {
         av_stream_get_side_data(video, AV_PKT_DATA_CONTENT_LIGHT_LEVEL, nullptr) != nullptr;
     result.has_dolby_vision = av_stream_get_side_data(video, AV_PKT_DATA_DOVI_CONF, nullptr);
     result.field_order = par->field_order;
+    for (const char* key : {"timecode", "TIMECODE"}) {
+      if (const AVDictionaryEntry* e = av_dict_get(video->metadata, key, nullptr, 0)) {
+        result.timecode = e->value;
+      }
+    }
     const AVCodec* codec = avcodec_find_decoder(par->codec_id);
     if (!codec) throw std::runtime_error("probe: no decoder for " + result.codec);
     decoder.reset(avcodec_alloc_context3(codec));

@@ -50,6 +50,7 @@ struct ClipSpec {
   bool cover_art = false;        // a PNG attached picture (mp4/mov: covr, Matroska: attachment)
   bool data_stream = false;      // an SMPTE KLV data stream with a packet per frame (MPEG-TS)
   bool dolby_vision = false;     // a Dolby Vision configuration record (stream side data)
+  std::string timecode;          // "HH:MM:SS:FF": the video's timecode (mov: a tmcd track)
 };
 
 // The alpha the clips get at (x, y): a ramp from transparent (left) to opaque (right), in [0, 1].
@@ -91,6 +92,7 @@ struct Probe {
   int attached_pictures = 0;             // video streams with the attached-picture disposition
   int data_streams = 0;
   bool has_dolby_vision = false;  // Dolby Vision configuration side data
+  std::string timecode;           // the video stream's "timecode" tag
 };
 
 Probe probe(const std::string& path);

@@ -376,6 +376,27 @@ TEST(CarryStreams, AssembledSegmentsGetChaptersAndAttachments) {
   EXPECT_TRUE(out.has_audio);
 }
 
+// A QuickTime timecode track is not a loss: its timecode travels as the video's tag, from which
+// the mov muxer writes its own track (and Matroska keeps the tag).
+TEST(CarryStreams, TimecodeTrackKeptAsTheVideoTag) {
+  TempDir dir("carry");
+  ClipSpec spec;
+  spec.container_ext = ".mov";
+  spec.timecode = "01:02:03:04";
+  spec.frames = 4;
+  spec.audio = false;
+  make_clip(dir.file("src.mov"), spec);
+  const test::Probe in = probe(dir.file("src.mov"));
+  ASSERT_EQ(in.data_streams, 1);  // tmcd
+  ASSERT_EQ(in.timecode, "01:02:03:04");
+  for (const std::string ext : {".mov", ".mkv"}) {
+    const auto dropped = transcode(dir.file("src.mov"), dir.file("out" + ext), codec("libx264"));
+    EXPECT_TRUE(dropped.empty()) << ext << ": " << joined(dropped);
+    EXPECT_EQ(probe(dir.file("out" + ext)).timecode, "01:02:03:04") << ext;
+  }
+  EXPECT_EQ(probe(dir.file("out.mov")).data_streams, 1);
+}
+
 // A data stream is not copied: a warning and a line in dropped(), never silence.
 TEST(CarryStreams, DataStreamReported) {
   TempDir dir("carry");
@@ -477,6 +498,13 @@ TEST(CarryInterlaced, OutputFieldOrderIsTruthful) {
   EXPECT_EQ(deint.field_order, AV_FIELD_PROGRESSIVE);
   EXPECT_FALSE(deint.frame_interlaced);
   EXPECT_EQ(deint.video_frames, 6);
+  // A progressive source: flagged progressive.
+  ClipSpec progressive;
+  progressive.audio = false;
+  progressive.frames = 2;
+  make_clip(dir.file("p.mp4"), progressive);
+  transcode(dir.file("p.mp4"), dir.file("p.mkv"), codec("libx264"));
+  EXPECT_EQ(probe(dir.file("p.mkv")).field_order, AV_FIELD_PROGRESSIVE);
 }
 
 TEST(CarryInterlaced, JobKey) {
