@@ -586,7 +586,10 @@ struct VideoReader::Impl {
   void seek_to_frame(int64_t target) {
     target = std::max<int64_t>(target, 0);
     if (target == 0 || !constant_rate) return rewind_and_discard(target);
-    seek_demuxer(info.start_pts + target * frame_duration);
+    // bwdif takes the frame before as well: land at or before it, so that the target frame is
+    // deinterlaced as in a read from the start.
+    const int64_t land = deinterlace ? target - 1 : target;
+    seek_demuxer(info.start_pts + land * frame_duration);
     discard_below = target;
     seek_target = target;
     index_from_pts = true;

@@ -98,6 +98,8 @@ class VideoReader {
   // streams always decode from the start and count. Limit: a declared-constant-rate stream that
   // has gaps only before the landing keyframe gets pts-based indices there.
   // Seeking resets the end-of-stream truncation check (done only for reads from the start).
+  // When deinterlacing, the frame before the target is decoded too, so the frames are those of a
+  // read from the start.
   void seek_to_frame(int64_t frame_index);
   // Frames returned by read() so far, and packets that failed to decode (tolerated ones).
   int64_t frames_read() const;

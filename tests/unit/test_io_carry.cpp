@@ -481,6 +481,27 @@ TEST(CarryInterlaced, AutoDeinterlacesFlaggedSources) {
   EXPECT_EQ(VideoReader(dir.file("p.mp4")).info().field_order, AV_FIELD_PROGRESSIVE);
 }
 
+// A seek (farm chunks) gives the frames a read from the start gives, deinterlaced too: bwdif takes
+// the frame before the target, which the seek decodes even when the target is a keyframe.
+TEST(CarryInterlaced, SeekGivesTheSequentialFrames) {
+  TempDir dir("carry");
+  ClipSpec spec = interlaced_clip();
+  spec.gop = 1;  // every frame a keyframe: a seek lands on its target
+  spec.frames = 8;
+  make_clip(dir.file("src.mp4"), spec);
+  const auto all = read_all(dir.file("src.mp4"));
+  ASSERT_EQ(all.size(), 8u);
+  for (int64_t target : {1, 4, 7}) {
+    VideoReader reader(dir.file("src.mp4"));
+    ASSERT_TRUE(reader.info().deinterlaced);
+    reader.seek_to_frame(target);
+    VideoFrame frame;
+    ASSERT_TRUE(reader.read(frame));
+    EXPECT_EQ(frame.index, target);
+    EXPECT_EQ(frame.image.data, all[size_t(target)].image.data) << "frame " << target;
+  }
+}
+
 TEST(CarryInterlaced, OutputFieldOrderIsTruthful) {
   TempDir dir("carry");
   make_clip(dir.file("src.mp4"), interlaced_clip());
