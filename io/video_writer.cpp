@@ -397,7 +397,6 @@ struct VideoWriter::Impl {
     };
     add("master-display", master);
     add("max-cll", cll);
-    add("hdr10", "1");
     av_dict_set(options, "x265-params", params.c_str(), 0);
   }
 
