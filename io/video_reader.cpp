@@ -346,10 +346,10 @@ struct VideoReader::Impl {
     info.dolby_vision = info.dolby_vision ||
                         av_frame_get_side_data(f, AV_FRAME_DATA_DOVI_RPU_BUFFER) != nullptr ||
                         av_frame_get_side_data(f, AV_FRAME_DATA_DOVI_METADATA) != nullptr;
+    // A frame flagged interlaced says so even when the container does not; an unflagged frame
+    // proves nothing (many codecs have no such flag), so it leaves the field order as it is.
     if (!interlaced_order(info.field_order) && f->interlaced_frame) {
       info.field_order = f->top_field_first ? AV_FIELD_TT : AV_FIELD_BB;
-    } else if (info.field_order == AV_FIELD_UNKNOWN && !f->interlaced_frame) {
-      info.field_order = AV_FIELD_PROGRESSIVE;
     }
   }
 
@@ -390,7 +390,8 @@ struct VideoReader::Impl {
     av_check(avfilter_graph_create_filter(&graph_sink, avfilter_get_by_name("buffersink"), "out",
                                           nullptr, nullptr, graph.get()),
              "avfilter_graph_create_filter(buffersink)", path, kExitDataErr);
-    // Frames flagged interlaced give their own parity; others take the stream's field order.
+    // The stream's field order gives the parity; without one (bwdif on a source not flagged
+    // interlaced) each frame's own flag does, top field first when it has none.
     const std::string bwdif_args =
         std::string("mode=send_frame:deint=all:parity=") +
         (interlaced_order(info.field_order) ? (top_first() ? "tff" : "bff") : "auto");
