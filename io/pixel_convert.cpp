@@ -1,11 +1,14 @@
 #include "io/pixel_convert.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "src/base/error.h"
 
 extern "C" {
+#include <libavutil/imgutils.h>
 #include <libavutil/opt.h>
 #include <libavutil/pixdesc.h>
 }
@@ -30,10 +33,12 @@ void noop_free(void*, uint8_t*) {}
 // reference to its frames, so the planes are wrapped in a non-owning AVBufferRef; the frame must
 // be unreferenced before the Planar goes away (the converters do so before returning).
 // libswscale's GBRP plane order is G, B, R; Planar's is R, G, B.
-void wrap_planar(const Planar& planar, AVFrame* frame, bool writable) {
+// `width`/`height` (0: the Planar's) may be smaller than the Planar: its top-left part.
+void wrap_planar(const Planar& planar, AVFrame* frame, bool writable, int width = 0,
+                 int height = 0) {
   frame->format = AV_PIX_FMT_GBRPF32;
-  frame->width = planar.width;
-  frame->height = planar.height;
+  frame->width = width > 0 ? width : planar.width;
+  frame->height = height > 0 ? height : planar.height;
   auto* base = reinterpret_cast<uint8_t*>(const_cast<float*>(planar.data.data()));
   frame->buf[0] = av_buffer_create(base, planar.data.size() * sizeof(float), noop_free, nullptr,
                                    writable ? 0 : AV_BUFFER_FLAG_READONLY);
@@ -120,6 +125,76 @@ int format_bit_depth(AVPixelFormat format) {
   return desc ? desc->comp[0].depth : 8;
 }
 
+bool has_alpha(AVPixelFormat format) {
+  const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(format);
+  return desc && (desc->flags & AV_PIX_FMT_FLAG_ALPHA) &&
+         !(desc->flags & (AV_PIX_FMT_FLAG_PAL | AV_PIX_FMT_FLAG_HWACCEL | AV_PIX_FMT_FLAG_FLOAT |
+                          AV_PIX_FMT_FLAG_BITSTREAM)) &&
+         desc->comp[desc->nb_components - 1].depth <= 16;
+}
+
+void read_alpha(const AVFrame& frame, Planar& out) {
+  const AVPixelFormat format = AVPixelFormat(frame.format);
+  if (!has_alpha(format)) return;
+  const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(format);
+  const int c = desc->nb_components - 1;
+  if (out.channels != 1 || out.frames != 1 || out.height != frame.height ||
+      out.width != frame.width) {
+    out = Planar(1, 1, frame.height, frame.width);
+  }
+  const float scale = 1.0f / float((1 << desc->comp[c].depth) - 1);
+  std::vector<uint16_t> line(frame.width);
+  for (int y = 0; y < frame.height; ++y) {
+    av_read_image_line2(line.data(), const_cast<const uint8_t**>(frame.data), frame.linesize, desc,
+                        0, y, c, frame.width, 0, 2);
+    float* dst = out.plane(0, 0) + size_t(y) * frame.width;
+    for (int x = 0; x < frame.width; ++x) dst[x] = float(line[x]) * scale;
+  }
+}
+
+void write_alpha(const Planar* alpha, AVFrame& frame) {
+  const AVPixelFormat format = AVPixelFormat(frame.format);
+  if (!has_alpha(format)) return;
+  const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(format);
+  const int c = desc->nb_components - 1;
+  const int plane = desc->comp[c].plane;
+  const int max = (1 << desc->comp[c].depth) - 1;
+  const bool given = alpha && !alpha->empty();
+  if (given && (alpha->width < frame.width || alpha->height < frame.height)) {
+    throw Error("alpha plane " + std::to_string(alpha->width) + "x" +
+                    std::to_string(alpha->height) + " is smaller than the frame",
+                kExitSoftware);
+  }
+  // av_write_image_line2() ORs samples into place, so the row of the alpha's plane is cleared
+  // and every component stored in it (packed formats: all of them) written back.
+  std::vector<int> shared;  // components in the alpha's plane, alpha last
+  for (int k = 0; k < desc->nb_components; ++k) {
+    if (desc->comp[k].plane == plane) shared.push_back(k);
+  }
+  const int row_bytes = av_image_get_linesize(format, frame.width, plane);
+  std::vector<std::vector<uint16_t>> lines(shared.size(), std::vector<uint16_t>(frame.width));
+  for (int y = 0; y < frame.height; ++y) {
+    for (size_t i = 0; i + 1 < shared.size(); ++i) {
+      av_read_image_line2(lines[i].data(), const_cast<const uint8_t**>(frame.data), frame.linesize,
+                          desc, 0, y, shared[i], frame.width, 0, 2);
+    }
+    std::vector<uint16_t>& line = lines.back();
+    if (given) {
+      const float* src = alpha->plane(0, 0) + size_t(y) * alpha->width;
+      for (int x = 0; x < frame.width; ++x) {
+        line[x] = uint16_t(std::lround(std::min(1.0f, std::max(0.0f, src[x])) * float(max)));
+      }
+    } else {
+      std::fill(line.begin(), line.end(), uint16_t(max));
+    }
+    std::memset(frame.data[plane] + ptrdiff_t(y) * frame.linesize[plane], 0, size_t(row_bytes));
+    for (size_t i = 0; i < shared.size(); ++i) {
+      av_write_image_line2(lines[i].data(), frame.data, frame.linesize, desc, 0, y, shared[i],
+                           frame.width, 2);
+    }
+  }
+}
+
 namespace {
 
 // RGB and gray sources: libswscale's generic path would take them through its internal YUV at
@@ -159,10 +234,17 @@ void convert_direct(const AVFrame& frame, int range, Planar& out) {
 
 }  // namespace
 
-void FrameToPlanar::convert(const AVFrame& frame, Planar& out) {
+void FrameToPlanar::convert(const AVFrame& frame, Planar& out, Planar* alpha) {
   if (out.channels != 3 || out.frames != 1 || out.height != frame.height ||
       out.width != frame.width) {
     out = Planar(3, 1, frame.height, frame.width);
+  }
+  if (alpha) {
+    if (has_alpha(AVPixelFormat(frame.format))) {
+      read_alpha(frame, *alpha);
+    } else {
+      *alpha = Planar();
+    }
   }
   int range = frame.color_range;
   const AVPixelFormat format = unjpeg(AVPixelFormat(frame.format), range);
@@ -189,9 +271,42 @@ void FrameToPlanar::convert(const AVFrame& frame, Planar& out) {
            kExitSoftware);
 }
 
+namespace {
+
+// RGB formats written sample by sample (see direct_format; gray needs a matrix).
+bool direct_output(AVPixelFormat format) {
+  const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(format);
+  return direct_format(format) && desc->nb_components >= 3;
+}
+
+void convert_direct_out(const Planar& in, int width, int height, AVFrame& out) {
+  const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(AVPixelFormat(out.format));
+  // av_write_image_line2() ORs samples into place: clear the picture first.
+  for (int p = 0; p < 4 && out.data[p]; ++p) {
+    const int rows = p == 0 || p == 3 || !(desc->flags & AV_PIX_FMT_FLAG_PLANAR)
+                         ? height
+                         : AV_CEIL_RSHIFT(height, desc->log2_chroma_h);
+    std::memset(out.data[p], 0, size_t(out.linesize[p]) * size_t(rows));
+  }
+  std::vector<uint16_t> line(width);
+  for (int c = 0; c < 3; ++c) {
+    const float max = float((1 << desc->comp[c].depth) - 1);
+    for (int y = 0; y < height; ++y) {
+      const float* src = in.plane(c, 0) + size_t(y) * in.width;
+      for (int x = 0; x < width; ++x) {
+        line[x] = uint16_t(std::lround(std::min(1.0f, std::max(0.0f, src[x])) * max));
+      }
+      av_write_image_line2(line.data(), out.data, out.linesize, desc, 0, y, c, width, 2);
+    }
+  }
+}
+
+}  // namespace
+
 PlanarToFrame::PlanarToFrame(int width, int height, AVPixelFormat format, int colorspace, int range,
                              int threads)
-    : width_(width), height_(height) {
+    : width_(width), height_(height), in_width_(width), in_height_(height) {
+  if (direct_output(format)) return;
   int out_range = range;
   const AVPixelFormat plain = unjpeg(format, out_range);
   const bool rgb = is_rgb_format(plain);
@@ -201,18 +316,28 @@ PlanarToFrame::PlanarToFrame(int width, int height, AVPixelFormat format, int co
                   threads);
 }
 
-void PlanarToFrame::convert(const Planar& in, AVFrame& out) {
-  if (in.channels != 3 || in.frames != 1 || in.height != height_ || in.width != width_) {
+void PlanarToFrame::crop_from(int in_width, int in_height) {
+  in_width_ = std::max(in_width, width_);
+  in_height_ = std::max(in_height, height_);
+}
+
+void PlanarToFrame::convert(const Planar& in, AVFrame& out, const Planar* alpha) {
+  if (in.channels != 3 || in.frames != 1 || in.height != in_height_ || in.width != in_width_) {
     throw Error("frame shape [" + std::to_string(in.channels) + "," + std::to_string(in.frames) +
                     "," + std::to_string(in.height) + "," + std::to_string(in.width) +
-                    "] does not match the output size " + std::to_string(width_) + "x" +
-                    std::to_string(height_),
+                    "] does not match the output size " + std::to_string(in_width_) + "x" +
+                    std::to_string(in_height_),
                 kExitSoftware);
   }
-  FramePtr src = make_frame();
-  wrap_planar(in, src.get(), false);
-  av_check(sws_scale_frame(sws_.get(), &out, src.get()), "sws_scale_frame", "output frame",
-           kExitSoftware);
+  if (!sws_) {
+    convert_direct_out(in, width_, height_, out);
+  } else {
+    FramePtr src = make_frame();
+    wrap_planar(in, src.get(), false, width_, height_);
+    av_check(sws_scale_frame(sws_.get(), &out, src.get()), "sws_scale_frame", "output frame",
+             kExitSoftware);
+  }
+  write_alpha(alpha, out);
 }
 
 }  // namespace wm::io

@@ -24,6 +24,17 @@ int effective_colorspace(int colorspace, int height);
 bool is_rgb_format(AVPixelFormat format);
 // Bits per component of the format's first component (8 for yuv420p, 10 for yuv420p10le).
 int format_bit_depth(AVPixelFormat format);
+// True when the pixel format stores an alpha channel (yuva420p, rgba, rgba64be, ya16, ...).
+bool has_alpha(AVPixelFormat format);
+
+// Alpha: Planar stays RGB (the models take 3 channels); alpha travels beside it as a [1,1,H,W]
+// float plane in [0,1] (VideoFrame::alpha). Samples are read and written directly (exact: no
+// matrix, always full range).
+// Reads the alpha samples of `frame` (a format with alpha) into `out`.
+void read_alpha(const AVFrame& frame, Planar& out);
+// Writes `alpha` ([1,1,>=H,>=W], top-left part used; clamped to [0,1]) into the alpha component
+// of `frame`, or opaque when `alpha` is null or empty. No effect on formats without alpha.
+void write_alpha(const Planar* alpha, AVFrame& frame);
 
 // swscale flags for the two directions. Same-size conversions: the filter only resamples chroma.
 // See the .cpp for the measured costs behind these choices.
@@ -36,8 +47,9 @@ class FrameToPlanar {
   // threads: swscale slice threads, 0 = one per core.
   explicit FrameToPlanar(int threads = 0) : threads_(threads) {}
   // Converts `frame` into `out`, reusing out's buffer when it already has the right shape.
-  // Rebuilds the scaler when the frame's size, format, matrix or range changes.
-  void convert(const AVFrame& frame, Planar& out);
+  // Rebuilds the scaler when the frame's size, format, matrix or range changes. With `alpha`,
+  // a frame with an alpha channel also fills it (read_alpha); it is emptied otherwise.
+  void convert(const AVFrame& frame, Planar& out, Planar* alpha = nullptr);
 
  private:
   SwsContextPtr sws_;
@@ -45,19 +57,28 @@ class FrameToPlanar {
   int threads_;
 };
 
-// Planar [3,1,H,W] RGB float (clamped to [0,1]) → frame of a fixed size and pixel format.
+// Planar [3,1,H,W] RGB float (clamped to [0,1]) → frame of a fixed size and pixel format. RGB
+// formats of up to 16 bits are written sample by sample (exact: a 16-bit PNG keeps every level);
+// others go through libswscale.
+// The input may be larger than the frame (in_width x in_height, set with crop_from()): its
+// top-left part is converted (an encoder that needs even sizes gets the last odd column/row
+// cropped).
 class PlanarToFrame {
  public:
   // colorspace/range: the tags the output carries (the rule above picks the matrix used when the
   // colorspace is unspecified). Throws AvError when libswscale cannot convert to `format`.
   PlanarToFrame(int width, int height, AVPixelFormat format, int colorspace, int range,
                 int threads = 0);
-  // `out` must have width/height/format set and buffers allocated (writable).
-  void convert(const Planar& in, AVFrame& out);
+  // Inputs are in_width x in_height (>= the frame size) from now on.
+  void crop_from(int in_width, int in_height);
+  // `out` must have width/height/format set and buffers allocated (writable). A format with
+  // alpha gets `alpha` (same size as `in`), or opaque when it is null or empty.
+  void convert(const Planar& in, AVFrame& out, const Planar* alpha = nullptr);
 
  private:
-  SwsContextPtr sws_;
+  SwsContextPtr sws_;  // null for the direct RGB path
   int width_, height_;
+  int in_width_, in_height_;
 };
 
 }  // namespace wm::io

@@ -12,6 +12,7 @@
 
 #include "io/av_handles.h"
 #include "io/av_log.h"
+#include "io/stream_copy.h"
 #include "src/base/error.h"
 #include "src/base/fs.h"
 #include "src/base/log.h"
@@ -152,37 +153,14 @@ class Concatenator {
   }
 
   void open_source() {
-    if (config_.source_path.empty() || !(config_.copy_audio || config_.copy_subtitles)) return;
-    source_ = open_input(config_.source_path);
-    stream_map_.assign(source_->nb_streams, -1);
-    for (unsigned i = 0; i < source_->nb_streams; ++i) {
-      AVStream* in = source_->streams[i];
-      const AVCodecParameters* par = in->codecpar;
-      const bool audio = par->codec_type == AVMEDIA_TYPE_AUDIO && config_.copy_audio;
-      const bool subtitle = par->codec_type == AVMEDIA_TYPE_SUBTITLE && config_.copy_subtitles;
-      in->discard = AVDISCARD_ALL;
-      if (!audio && !subtitle) continue;
-      if (avformat_query_codec(output_->oformat, par->codec_id, FF_COMPLIANCE_NORMAL) == 0) {
-        log_->warn("{}: skipping {} stream #{} ({}): container {} cannot hold it", config_.output,
-                   audio ? "audio" : "subtitle", i, avcodec_get_name(par->codec_id),
-                   output_->oformat->name);
-        continue;
-      }
-      AVStream* out = avformat_new_stream(output_.get(), nullptr);
-      if (!out) throw std::bad_alloc();
-      av_check(avcodec_parameters_copy(out->codecpar, par), "avcodec_parameters_copy",
-               config_.output, kExitSoftware);
-      out->codecpar->codec_tag = 0;
-      out->time_base = in->time_base;
-      out->disposition = in->disposition;
-      av_dict_copy(&out->metadata, in->metadata, 0);
-      in->discard = AVDISCARD_DEFAULT;
-      stream_map_[i] = out->index;
+    if (config_.source_path.empty() ||
+        !(config_.copy_audio || config_.copy_subtitles || config_.copy_other)) {
+      return;
     }
-    // File-level tags as VideoWriter copies them; "encoder" is the muxer's to write.
-    av_dict_copy(&output_->metadata, source_->metadata, 0);
-    av_dict_set(&output_->metadata, "encoder", nullptr, 0);
-    source_done_ = false;
+    source_ = std::make_unique<SourceCopy>(
+        config_.source_path, output_.get(), video_,
+        CopyChoice{config_.copy_audio, config_.copy_subtitles, config_.copy_other}, config_.output,
+        log_);
   }
 
   void open_file() {
@@ -215,37 +193,7 @@ class Concatenator {
 
   // Copies source packets whose timestamp is <= `ts` (in `tb`); everything when `all`.
   void copy_source_until(int64_t ts, AVRational tb, bool all) {
-    while (!source_done_) {
-      if (!source_pending_) {
-        const int rc = av_read_frame(source_.get(), source_packet_.get());
-        if (rc < 0) {
-          if (rc != AVERROR_EOF) {
-            log_->warn("{}: stopped copying audio/subtitles: {}: {}", config_.output,
-                       config_.source_path, av_error_string(rc));
-          }
-          source_done_ = true;
-          return;
-        }
-        if (stream_map_[source_packet_->stream_index] < 0) {
-          av_packet_unref(source_packet_.get());
-          continue;
-        }
-        source_pending_ = true;
-      }
-      AVPacket* pkt = source_packet_.get();
-      const AVStream* in = source_->streams[pkt->stream_index];
-      const int64_t t = pkt->dts != AV_NOPTS_VALUE ? pkt->dts : pkt->pts;
-      if (!all && t != AV_NOPTS_VALUE && ts != AV_NOPTS_VALUE &&
-          av_compare_ts(t, in->time_base, ts, tb) > 0) {
-        return;
-      }
-      AVStream* out = output_->streams[stream_map_[pkt->stream_index]];
-      pkt->stream_index = out->index;
-      av_packet_rescale_ts(pkt, in->time_base, out->time_base);
-      pkt->pos = -1;
-      source_pending_ = false;
-      write_packet(pkt);
-    }
+    source_->copy_until(ts, tb, all, [this](AVPacket* pkt) { write_packet(pkt); });
   }
 
   void copy_segment(AVFormatContext* segment, const std::string& path, int64_t& prev_max_pts) {
@@ -328,11 +276,7 @@ class Concatenator {
   AVCodecID codec_id_ = AV_CODEC_ID_NONE;
   int width_ = 0, height_ = 0, format_ = -1;
   std::string extradata_;
-  FormatInputPtr source_;
-  std::vector<int> stream_map_;
-  PacketPtr source_packet_ = make_packet();
-  bool source_pending_ = false;
-  bool source_done_ = true;
+  std::unique_ptr<SourceCopy> source_;  // audio, subtitles, chapters, ...; null: none
   bool temp_exists_ = false;
   int64_t last_dts_ = AV_NOPTS_VALUE;
   std::vector<int64_t> reorder_;  // pts history for derive_dts

@@ -1,6 +1,7 @@
 // Farm segments: counting the frames of an input, probing a finished segment, and concatenating
 // segments into one output without re-encoding (stream copy), with the source's audio and
-// subtitles muxed once over the whole duration.
+// subtitles muxed once over the whole duration, and its chapters, attachments and cover art
+// (SourceCopy, the routine VideoWriter uses).
 //
 // A segment is a video-only file of one chunk of frames, encoded by its own encoder (so it starts
 // with an IDR frame) with the source's pts. Concatenation copies the video packets of every
@@ -49,6 +50,7 @@ struct ConcatConfig {
   std::string source_path;  // audio/subtitles (and file tags) come from here; may be empty
   bool copy_audio = true;
   bool copy_subtitles = true;
+  bool copy_other = true;                     // chapters, attachments, cover art (io/stream_copy.h)
   const std::atomic<bool>* cancel = nullptr;  // set → throws wm::Cancelled, output removed
   // Runs with the verified, fsynced temp file just before it is renamed into place
   // (commit_output's before_rename).

@@ -36,9 +36,19 @@ struct VideoInfo {
   // av_display_rotation_get() of the display matrix: counter-clockwise degrees, so a phone's
   // portrait video ("rotate=90", shown turned 90° clockwise) has -90.
   double rotation_degrees = 0;
-  std::vector<uint8_t> display_matrix;     // raw AV_PKT_DATA_DISPLAYMATRIX (36 bytes) or empty
+  std::vector<uint8_t> display_matrix;  // raw AV_PKT_DATA_DISPLAYMATRIX (36 bytes) or empty
+  // HDR10 static metadata: the container's, else what the first decoded frame carries (SEI, as
+  // x265 writes it).
   std::vector<uint8_t> mastering_display;  // raw AVMasteringDisplayMetadata or empty
   std::vector<uint8_t> content_light;      // raw AVContentLightMetadata or empty
+  bool hdr10_plus = false;    // frames carry HDR10+ dynamic metadata (SMPTE ST 2094-40)
+  bool dolby_vision = false;  // Dolby Vision configuration or RPUs
+  bool alpha = false;         // the source pixel format has an alpha channel
+  // AVFieldOrder of the source stream (0 unknown, 1 progressive, 2 tt, 3 bb, 4 tb, 5 bt); from
+  // the first frame when the container does not say.
+  int field_order = 0;
+  // The reader deinterlaces (ReaderOptions::deinterlace): its frames are progressive.
+  bool deinterlaced = false;
   int audio_streams = 0;
   int subtitle_streams = 0;
 };

@@ -17,6 +17,9 @@
 #include "src/base/log.h"
 
 extern "C" {
+#include <libavfilter/avfilter.h>
+#include <libavfilter/buffersink.h>
+#include <libavfilter/buffersrc.h>
 #include <libavutil/display.h>
 #include <libavutil/hwcontext.h>
 #include <libavutil/pixdesc.h>
@@ -85,6 +88,22 @@ AVPixelFormat pick_cuda_format(AVCodecContext*, const AVPixelFormat* formats) {
   return AV_PIX_FMT_NONE;
 }
 
+struct FilterGraphDeleter {
+  void operator()(AVFilterGraph* graph) const { avfilter_graph_free(&graph); }
+};
+using FilterGraphPtr = std::unique_ptr<AVFilterGraph, FilterGraphDeleter>;
+
+bool interlaced_order(int field_order) {
+  return field_order == AV_FIELD_TT || field_order == AV_FIELD_BB || field_order == AV_FIELD_TB ||
+         field_order == AV_FIELD_BT;
+}
+
+std::vector<uint8_t> frame_side_data(const AVFrame* frame, AVFrameSideDataType type) {
+  const AVFrameSideData* sd = av_frame_get_side_data(frame, type);
+  if (!sd || sd->size == 0) return {};
+  return std::vector<uint8_t>(sd->data, sd->data + sd->size);
+}
+
 }  // namespace
 
 struct VideoReader::Impl {
@@ -99,6 +118,17 @@ struct VideoReader::Impl {
   FramePtr frame = make_frame();
   FrameToPlanar converter;
   VideoInfo info;
+  // The first decoded frame, taken at open to learn what only frames carry (HDR10 SEI, field
+  // flags); the first read returns it.
+  FramePtr primed = make_frame();
+  bool have_primed = false;
+
+  // Deinterlacing (bwdif through libavfilter), built on the first frame after open or a seek.
+  bool deinterlace = false;
+  FilterGraphPtr graph;
+  AVFilterContext* graph_source = nullptr;
+  AVFilterContext* graph_sink = nullptr;
+  bool graph_flushed = false;
 
   // NVDEC state. kTrying: the decoder runs on NVDEC but no frame has come out of it yet; any
   // failure until then restarts the file in software (fall_back). kOn: frames came out.
@@ -129,6 +159,8 @@ struct VideoReader::Impl {
     fill_info();
     log = wm::log::get("dec:" + info.codec);
     open_decoder();
+    prime();
+    choose_deinterlace();
     log->debug("{}: {}x{} {} {} fps, ~{} frames, time base {}/{}, decoder {}", path, info.width,
                info.height, info.pix_fmt, info.frame_rate.value(), info.frames_estimate,
                info.time_base.num, info.time_base.den, decoder_name());
@@ -298,6 +330,118 @@ struct VideoReader::Impl {
     return true;
   }
 
+  // Decodes the first frame and fills what the container may not say from it.
+  void prime() {
+    if (!decode_raw()) return;
+    av_frame_move_ref(primed.get(), frame.get());
+    have_primed = true;
+    const AVFrame* f = primed.get();
+    if (info.mastering_display.empty()) {
+      info.mastering_display = frame_side_data(f, AV_FRAME_DATA_MASTERING_DISPLAY_METADATA);
+    }
+    if (info.content_light.empty()) {
+      info.content_light = frame_side_data(f, AV_FRAME_DATA_CONTENT_LIGHT_LEVEL);
+    }
+    info.hdr10_plus = av_frame_get_side_data(f, AV_FRAME_DATA_DYNAMIC_HDR_PLUS) != nullptr;
+    info.dolby_vision = info.dolby_vision ||
+                        av_frame_get_side_data(f, AV_FRAME_DATA_DOVI_RPU_BUFFER) != nullptr ||
+                        av_frame_get_side_data(f, AV_FRAME_DATA_DOVI_METADATA) != nullptr;
+    // A frame flagged interlaced says so even when the container does not; an unflagged frame
+    // proves nothing (many codecs have no such flag), so it leaves the field order as it is.
+    if (!interlaced_order(info.field_order) && f->interlaced_frame) {
+      info.field_order = f->top_field_first ? AV_FIELD_TT : AV_FIELD_BB;
+    }
+  }
+
+  void choose_deinterlace() {
+    const bool interlaced = interlaced_order(info.field_order);
+    deinterlace = options.deinterlace == Deinterlace::kBwdif ||
+                  (options.deinterlace == Deinterlace::kAuto && interlaced);
+    info.deinterlaced = deinterlace;
+    if (options.deinterlace == Deinterlace::kAuto && interlaced) {
+      log->info(
+          "{}: interlaced source ({} field first): deinterlacing with bwdif (deinterlace: off "
+          "keeps the fields)",
+          path, top_first() ? "top" : "bottom");
+    } else if (deinterlace) {
+      log->info("{}: deinterlacing with bwdif", path);
+    }
+  }
+
+  bool top_first() const {
+    return info.field_order == AV_FIELD_TT || info.field_order == AV_FIELD_BT ||
+           !interlaced_order(info.field_order);
+  }
+
+  void build_graph(const AVFrame& f) {
+    graph.reset(avfilter_graph_alloc());
+    if (!graph) throw std::bad_alloc();
+    graph->nb_threads = 1;
+    char args[256];
+    const AVRational sar = f.sample_aspect_ratio.num > 0 ? f.sample_aspect_ratio : AVRational{1, 1};
+    std::snprintf(args, sizeof(args),
+                  "video_size=%dx%d:pix_fmt=%d:time_base=%d/%d:pixel_aspect=%d/%d", f.width,
+                  f.height, f.format, stream->time_base.num, stream->time_base.den, sar.num,
+                  sar.den);
+    AVFilterContext* bwdif = nullptr;
+    av_check(avfilter_graph_create_filter(&graph_source, avfilter_get_by_name("buffer"), "in", args,
+                                          nullptr, graph.get()),
+             "avfilter_graph_create_filter(buffer)", path, kExitDataErr);
+    av_check(avfilter_graph_create_filter(&graph_sink, avfilter_get_by_name("buffersink"), "out",
+                                          nullptr, nullptr, graph.get()),
+             "avfilter_graph_create_filter(buffersink)", path, kExitDataErr);
+    // The stream's field order gives the parity; without one (bwdif on a source not flagged
+    // interlaced) each frame's own flag does, top field first when it has none.
+    const std::string bwdif_args =
+        std::string("mode=send_frame:deint=all:parity=") +
+        (interlaced_order(info.field_order) ? (top_first() ? "tff" : "bff") : "auto");
+    av_check(avfilter_graph_create_filter(&bwdif, avfilter_get_by_name("bwdif"), "bwdif",
+                                          bwdif_args.c_str(), nullptr, graph.get()),
+             "avfilter_graph_create_filter(bwdif)", path, kExitDataErr);
+    av_check(avfilter_link(graph_source, 0, bwdif, 0), "avfilter_link", path, kExitDataErr);
+    av_check(avfilter_link(bwdif, 0, graph_sink, 0), "avfilter_link", path, kExitDataErr);
+    av_check(avfilter_graph_config(graph.get(), nullptr), "avfilter_graph_config", path,
+             kExitDataErr);
+    graph_flushed = false;
+  }
+
+  // The next decoded frame (deinterlaced when on) into `frame`; false at end of stream.
+  bool decode_frame() {
+    if (!deinterlace) return decode_raw();
+    for (;;) {
+      if (graph) {
+        const int rc = av_buffersink_get_frame(graph_sink, frame.get());
+        if (rc >= 0) {
+          // bwdif counts in half the stream's time base (it could send fields as frames).
+          if (frame->pts != AV_NOPTS_VALUE) {
+            frame->pts = av_rescale_q(frame->pts, av_buffersink_get_time_base(graph_sink),
+                                      stream->time_base);
+          }
+          frame->best_effort_timestamp = frame->pts;
+          return true;
+        }
+        if (rc == AVERROR_EOF) return false;
+        if (rc != AVERROR(EAGAIN)) av_check(rc, "av_buffersink_get_frame", path, kExitDataErr);
+        if (graph_flushed) return false;
+      }
+      if (!decode_raw()) {
+        if (!graph) return false;
+        av_check(av_buffersrc_add_frame(graph_source, nullptr), "av_buffersrc_add_frame", path,
+                 kExitSoftware);
+        graph_flushed = true;
+        continue;
+      }
+      if (!graph) build_graph(*frame);
+      frame->pts = frame->best_effort_timestamp;
+      const int rc = av_buffersrc_add_frame(graph_source, frame.get());
+      if (rc < 0) {  // e.g. a stream whose frame size changes midway
+        throw InputError(path + ": cannot deinterlace frame " + std::to_string(next_index) + ": " +
+                             av_error_string(rc) + " (deinterlace: off reads it)",
+                         kExitDataErr);
+      }
+    }
+  }
+
   std::string decoder_name() const {
     const std::string name = decoder->codec->name;
     return hw == Hw::kOff ? name : name + " (nvdec)";
@@ -311,6 +455,9 @@ struct VideoReader::Impl {
     const auto pix_fmt = AVPixelFormat(par->format);
     if (const char* name = av_get_pix_fmt_name(pix_fmt)) info.pix_fmt = name;
     info.bit_depth = pix_fmt == AV_PIX_FMT_NONE ? 8 : format_bit_depth(pix_fmt);
+    info.alpha = has_alpha(pix_fmt);
+    info.field_order = par->field_order;
+    info.dolby_vision = av_stream_get_side_data(stream, AV_PKT_DATA_DOVI_CONF, nullptr) != nullptr;
     info.codec = avcodec_get_name(par->codec_id);
     info.time_base = to_rational(stream->time_base);
     AVRational rate = stream->avg_frame_rate;
@@ -419,6 +566,9 @@ struct VideoReader::Impl {
     }
     av_check(rc, "av_seek_frame", path, kExitDataErr);
     avcodec_flush_buffers(decoder.get());
+    av_frame_unref(primed.get());
+    have_primed = false;
+    graph.reset();  // rebuilt on the next frame
     demux_eof = false;
     last_pts = AV_NOPTS_VALUE;
     last_duration = 0;
@@ -437,7 +587,10 @@ struct VideoReader::Impl {
   void seek_to_frame(int64_t target) {
     target = std::max<int64_t>(target, 0);
     if (target == 0 || !constant_rate) return rewind_and_discard(target);
-    seek_demuxer(info.start_pts + target * frame_duration);
+    // bwdif takes the frame before as well: land at or before it, so that the target frame is
+    // deinterlaced as in a read from the start.
+    const int64_t land = deinterlace ? target - 1 : target;
+    seek_demuxer(info.start_pts + land * frame_duration);
     discard_below = target;
     seek_target = target;
     index_from_pts = true;
@@ -447,12 +600,24 @@ struct VideoReader::Impl {
   // Receives decoded frames until one is due (index >= discard_below); false at end of stream.
   bool next_frame() {
     for (;;) {
+      if (!decode_frame()) return false;
+      if (accept_frame()) return true;
+      av_frame_unref(frame.get());
+    }
+  }
+
+  // The next frame out of the decoder (the primed one first) into `frame`; false at its end.
+  bool decode_raw() {
+    if (have_primed) {
+      av_frame_move_ref(frame.get(), primed.get());
+      have_primed = false;
+      return true;
+    }
+    for (;;) {
       int rc = avcodec_receive_frame(decoder.get(), frame.get());
       if (rc == 0) {
         if (!take_frame()) continue;
-        if (accept_frame()) return true;
-        av_frame_unref(frame.get());
-        continue;
+        return true;
       }
       if (rc == AVERROR_EOF) {
         if (packets > 0 && hw_not_working("no frame decoded")) continue;
@@ -549,7 +714,7 @@ struct VideoReader::Impl {
     out.index = next_index - 1;
     out.pts = frame->best_effort_timestamp;
     out.duration = last_duration;
-    converter.convert(*frame, out.image);
+    converter.convert(*frame, out.image, &out.alpha);
     av_frame_unref(frame.get());
     ++frames_read;
     return true;

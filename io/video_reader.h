@@ -4,6 +4,16 @@
 // probe, e.g. an mp4 cut before its moov box, AvError otherwise). Every message is one line that
 // starts with the path. Move-only. Not thread-safe: one thread reads.
 //
+// What only frames carry: the constructor decodes the first frame (returned by the first read())
+// and fills VideoInfo from it where the container is silent: HDR10 mastering display and content
+// light (HEVC SEI, as x265 writes them), HDR10+ / Dolby Vision presence, the field order.
+//
+// Interlacing (ReaderOptions::deinterlace): auto deinterlaces a source flagged interlaced (its
+// field order, or its first frame) with libavfilter's bwdif, one frame per frame with the pts kept,
+// and says so in the log; off returns the frames with both fields; bwdif always deinterlaces.
+//
+// Alpha: a source with an alpha channel fills VideoFrame::alpha.
+//
 // Colour: frames are converted with the stream's YUV matrix and range; when the matrix is
 // unspecified, BT.709 is assumed for height >= 720 and BT.601 below, and an unspecified range is
 // limited ("tv") for YUV (see io/pixel_convert.h; VideoWriter applies the same rule).
@@ -41,7 +51,15 @@ struct VideoFrame {
   int64_t duration = 0;  // in time_base, 0 when unknown
   Planar image;          // [3, 1, height, width], RGB in [0, 1] (full range), source colour matrix
                          // (planes R, G, B)
+  // [1, 1, height, width] in [0, 1] (0 transparent) when the source has an alpha channel, else
+  // empty. Beside `image` rather than a 4th channel: the models take RGB.
+  Planar alpha;
 };
+
+// Deinterlacing: off (frames keep both fields, the output is flagged with the source's field
+// order), bwdif (libavfilter's bwdif, one frame per frame, for every frame), auto (bwdif when the
+// source is flagged interlaced: its field order, or its first frame).
+enum class Deinterlace { kOff, kAuto, kBwdif };
 
 struct ReaderOptions {
   // Tolerated fraction of packets that fail to decode before the file counts as corrupt.
@@ -55,6 +73,7 @@ struct ReaderOptions {
   // on any failure (see above). Software decoding uses `threads`; NVDEC one parsing thread.
   bool nvdec = false;
   int cuda_device = 0;
+  Deinterlace deinterlace = Deinterlace::kAuto;
 };
 
 class VideoReader {
@@ -79,6 +98,8 @@ class VideoReader {
   // streams always decode from the start and count. Limit: a declared-constant-rate stream that
   // has gaps only before the landing keyframe gets pts-based indices there.
   // Seeking resets the end-of-stream truncation check (done only for reads from the start).
+  // When deinterlacing, the frame before the target is decoded too, so the frames are those of a
+  // read from the start.
   void seek_to_frame(int64_t frame_index);
   // Frames returned by read() so far, and packets that failed to decode (tolerated ones).
   int64_t frames_read() const;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -17,12 +18,15 @@
 #include "io/av_handles.h"
 #include "io/av_log.h"
 #include "io/pixel_convert.h"
+#include "io/stream_copy.h"
 #include "src/base/clock.h"
 #include "src/base/error.h"
 #include "src/base/fs.h"
 #include "src/base/log.h"
 
 extern "C" {
+#include <libavutil/display.h>
+#include <libavutil/mastering_display_metadata.h>
 #include <libavutil/opt.h>
 #include <libavutil/pixdesc.h>
 }
@@ -63,6 +67,130 @@ void add_side_data(AVStream* stream, AVPacketSideDataType type, const std::vecto
   std::memcpy(data, bytes.data(), bytes.size());
 }
 
+// Muxers that store a display matrix (libavformat 5.1: the ISO BMFF family only).
+bool stores_display_matrix(const AVOutputFormat* format) {
+  static const char* const kNames[] = {"mp4", "mov", "ipod", "3gp", "3g2", "ismv", "f4v", "psp"};
+  for (const char* name : kNames) {
+    if (std::strcmp(format->name, name) == 0) return true;
+  }
+  return false;
+}
+
+// "4:2:0 10-bit with alpha": what a pixel format keeps of a picture.
+struct FormatTraits {
+  int chroma_w = 0;  // log2 of the horizontal chroma subsampling (RGB and gray: 0)
+  int chroma_h = 0;
+  int depth = 8;
+  bool alpha = false;
+  bool gray = false;
+};
+
+FormatTraits format_traits(AVPixelFormat format) {
+  FormatTraits t;
+  const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(format);
+  if (!desc) return t;
+  t.gray = desc->nb_components <= 2;
+  if (!(desc->flags & AV_PIX_FMT_FLAG_RGB) && !t.gray) {
+    t.chroma_w = desc->log2_chroma_w;
+    t.chroma_h = desc->log2_chroma_h;
+  }
+  t.depth = desc->comp[0].depth;
+  t.alpha = has_alpha(format);
+  return t;
+}
+
+std::string describe(AVPixelFormat format) {
+  const FormatTraits t = format_traits(format);
+  std::string chroma = t.gray ? "gray" : "4:4:4";
+  if (t.chroma_w == 1 && t.chroma_h == 1) chroma = "4:2:0";
+  if (t.chroma_w == 1 && t.chroma_h == 0) chroma = "4:2:2";
+  if (t.chroma_w == 2 && t.chroma_h == 0) chroma = "4:1:1";
+  if (t.chroma_w == 0 && t.chroma_h == 1) chroma = "4:4:0";
+  return std::string(av_get_pix_fmt_name(format)) + " (" + chroma + " " + std::to_string(t.depth) +
+         "-bit" + (t.alpha ? " with alpha" : "") + ")";
+}
+
+// The deprecated full-range yuvj* formats as their plain twins (the range is a tag).
+AVPixelFormat plain_format(AVPixelFormat format) {
+  switch (format) {
+    case AV_PIX_FMT_YUVJ420P:
+      return AV_PIX_FMT_YUV420P;
+    case AV_PIX_FMT_YUVJ422P:
+      return AV_PIX_FMT_YUV422P;
+    case AV_PIX_FMT_YUVJ444P:
+      return AV_PIX_FMT_YUV444P;
+    case AV_PIX_FMT_YUVJ440P:
+      return AV_PIX_FMT_YUV440P;
+    case AV_PIX_FMT_YUVJ411P:
+      return AV_PIX_FMT_YUV411P;
+    default:
+      return format;
+  }
+}
+
+// Rotates a [C,1,H,W] image by `turns` quarter turns clockwise into `out`.
+void rotate_clockwise(const Planar& in, int turns, Planar& out) {
+  const int h = in.height, w = in.width;
+  const int oh = turns % 2 ? w : h, ow = turns % 2 ? h : w;
+  if (out.channels != in.channels || out.frames != 1 || out.height != oh || out.width != ow) {
+    out = Planar(in.channels, 1, oh, ow);
+  }
+  for (int c = 0; c < in.channels; ++c) {
+    const float* src = in.plane(c, 0);
+    float* dst = out.plane(c, 0);
+    for (int y = 0; y < oh; ++y) {
+      float* row = dst + size_t(y) * ow;
+      for (int x = 0; x < ow; ++x) {
+        int sy = 0, sx = 0;
+        if (turns == 1) sy = h - 1 - x, sx = y;  // clockwise: left column becomes top row
+        if (turns == 2) sy = h - 1 - y, sx = w - 1 - x;
+        if (turns == 3) sy = x, sx = w - 1 - y;  // counter-clockwise
+        row[x] = src[size_t(sy) * w + sx];
+      }
+    }
+  }
+}
+
+// Turns "k1=v1:k2=v2" into its keys.
+bool has_param(const std::string& params, const std::string& key) {
+  size_t at = 0;
+  while (at <= params.size()) {
+    const size_t end = std::min(params.find(':', at), params.size());
+    const std::string item = params.substr(at, end - at);
+    if (item.substr(0, item.find('=')) == key) return true;
+    at = end + 1;
+  }
+  return false;
+}
+
+// x265's master-display / max-cll values from libav's side data (x265 units: chromaticities in
+// 1/50000, luminance in 1/10000 cd/m²).
+std::string x265_master_display(const std::vector<uint8_t>& bytes) {
+  if (bytes.size() < sizeof(AVMasteringDisplayMetadata)) return {};
+  AVMasteringDisplayMetadata m;
+  std::memcpy(&m, bytes.data(), sizeof(m));
+  if (!m.has_primaries || !m.has_luminance) return {};
+  auto q = [](AVRational r, int scale) { return std::to_string(av_rescale(r.num, scale, r.den)); };
+  // libav's primaries are R, G, B; x265 wants G, B, R.
+  const int order[3] = {1, 2, 0};
+  const char* names[3] = {"G", "B", "R"};
+  std::string out;
+  for (int i = 0; i < 3; ++i) {
+    const AVRational* p = m.display_primaries[order[i]];
+    out += std::string(names[i]) + "(" + q(p[0], 50000) + "," + q(p[1], 50000) + ")";
+  }
+  out += "WP(" + q(m.white_point[0], 50000) + "," + q(m.white_point[1], 50000) + ")";
+  out += "L(" + q(m.max_luminance, 10000) + "," + q(m.min_luminance, 10000) + ")";
+  return out;
+}
+
+std::string x265_max_cll(const std::vector<uint8_t>& bytes) {
+  if (bytes.size() < sizeof(AVContentLightMetadata)) return {};
+  AVContentLightMetadata light;
+  std::memcpy(&light, bytes.data(), sizeof(light));
+  return std::to_string(light.MaxCLL) + "," + std::to_string(light.MaxFALL);
+}
+
 }  // namespace
 
 struct VideoWriter::Impl {
@@ -78,13 +206,16 @@ struct VideoWriter::Impl {
   std::vector<std::unique_ptr<PlanarToFrame>> converters;  // write_batch's other workers
   FramePtr frame = make_frame();
   PacketPtr packet = make_packet();
+  // Rotation applied to the pixels (clockwise quarter turns) where the container cannot store
+  // the source's display matrix; scratch images for it, one per converter.
+  int turns = 0;
+  std::vector<Planar> turned;
+  std::vector<Planar> turned_alpha;
+  // What the output cannot hold of the source, one line each (VideoWriter::dropped()).
+  std::vector<std::string> dropped;
 
-  // Audio/subtitle stream copy from the source: one packet read ahead.
-  FormatInputPtr source;
-  std::vector<int> stream_map;  // source stream index → output stream index, -1 = not copied
-  PacketPtr source_packet = make_packet();
-  bool source_pending = false;
-  bool source_done = true;
+  // Audio, subtitles, chapters, attachments, cover art from the source (null: none).
+  std::unique_ptr<SourceCopy> source;
 
   int64_t frames = 0;
   int64_t video_packets = 0;
@@ -150,8 +281,18 @@ struct VideoWriter::Impl {
     }
   }
 
-  AVPixelFormat choose_pix_fmt(const AVCodec* codec) const {
+  // Notes a loss of the source's content: a warning in the log, a line in dropped().
+  void drop(const std::string& what) {
+    log->warn("{}: {}", final_path, what);
+    dropped.push_back(what);
+  }
+
+  // The explicit pix_fmt, else the source's own when the encoder takes it, else the encoder's
+  // format nearest to it (libavcodec's loss ranking: chroma, depth, alpha); a loss of chroma
+  // resolution, bit depth or alpha is reported.
+  AVPixelFormat choose_pix_fmt(const AVCodec* codec) {
     const EncodeSettings& settings = config.encode;
+    const VideoInfo& src = config.source;
     if (!settings.pix_fmt.empty()) {
       const AVPixelFormat wanted = av_get_pix_fmt(settings.pix_fmt.c_str());
       if (wanted == AV_PIX_FMT_NONE) {
@@ -168,14 +309,96 @@ struct VideoWriter::Impl {
                             kExitDataErr);
         }
       }
+      if (src.alpha && !has_alpha(wanted)) {
+        drop("alpha channel dropped: pix_fmt " + settings.pix_fmt + " has none");
+      }
       return wanted;
     }
-    const AVPixelFormat wanted =
-        config.source.bit_depth > 8 ? AV_PIX_FMT_YUV420P10LE : AV_PIX_FMT_YUV420P;
-    if (!codec->pix_fmts) return wanted;
-    const AVPixelFormat nearest =
-        avcodec_find_best_pix_fmt_of_list(codec->pix_fmts, wanted, 0, nullptr);
-    return nearest == AV_PIX_FMT_NONE ? codec->pix_fmts[0] : nearest;
+    AVPixelFormat source = plain_format(av_get_pix_fmt(src.pix_fmt.c_str()));
+    const AVPixFmtDescriptor* source_desc = av_pix_fmt_desc_get(source);
+    if (!source_desc ||
+        (source_desc->flags & (AV_PIX_FMT_FLAG_HWACCEL | AV_PIX_FMT_FLAG_BITSTREAM))) {
+      source = src.bit_depth > 8 ? AV_PIX_FMT_YUV420P10LE : AV_PIX_FMT_YUV420P;
+    }
+    if (!codec->pix_fmts) return source;
+    // Candidates: what the encoder takes and libswscale writes, without the yuvj* twins.
+    std::vector<AVPixelFormat> candidates;
+    for (const AVPixelFormat* p = codec->pix_fmts; *p != AV_PIX_FMT_NONE; ++p) {
+      if (*p == source) return source;
+      const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(*p);
+      if (!desc || (desc->flags & AV_PIX_FMT_FLAG_HWACCEL) || plain_format(*p) != *p ||
+          !sws_isSupportedOutput(*p)) {
+        continue;
+      }
+      candidates.push_back(*p);
+    }
+    if (candidates.empty()) return codec->pix_fmts[0];
+    candidates.push_back(AV_PIX_FMT_NONE);
+    const AVPixelFormat chosen =
+        avcodec_find_best_pix_fmt_of_list(candidates.data(), source, src.alpha ? 1 : 0, nullptr);
+    if (chosen == AV_PIX_FMT_NONE) return candidates.front();
+    const FormatTraits from = format_traits(source), to = format_traits(chosen);
+    if (src.alpha && !to.alpha) {
+      drop(std::string("alpha channel dropped: encoder ") + codec->name +
+           " has no pixel format with alpha");
+    }
+    const bool coarser = !from.gray && (to.chroma_w > from.chroma_w || to.chroma_h > from.chroma_h);
+    if (coarser || to.depth < from.depth) {
+      drop("pixel format " + describe(source) + " written as " + describe(chosen) + ": encoder " +
+           codec->name + " has nothing closer");
+    } else if (chosen != source) {
+      log->info("{}: pixel format {} written as {} (encoder {})", final_path, describe(source),
+                describe(chosen), codec->name);
+    }
+    return chosen;
+  }
+
+  // Clockwise quarter turns that show the picture upright, when the container cannot store the
+  // display matrix (0 otherwise, or when there is none).
+  int pixel_turns() {
+    const VideoInfo& src = config.source;
+    if (src.display_matrix.size() < 9 * sizeof(int32_t)) return 0;
+    if (stores_display_matrix(output->oformat)) return 0;
+    // The matrix rotates counter-clockwise by rotation_degrees; showing it means turning the
+    // picture clockwise by that much (the ffmpeg CLI's autorotate rule).
+    double theta = std::fmod(-src.rotation_degrees, 360.0);
+    if (theta < 0) theta += 360.0;
+    const int quarter = int(std::lround(theta / 90.0)) % 4;
+    int32_t m[9];
+    std::memcpy(m, src.display_matrix.data(), sizeof(m));
+    const bool flipped = int64_t(m[0]) * m[4] - int64_t(m[1]) * m[3] < 0;
+    if (std::fabs(theta - 90.0 * std::lround(theta / 90.0)) > 1.0 || flipped) {
+      drop("display matrix (rotation " + std::to_string(src.rotation_degrees) +
+           (flipped ? ", mirrored" : "") + "): container " + output->oformat->name +
+           " cannot store it and only quarter turns are applied to the pixels");
+      return 0;
+    }
+    if (quarter != 0) {
+      log->info(
+          "{}: container {} cannot store the display rotation: the picture is turned {} "
+          "degrees clockwise instead",
+          final_path, output->oformat->name, quarter * 90);
+    }
+    return quarter;
+  }
+
+  // x265-params with the source's HDR10 static metadata (master-display, max-cll) added, unless
+  // the job's options set them; the job's other x265-params are kept.
+  void add_hdr_params(const AVCodec* codec, AVDictionary** options) const {
+    if (std::strcmp(codec->name, "libx265") != 0) return;
+    const VideoInfo& src = config.source;
+    const std::string master = x265_master_display(src.mastering_display);
+    const std::string cll = x265_max_cll(src.content_light);
+    if (master.empty() && cll.empty()) return;
+    const AVDictionaryEntry* e = av_dict_get(*options, "x265-params", nullptr, 0);
+    std::string params = e ? e->value : "";
+    auto add = [&](const std::string& key, const std::string& value) {
+      if (value.empty() || has_param(params, key)) return;
+      params += (params.empty() ? "" : ":") + key + "=" + value;
+    };
+    add("master-display", master);
+    add("max-cll", cll);
+    av_dict_set(options, "x265-params", params.c_str(), 0);
   }
 
   void open_encoder() {
@@ -191,19 +414,80 @@ struct VideoWriter::Impl {
                         kExitCantCreat);
     }
     log = wm::log::get(std::string("enc:") + codec->name);
+    const AVPixelFormat pix_fmt = choose_pix_fmt(codec);
+    turns = pixel_turns();
+    // The picture as encoded: turned, then (only where the encoder requires it) cropped to its
+    // chroma subsampling.
+    const int width = turns % 2 ? config.height : config.width;
+    const int height = turns % 2 ? config.width : config.height;
+    int rc = open_codec(codec, pix_fmt, width, height, /*quiet=*/true);
+    const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(pix_fmt);
+    const int even_w = width & ~((1 << desc->log2_chroma_w) - 1);
+    const int even_h = height & ~((1 << desc->log2_chroma_h) - 1);
+    if (rc < 0 && (even_w != width || even_h != height) && even_w > 0 && even_h > 0) {
+      const int retry = open_codec(codec, pix_fmt, even_w, even_h, /*quiet=*/false);
+      if (retry >= 0) {
+        log->warn(
+            "{}: output {}x{} cropped to {}x{}: encoder {} needs sizes that are multiples "
+            "of its {} chroma subsampling",
+            final_path, width, height, even_w, even_h, codec->name, av_get_pix_fmt_name(pix_fmt));
+        dropped.push_back("last " + std::string(even_w != width ? "column" : "") +
+                          (even_w != width && even_h != height ? " and " : "") +
+                          (even_h != height ? "row" : "") + " of pixels: encoder " + codec->name +
+                          " needs even sizes for " + av_get_pix_fmt_name(pix_fmt));
+      }
+      rc = retry;
+    } else if (rc < 0) {
+      rc = open_codec(codec, pix_fmt, width, height, /*quiet=*/false);  // again, to log why
+    }
+    if (rc < 0) {
+      throw AvError(final_path + ": cannot open encoder " + codec->name + " (" +
+                        av_get_pix_fmt_name(pix_fmt) + "): " + av_error_string(rc),
+                    rc, "avcodec_open2", kExitDataErr);
+    }
+    AVCodecContext* enc = encoder.get();
+    converter = std::make_unique<PlanarToFrame>(enc->width, enc->height, pix_fmt, enc->colorspace,
+                                                enc->color_range, settings.convert_threads);
+    converter->crop_from(width, height);
+    frame->format = pix_fmt;
+    frame->width = enc->width;
+    frame->height = enc->height;
+    av_check(av_frame_get_buffer(frame.get(), 0), "av_frame_get_buffer", final_path, kExitSoftware);
+    log->debug("{}: {} {}x{} {} time base {}/{}", final_path, codec->name, enc->width, enc->height,
+               av_get_pix_fmt_name(pix_fmt), enc->time_base.num, enc->time_base.den);
+  }
+
+  // Opens the encoder at width x height (a fresh context each time); returns avcodec_open2's
+  // code. `quiet`: libav's lines about a failure go to the debug level (a retry follows).
+  // Options the encoder does not know throw.
+  int open_codec(const AVCodec* codec, AVPixelFormat pix_fmt, int width, int height, bool quiet) {
+    const EncodeSettings& settings = config.encode;
     encoder.reset(avcodec_alloc_context3(codec));
     if (!encoder) throw std::bad_alloc();
     AVCodecContext* enc = encoder.get();
-    const AVPixelFormat pix_fmt = choose_pix_fmt(codec);
     const bool rgb = is_rgb_format(pix_fmt);
     const VideoInfo& src = config.source;
     enc->codec_type = AVMEDIA_TYPE_VIDEO;
-    enc->width = config.width;
-    enc->height = config.height;
+    enc->width = width;
+    enc->height = height;
     enc->pix_fmt = pix_fmt;
     enc->time_base = to_av(config.time_base);
     if (valid(config.frame_rate)) enc->framerate = to_av(config.frame_rate);
-    if (valid(src.sample_aspect_ratio)) enc->sample_aspect_ratio = to_av(src.sample_aspect_ratio);
+    if (valid(src.sample_aspect_ratio)) {
+      enc->sample_aspect_ratio = to_av(src.sample_aspect_ratio);
+      if (turns % 2) std::swap(enc->sample_aspect_ratio.num, enc->sample_aspect_ratio.den);
+    }
+    // Interlaced sources keep their fields unless the reader deinterlaced them.
+    const bool interlaced = !src.deinterlaced && src.field_order >= AV_FIELD_TT &&
+                            src.field_order <= AV_FIELD_BT && turns % 2 == 0;
+    // Progressive when known (deinterlaced, or so flagged); a turned interlaced picture is neither.
+    const bool progressive =
+        src.deinterlaced || (src.field_order == AV_FIELD_PROGRESSIVE && turns % 2 == 0);
+    enc->field_order = progressive  ? AV_FIELD_PROGRESSIVE
+                       : interlaced ? AVFieldOrder(src.field_order)
+                                    : AV_FIELD_UNKNOWN;
+    if (interlaced) enc->flags |= AV_CODEC_FLAG_INTERLACED_DCT | AV_CODEC_FLAG_INTERLACED_ME;
+    if (quiet) enc->log_level_offset = AV_LOG_DEBUG - AV_LOG_ERROR;
     enc->color_primaries = AVColorPrimaries(src.color_primaries);
     enc->color_trc = AVColorTransferCharacteristic(src.color_trc);
     enc->colorspace = rgb ? AVCOL_SPC_RGB : AVColorSpace(src.colorspace);
@@ -231,15 +515,13 @@ struct VideoWriter::Impl {
     for (const auto& [key, value] : settings.options) {
       av_dict_set(&raw_options, key.c_str(), value.c_str(), 0);
     }
+    add_hdr_params(codec, &raw_options);
     std::unique_ptr<AVDictionary, AvDictionaryDeleter> options(raw_options);
     raw_options = options.release();
     const int rc = open_codec_niced(enc, codec, &raw_options, config.encode.nice);
     options.reset(raw_options);
-    if (rc < 0) {
-      throw AvError(final_path + ": cannot open encoder " + codec->name + " (" +
-                        av_get_pix_fmt_name(pix_fmt) + "): " + av_error_string(rc),
-                    rc, "avcodec_open2", kExitDataErr);
-    }
+    enc->log_level_offset = 0;
+    if (rc < 0) return rc;
     // Left over: an option neither the codec context nor the encoder knows (crf and preset are
     // only set where the encoder has them, so this is one of the job's options).
     if (const AVDictionaryEntry* e =
@@ -247,15 +529,7 @@ struct VideoWriter::Impl {
       throw Error(final_path + ": encoder " + codec->name + " has no option '" + e->key + "'",
                   kExitDataErr);
     }
-    converter =
-        std::make_unique<PlanarToFrame>(config.width, config.height, pix_fmt, enc->colorspace,
-                                        enc->color_range, settings.convert_threads);
-    frame->format = pix_fmt;
-    frame->width = config.width;
-    frame->height = config.height;
-    av_check(av_frame_get_buffer(frame.get(), 0), "av_frame_get_buffer", final_path, kExitSoftware);
-    log->debug("{}: {} {}x{} {} time base {}/{}", final_path, codec->name, config.width,
-               config.height, av_get_pix_fmt_name(pix_fmt), enc->time_base.num, enc->time_base.den);
+    return rc;
   }
 
   void add_video_stream() {
@@ -267,57 +541,36 @@ struct VideoWriter::Impl {
     if (valid(config.frame_rate)) video_stream->avg_frame_rate = to_av(config.frame_rate);
     video_stream->sample_aspect_ratio = encoder->sample_aspect_ratio;
     const VideoInfo& src = config.source;
-    add_side_data(video_stream, AV_PKT_DATA_DISPLAYMATRIX, src.display_matrix);
+    if (turns == 0) add_side_data(video_stream, AV_PKT_DATA_DISPLAYMATRIX, src.display_matrix);
     add_side_data(video_stream, AV_PKT_DATA_MASTERING_DISPLAY_METADATA, src.mastering_display);
     add_side_data(video_stream, AV_PKT_DATA_CONTENT_LIGHT_LEVEL, src.content_light);
+    // libavcodec 5.1's encoders take neither from frames: what is dynamic is lost.
+    if (src.hdr10_plus) {
+      drop(std::string("HDR10+ dynamic metadata: encoder ") + encoder->codec->name +
+           " cannot write it (the HDR10 static metadata is kept)");
+    }
+    if (src.dolby_vision) {
+      drop(std::string("Dolby Vision metadata: encoder ") + encoder->codec->name +
+           " cannot write it (the base layer's HDR10 metadata is kept)");
+    }
   }
 
   void open_source() {
     const EncodeSettings& settings = config.encode;
-    if (config.source_path.empty() || !(settings.copy_audio || settings.copy_subtitles)) return;
-    AVFormatContext* raw = nullptr;
-    int rc = avformat_open_input(&raw, config.source_path.c_str(), nullptr, nullptr);
-    if (rc < 0) {
-      const bool missing = rc == AVERROR(ENOENT) || rc == AVERROR(EACCES);
-      throw InputError(config.source_path + ": " + av_error_string(rc),
-                       missing ? kExitNoInput : kExitDataErr);
+    if (config.source_path.empty() ||
+        !(settings.copy_audio || settings.copy_subtitles || settings.copy_other)) {
+      return;
     }
-    source.reset(raw);
-    rc = avformat_find_stream_info(source.get(), nullptr);
-    if (rc < 0) {
-      throw InputError(config.source_path + ": cannot read stream info: " + av_error_string(rc),
-                       kExitDataErr);
-    }
-    stream_map.assign(source->nb_streams, -1);
-    for (unsigned i = 0; i < source->nb_streams; ++i) {
-      AVStream* in = source->streams[i];
-      const AVCodecParameters* par = in->codecpar;
-      const bool audio = par->codec_type == AVMEDIA_TYPE_AUDIO && settings.copy_audio;
-      const bool subtitle = par->codec_type == AVMEDIA_TYPE_SUBTITLE && settings.copy_subtitles;
-      in->discard = AVDISCARD_ALL;
-      if (!audio && !subtitle) continue;
-      const char* name = avcodec_get_name(par->codec_id);
-      // 1: yes, 0: no, < 0: the muxer cannot tell (let it try).
-      if (avformat_query_codec(output->oformat, par->codec_id, FF_COMPLIANCE_NORMAL) == 0) {
-        log->warn("{}: skipping {} stream #{} ({}): container {} cannot hold it", final_path,
-                  audio ? "audio" : "subtitle", i, name, output->oformat->name);
-        continue;
-      }
-      AVStream* out = avformat_new_stream(output.get(), nullptr);
-      if (!out) throw std::bad_alloc();
-      av_check(avcodec_parameters_copy(out->codecpar, par), "avcodec_parameters_copy", final_path,
-               kExitSoftware);
-      out->codecpar->codec_tag = 0;
-      out->time_base = in->time_base;
-      out->disposition = in->disposition;
-      av_dict_copy(&out->metadata, in->metadata, 0);
-      in->discard = AVDISCARD_DEFAULT;
-      stream_map[i] = out->index;
-    }
-    // File-level tags (title, ...) as the ffmpeg CLI copies them; "encoder" is ours to write.
-    av_dict_copy(&output->metadata, source->metadata, 0);
-    av_dict_set(&output->metadata, "encoder", nullptr, 0);
-    source_done = false;
+    source = std::make_unique<SourceCopy>(
+        config.source_path, output.get(), video_stream,
+        CopyChoice{settings.copy_audio, settings.copy_subtitles, settings.copy_other}, final_path,
+        log);
+    dropped.insert(dropped.end(), source->dropped().begin(), source->dropped().end());
+  }
+
+  // Copies source packets whose timestamp is <= `ts` (in `tb`); everything when `all`.
+  void copy_source_until(int64_t ts, AVRational tb, bool all) {
+    if (source) source->copy_until(ts, tb, all, [this](AVPacket* pkt) { write_packet(pkt); });
   }
 
   void open_file() {
@@ -366,41 +619,6 @@ struct VideoWriter::Impl {
     writeback_fd = -1;
   }
 
-  // Copies source packets whose timestamp is <= `ts` (in `tb`); everything when `all`.
-  void copy_source_until(int64_t ts, AVRational tb, bool all) {
-    while (!source_done) {
-      if (!source_pending) {
-        const int rc = av_read_frame(source.get(), source_packet.get());
-        if (rc < 0) {
-          if (rc != AVERROR_EOF) {
-            log->warn("{}: stopped copying audio/subtitles: {}: {}", final_path, config.source_path,
-                      av_error_string(rc));
-          }
-          source_done = true;
-          return;
-        }
-        if (stream_map[source_packet->stream_index] < 0) {
-          av_packet_unref(source_packet.get());
-          continue;
-        }
-        source_pending = true;
-      }
-      AVPacket* pkt = source_packet.get();
-      const AVStream* in = source->streams[pkt->stream_index];
-      const int64_t t = pkt->dts != AV_NOPTS_VALUE ? pkt->dts : pkt->pts;
-      if (!all && t != AV_NOPTS_VALUE && ts != AV_NOPTS_VALUE &&
-          av_compare_ts(t, in->time_base, ts, tb) > 0) {
-        return;
-      }
-      AVStream* out = output->streams[stream_map[pkt->stream_index]];
-      pkt->stream_index = out->index;
-      av_packet_rescale_ts(pkt, in->time_base, out->time_base);
-      pkt->pos = -1;
-      source_pending = false;
-      write_packet(pkt);  // unrefs pkt
-    }
-  }
-
   void drain_encoder() {
     for (;;) {
       const int rc = avcodec_receive_packet(encoder.get(), packet.get());
@@ -434,8 +652,8 @@ struct VideoWriter::Impl {
   void new_buffer(AVFrame& f) const {
     av_frame_unref(&f);
     f.format = encoder->pix_fmt;
-    f.width = config.width;
-    f.height = config.height;
+    f.width = encoder->width;
+    f.height = encoder->height;
     av_check(av_frame_get_buffer(&f, 0), "av_frame_get_buffer", final_path, kExitSoftware);
   }
 
@@ -449,6 +667,9 @@ struct VideoWriter::Impl {
     f.colorspace = encoder->colorspace;
     f.color_range = encoder->color_range;
     f.sample_aspect_ratio = encoder->sample_aspect_ratio;
+    const AVFieldOrder order = encoder->field_order;
+    f.interlaced_frame = order >= AV_FIELD_TT && order <= AV_FIELD_BT;
+    f.top_field_first = order == AV_FIELD_TT || order == AV_FIELD_BT;
     const Clock::time_point start = Clock::now();
     const int rc = avcodec_send_frame(encoder.get(), &f);
     if (rc < 0) {
@@ -461,14 +682,34 @@ struct VideoWriter::Impl {
     seconds.encode += seconds_since(start);
   }
 
+  // Converts `in` (turned first where the rotation goes into the pixels; its alpha, if any, too)
+  // with `conv`; `slot` names the scratch images of the calling worker.
+  void convert_with(PlanarToFrame& conv, size_t slot, const VideoFrame& in, AVFrame& out) {
+    const Planar* image = &in.image;
+    const Planar* alpha = in.alpha.empty() ? nullptr : &in.alpha;
+    if (turns) {
+      rotate_clockwise(in.image, turns, turned[slot]);
+      image = &turned[slot];
+      if (alpha) {
+        rotate_clockwise(in.alpha, turns, turned_alpha[slot]);
+        alpha = &turned_alpha[slot];
+      }
+    }
+    conv.convert(*image, out, alpha);
+  }
+
   void write(const VideoFrame& in) {
     check_open();
+    if (turned.empty()) {
+      turned.resize(1);
+      turned_alpha.resize(1);
+    }
     check_pts(in.pts, last_pts);
     // Frame-threaded encoders may still hold the previous buffer: take a fresh one rather than
     // av_frame_make_writable(), which would copy pixels that are about to be overwritten.
     if (!av_frame_is_writable(frame.get())) new_buffer(*frame);
     const Clock::time_point start = Clock::now();
-    converter->convert(in.image, *frame);
+    convert_with(*converter, 0, in, *frame);
     seconds.convert += seconds_since(start);
     send(*frame, in);
   }
@@ -483,8 +724,14 @@ struct VideoWriter::Impl {
     }
     while (converters.size() < workers - 1) {
       converters.push_back(std::make_unique<PlanarToFrame>(
-          config.width, config.height, encoder->pix_fmt, encoder->colorspace, encoder->color_range,
-          config.encode.convert_threads));
+          encoder->width, encoder->height, encoder->pix_fmt, encoder->colorspace,
+          encoder->color_range, config.encode.convert_threads));
+      converters.back()->crop_from(turns % 2 ? config.height : config.width,
+                                   turns % 2 ? config.width : config.height);
+    }
+    if (turned.size() < workers) {
+      turned.resize(workers);
+      turned_alpha.resize(workers);
     }
     const Clock::time_point start = Clock::now();
     std::vector<FramePtr> out(in.size());
@@ -498,7 +745,7 @@ struct VideoWriter::Impl {
     auto work = [&](size_t w) {
       try {
         PlanarToFrame& conv = w == 0 ? *converter : *converters[w - 1];
-        for (size_t i = w; i < in.size(); i += workers) conv.convert(in[i].image, *out[i]);
+        for (size_t i = w; i < in.size(); i += workers) convert_with(conv, w, in[i], *out[i]);
       } catch (...) {
         failed[w] = std::current_exception();
       }
@@ -543,6 +790,22 @@ struct VideoWriter::Impl {
   }
 };
 
+Planar resize_alpha(const Planar& alpha, int width, int height) {
+  if (alpha.width == width && alpha.height == height) return alpha.clone();
+  SwsContextPtr sws(sws_getContext(alpha.width, alpha.height, AV_PIX_FMT_GRAYF32, width, height,
+                                   AV_PIX_FMT_GRAYF32, SWS_BICUBIC | SWS_ACCURATE_RND, nullptr,
+                                   nullptr, nullptr));
+  if (!sws) throw Error("cannot resize an alpha plane", kExitSoftware);
+  Planar out(1, 1, height, width);
+  const uint8_t* src[4] = {reinterpret_cast<const uint8_t*>(alpha.plane(0, 0))};
+  const int src_stride[4] = {int(alpha.width * sizeof(float))};
+  uint8_t* dst[4] = {reinterpret_cast<uint8_t*>(out.plane(0, 0))};
+  const int dst_stride[4] = {int(width * sizeof(float))};
+  sws_scale(sws.get(), src, src_stride, 0, alpha.height, dst, dst_stride);
+  for (float& v : out.data) v = std::min(1.0f, std::max(0.0f, v));
+  return out;
+}
+
 VideoWriter::VideoWriter(const WriterConfig& config) : impl_(std::make_unique<Impl>(config)) {}
 VideoWriter::~VideoWriter() = default;
 VideoWriter::VideoWriter(VideoWriter&&) noexcept = default;
@@ -578,5 +841,7 @@ int64_t VideoWriter::finish() {
 }
 
 int64_t VideoWriter::frames_written() const { return impl_->frames; }
+
+std::vector<std::string> VideoWriter::dropped() const { return impl_->dropped; }
 
 }  // namespace wm::io

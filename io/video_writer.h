@@ -2,8 +2,9 @@
 // into a file that appears at its final path only when complete and verified.
 //
 // It writes to "<final>.partial" (hidden temp name in the same folder), copies audio/subtitle
-// packets from `source_path` (if any) interleaved by time, carries colour primaries/transfer/
-// matrix/range, the rotation display matrix and HDR side data from `source`, writes the trailer,
+// packets from `source_path` (if any) interleaved by time, with its chapters, attachments (fonts
+// of ASS subtitles) and cover art, carries colour primaries/transfer/matrix/range, the rotation
+// display matrix, HDR side data and the field order from `source`, writes the trailer,
 // fsyncs, reopens the temp file to verify the video frame count, then renames it into place.
 // If anything fails (or the object is destroyed before finish()) the temp file is removed and no
 // file exists at the final path. Constructor opens or throws OutputError (kExitCantCreat for an
@@ -13,12 +14,28 @@
 // an output height >= 720 and BT.601 below (the rule VideoReader uses to read the output back).
 // The output carries the source's primaries/transfer/matrix tags as they are; the range is the
 // source's, or limited ("tv") when unspecified, and is tagged.
-// pix_fmt: the setting, else yuv420p (8-bit source) / yuv420p10le (deeper); when the encoder
-// cannot take the default, its nearest supported format (an explicit unsupported pix_fmt is an
-// error). Streams the container cannot hold (e.g. subrip in mp4) are skipped with a warning.
-// The display matrix is carried as stream side data (mp4/mov write it; libavformat 5.1's
-// Matroska muxer does not), as are mastering display / content light metadata. Stream tags
-// (language, ...) of copied streams and the source's file-level tags are copied too.
+// pix_fmt: the setting, else the source's own format (its chroma subsampling, bit depth and
+// alpha) when the encoder takes it, else the encoder's nearest format (libavcodec's loss ranking);
+// a loss of chroma resolution, depth or alpha is a warning and a dropped() line. An explicit
+// unsupported pix_fmt is an error. Alpha comes in VideoFrame::alpha (opaque when absent).
+// Size: frames are config.width x config.height; an odd size is encoded as it is unless the
+// encoder refuses it for its chroma subsampling (x264 4:2:0), then the last column/row is cropped
+// (a warning and a dropped() line).
+// Streams: audio and subtitles are copied (those the container cannot hold, e.g. subrip in mp4,
+// are dropped() lines), chapters where the container holds them, attachments into Matroska, cover
+// art (mp4/mov: an attached picture; Matroska: a "cover.png"/"cover.jpg" attachment). Other
+// video streams and data streams are dropped() lines. Stream tags of copied streams, of the
+// source's video stream and the file-level tags are copied too.
+// Rotation: the display matrix is carried as stream side data where the container stores it
+// (the mp4/mov family in libavformat 5.1); elsewhere (Matroska) the pixels are turned by quarter
+// turns instead (logged), and the encoded size is turned with them.
+// HDR: mastering display / content light metadata go to the stream's side data (mp4/mov/mkv
+// write them) and, for libx265, into x265-params (master-display, max-cll, unless the job's
+// options set them) so the bitstream's SEI has them too. HDR10+ and Dolby Vision metadata cannot
+// be written by libavcodec 5.1's encoders: dropped() lines.
+// Interlacing: unless the source was deinterlaced (VideoInfo::deinterlaced) an interlaced
+// source's field order is the output's (codec parameters, frame flags, x264's interlaced coding);
+// a deinterlaced one is flagged progressive.
 // Errors: OutputError kExitCantCreat when the folder is missing or unwritable or the container
 // cannot hold the codec; OutputError kExitIoErr when a write, fsync, verify or rename fails.
 #pragma once
@@ -54,6 +71,9 @@ struct EncodeSettings {
   std::vector<std::pair<std::string, std::string>> options;
   bool copy_audio = true;
   bool copy_subtitles = true;
+  // Chapters, attachments (fonts of ASS subtitles), cover art; off for farm segments, whose
+  // assembly muxes the source's streams.
+  bool copy_other = true;
 };
 
 struct WriterConfig {
@@ -70,6 +90,10 @@ struct WriterConfig {
   // rounds the start of e.g. 30000/1001 fps chunks). Other containers: no effect.
   bool exact_timescale = false;
 };
+
+// An alpha plane [1,1,h,w] resized to width x height (bicubic, clamped to [0,1]): a source's
+// alpha for a model's output size (the models see RGB only). The same plane when the size is.
+Planar resize_alpha(const Planar& alpha, int width, int height);
 
 class VideoWriter {
  public:
@@ -88,6 +112,10 @@ class VideoWriter {
   // fsyncs, verifies, renames to the final path. Returns the number of video frames written.
   int64_t finish();
   int64_t frames_written() const;
+  // What the output cannot hold of the source, one line each (each was also a warning in the
+  // log): streams the container rejects, a pixel format the encoder cannot keep, alpha, HDR10+ /
+  // Dolby Vision, a cropped row or column. Complete once the constructor has returned.
+  std::vector<std::string> dropped() const;
 
   // Where the writer spent its time (wall seconds): converting frames to the encoder's format
   // (a batch's workers together count once), handing them to the encoder and muxing what it

@@ -171,6 +171,7 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
       in.frames = r.frames;
       in.metrics = r.metrics;
       in.decoder = r.decoder;
+      in.dropped = r.dropped;
       in.state = InputState::kDone;
       in.seconds += r.finish_seconds;  // its own time, not the next input's
     } catch (const Error& e) {
@@ -213,6 +214,7 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
         in.frames = runner->process(in.input, in.output, options, progress);
         in.metrics = runner->metrics();
         in.decoder = runner->decoder();
+        in.dropped = runner->dropped();
         in.state = InputState::kDone;
       }
     } catch (const Error& e) {
@@ -249,6 +251,7 @@ void write_report(const std::string& path, const std::vector<JobOutcome>& outcom
                           {"fps", in.seconds > 0 ? in.frames / in.seconds : 0.0}};
       for (const auto& [name, value] : in.metrics) j[name] = value;
       if (!in.decoder.empty()) j["decoder"] = in.decoder;
+      if (in.state == InputState::kDone) j["dropped"] = in.dropped;
       if (in.state == InputState::kFailed) {
         j["error"] = in.error;
         j["exit_code"] = in.exit_code;

@@ -526,6 +526,7 @@ class ReconstructRunner : public TaskRunner {
     const int64_t written = writer.finish();
     progress.end();
     decoder_name_ = reader.decoder_name();
+    dropped_ = writer.dropped();
     metrics_ = {{"psnr", meter.psnr()}, {"ssim", meter.ssim()}};
     log::get("job:" + job_.name)
         ->info("{}: reconstruction PSNR {:.2f} dB, SSIM {:.4f} over {} frames", input, meter.psnr(),
@@ -534,6 +535,7 @@ class ReconstructRunner : public TaskRunner {
   }
   std::map<std::string, double> metrics() const override { return metrics_; }
   std::string decoder() const override { return decoder_name_; }
+  std::vector<std::string> dropped() const override { return dropped_; }
 
  private:
   static ModelConfig with_task(ModelConfig config, const char* task) {
@@ -545,6 +547,7 @@ class ReconstructRunner : public TaskRunner {
   ModelSet decoder_;
   std::map<std::string, double> metrics_;
   std::string decoder_name_;
+  std::vector<std::string> dropped_;
 };
 
 }  // namespace

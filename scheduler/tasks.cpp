@@ -59,6 +59,7 @@ PendingOutput finish_video(std::unique_ptr<io::VideoWriter> writer, TaskResult p
                  check = std::move(check)]() mutable {
     const Clock::time_point start = Clock::now();
     partial.frames = writer->finish();
+    partial.dropped = writer->dropped();
     const io::VideoWriter::Seconds seconds = writer->seconds();
     partial.metrics["writer_convert_seconds"] = seconds.convert;
     partial.metrics["writer_encode_seconds"] = seconds.encode;
@@ -90,6 +91,9 @@ io::ReaderOptions reader_options(const JobSpec& job, const std::vector<Device>& 
   const Device* gpu = first_gpu(devices);
   options.nvdec = job.decode == DecodeMode::kNvdec || (job.decode == DecodeMode::kAuto && gpu);
   options.cuda_device = gpu ? gpu->index : 0;
+  options.deinterlace = job.deinterlace == DeinterlaceMode::kOff     ? io::Deinterlace::kOff
+                        : job.deinterlace == DeinterlaceMode::kBwdif ? io::Deinterlace::kBwdif
+                                                                     : io::Deinterlace::kAuto;
   return options;
 }
 
@@ -111,15 +115,6 @@ io::EncodeSettings encode_settings(const EncodeSpec& spec, const std::vector<Dev
 }
 
 namespace {
-
-// Encoders for 4:2:0 / 4:2:2 need even sizes; an odd size loses its last row/column.
-void even_size(const std::string& pix_fmt, int& width, int& height) {
-  const bool is444 = pix_fmt.find("444") != std::string::npos || pix_fmt.rfind("gbr", 0) == 0 ||
-                     pix_fmt.rfind("rgb", 0) == 0;
-  if (is444) return;
-  width &= ~1;
-  if (pix_fmt.find("422") == std::string::npos) height &= ~1;
-}
 
 bool is_tensor_file(const std::string& path) {
   const std::string tail = ".safetensors";
@@ -158,14 +153,7 @@ class UpscaleRunner : public FinishingRunner {
     config.path = output;
     config.width = pipeline.tiles.out_width();
     config.height = pipeline.tiles.out_height();
-    even_size(job_.encode.pix_fmt, config.width, config.height);
-    if (config.width != pipeline.tiles.out_width() ||
-        config.height != pipeline.tiles.out_height()) {
-      log::get("job:" + job_.name)
-          ->warn("{}: output {}x{} cropped to {}x{} for the encoder's chroma subsampling", output,
-                 pipeline.tiles.out_width(), pipeline.tiles.out_height(), config.width,
-                 config.height);
-    }
+    // An odd size stays odd unless the encoder needs it even (the writer crops and says so).
     config.time_base = info.time_base;
     config.frame_rate = info.frame_rate;
     config.source_path = input;
@@ -174,6 +162,7 @@ class UpscaleRunner : public FinishingRunner {
     if (options.segment) {
       config.encode.copy_audio = false;
       config.encode.copy_subtitles = false;
+      config.encode.copy_other = false;
       config.exact_timescale = true;
     }
     auto writer = std::make_unique<io::VideoWriter>(config);
@@ -181,6 +170,12 @@ class UpscaleRunner : public FinishingRunner {
     const SliceRule rule = job_slice_rule(job_, traits, config.width, config.height);
     VideoSliceSource source(reader, rule, {}, options.first_frame, options.end_frame);
     VideoFileSink sink(*writer, config.width, config.height, /*same_timing=*/true, {}, &progress);
+    // The source's alpha goes around the model (which takes RGB) and is resized to the output.
+    AlphaStore alpha;
+    if (info.alpha) {
+      source.set_alpha_store(&alpha);
+      sink.set_alpha_store(&alpha);
+    }
     // A farm chunk with context writes only its own frames.
     const int64_t write_from = std::max(options.first_frame, options.write_from_frame);
     sink.set_write_from(write_from);

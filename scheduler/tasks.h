@@ -29,6 +29,8 @@ struct TaskResult {
   std::map<std::string, double> metrics;
   std::string decoder;        // as TaskRunner::decoder()
   double finish_seconds = 0;  // the output's last step, where PendingOutput ran it
+  // What the output could not hold of its source, one line each (VideoWriter::dropped()).
+  std::vector<std::string> dropped{};
 };
 
 // An input's output that may still be finishing (the encoder's flush, fsync, verify, rename) on
@@ -57,13 +59,17 @@ class TaskRunner {
   // The video decoder the last process() call used ("h264", "h264 (nvdec)"); empty when it read
   // no video or does not say.
   virtual std::string decoder() const { return {}; }
+  // What the last process() call's output could not hold of its source (one line each).
+  virtual std::vector<std::string> dropped() const { return {}; }
   // process(), but the output's last step may still be running when it returns, so that the
   // job's next input starts its model work meanwhile (run_job). Progress has ended for the input.
   // The default finishes before it returns.
   virtual PendingOutput start(const std::string& input, const std::string& output,
                               const RunOptions& options, Progress& progress) {
     const int64_t frames = process(input, output, options, progress);
-    return PendingOutput(TaskResult{frames, metrics(), decoder()});
+    TaskResult result{frames, metrics(), decoder()};
+    result.dropped = dropped();
+    return PendingOutput(std::move(result));
   }
 };
 
@@ -83,6 +89,7 @@ class FinishingRunner : public TaskRunner {
   }
   std::map<std::string, double> metrics() const override { return last_.metrics; }
   std::string decoder() const override { return last_.decoder; }
+  std::vector<std::string> dropped() const override { return last_.dropped; }
 
  protected:
   virtual PendingOutput run(const std::string& input, const std::string& output,

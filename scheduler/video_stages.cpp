@@ -11,6 +11,20 @@
 
 namespace wm::sched {
 
+void AlphaStore::put(int64_t index, Planar alpha) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  planes_[index] = std::move(alpha);
+}
+
+Planar AlphaStore::take(int64_t index) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = planes_.find(index);
+  if (it == planes_.end()) return {};
+  Planar out = std::move(it->second);
+  planes_.erase(it);
+  return out;
+}
+
 VideoSliceSource::VideoSliceSource(io::VideoReader& reader, const SliceRule& rule, ValueMap map,
                                    int64_t first_frame, int64_t end_frame)
     : reader_(reader), rule_(rule), map_(map), end_frame_(end_frame) {
@@ -64,7 +78,10 @@ bool VideoSliceSource::next(SliceWork& out) {
       }
     }
   }
-  for (const io::VideoFrame& f : frames) out.frames.push_back({f.index, f.pts, f.duration});
+  for (io::VideoFrame& f : frames) {
+    out.frames.push_back({f.index, f.pts, f.duration});
+    if (alpha_ && !f.alpha.empty()) alpha_->put(f.index, std::move(f.alpha));
+  }
   frames_read_ += real;
   ++next_index_;
   return true;
@@ -125,6 +142,7 @@ void VideoFileSink::write(SliceResult&& result) {
     for (int t = t0; t < std::min(frames, t0 + kGroup); ++t) {
       if (same_timing_ && result.frames[t].index < write_from_) {
         ++dropped_;  // a farm chunk's context frame
+        if (alpha_) alpha_->take(result.frames[t].index);
         continue;
       }
       io::VideoFrame f;
@@ -151,6 +169,12 @@ void VideoFileSink::write(SliceResult&& result) {
       });
       extract_seconds_ +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    if (alpha_ && same_timing_) {
+      tbb::parallel_for(size_t(0), group.size(), [&](size_t i) {
+        const Planar alpha = alpha_->take(group[i].index);
+        if (!alpha.empty()) group[i].alpha = io::resize_alpha(alpha, width_, height_);
+      });
     }
     writer_.write_batch(group);
     written_ += int64_t(group.size());

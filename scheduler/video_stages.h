@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <mutex>
 
 #include "io/video_reader.h"
 #include "io/video_writer.h"
@@ -19,6 +21,20 @@ struct ValueMap {
   float bias = 0.0f;
 };
 
+// Alpha planes of source frames by frame index, from the source to the sink around the model
+// (models take RGB): the source puts the alpha of each frame it hands out, the sink takes it
+// (resized to the output) for the frame it writes, or drops it with a dropped context frame.
+// Holds what is in flight, so it is bounded like the slices are. Thread-safe.
+class AlphaStore {
+ public:
+  void put(int64_t index, Planar alpha);
+  Planar take(int64_t index);  // empty when there is none
+
+ private:
+  std::mutex mutex_;
+  std::map<int64_t, Planar> planes_;
+};
+
 // Cuts frames [first_frame, end_frame) of a reader into slices under `rule`, padding the last
 // slice by repeating its last frame when the rule's grouping requires it. A slice that stops at
 // end_frame before the end of the stream is not the last one (farm chunks): not padded.
@@ -28,8 +44,11 @@ class VideoSliceSource : public SliceSource {
                    int64_t first_frame = 0, int64_t end_frame = -1);
   bool next(SliceWork& out) override;
   int64_t frames_read() const { return frames_read_; }
+  // Frames' alpha planes go to `store` (which must outlive the source and the sink).
+  void set_alpha_store(AlphaStore* store) { alpha_ = store; }
 
  private:
+  AlphaStore* alpha_ = nullptr;
   bool fetch(io::VideoFrame& frame);
   io::VideoReader& reader_;
   SliceRule rule_;
@@ -62,6 +81,8 @@ class VideoFileSink : public SliceSink {
     on_slice_ = std::move(on_slice);
   }
   int64_t frames_dropped() const { return dropped_; }
+  // With same_timing: each frame takes its source frame's alpha from `store`, resized.
+  void set_alpha_store(AlphaStore* store) { alpha_ = store; }
   // Wall seconds spent making the frames' value-mapped copies (the writer's own time is
   // VideoWriter::seconds()).
   double extract_seconds() const { return extract_seconds_; }
@@ -80,6 +101,7 @@ class VideoFileSink : public SliceSink {
   int64_t write_from_ = 0;
   int64_t dropped_ = 0;
   std::function<void(int64_t, int64_t)> on_slice_;
+  AlphaStore* alpha_ = nullptr;
 };
 
 // Copies frame t of `block` [C,T,H,W] into a [C,1,h,w] image (top-left crop when h,w smaller),

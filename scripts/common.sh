@@ -4,7 +4,8 @@
 WM_PACKAGES=(
   g++ cmake ninja-build pkg-config ccache
   libtorch-dev
-  libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev ffmpeg
+  libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev libavfilter-dev
+  ffmpeg
   libtbb-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libsqlite3-dev libgtest-dev libgmock-dev
   libcpp-httplib-dev chromium

@@ -92,7 +92,8 @@ struct KeyTable {
 const KeyTable kTopKeys{"",
                         {"job", "task", "input", "output", "on_exists", "model", "precision",
                          "devices", "tiling", "slice_frames", "tokens", "encode", "fps",
-                         "input_tensor", "max_error_rate", "decode", "offload"}};
+                         "input_tensor", "max_error_rate", "decode", "offload",
+                         "deinterlace"}};
 // `kind` and every option key of the registry's kinds.
 std::vector<std::string> model_keys() {
   std::vector<std::string> keys = {"kind"};
@@ -485,6 +486,10 @@ const std::vector<std::pair<std::string, DecodeMode>> kDecodeModes = {
     {"software", DecodeMode::kSoftware},
     {"nvdec", DecodeMode::kNvdec},
     {"auto", DecodeMode::kAuto}};
+const std::vector<std::pair<std::string, DeinterlaceMode>> kDeinterlaceModes = {
+    {"auto", DeinterlaceMode::kAuto},
+    {"off", DeinterlaceMode::kOff},
+    {"bwdif", DeinterlaceMode::kBwdif}};
 
 // The model tasks a job task needs (reconstruct runs the encoder and the decoder).
 std::vector<std::string> model_tasks(Task task) {
@@ -618,6 +623,10 @@ class JobParser {
       // The tasks that read video (decode_latents reads a tensor file).
       only_for_tasks(*f, {Task::kUpscale, Task::kEncodeLatents, Task::kReconstruct});
       job_.decode = get_enum(*f, kDecodeModes);
+    }
+    if (const Field* f = top_.find("deinterlace")) {
+      only_for_tasks(*f, {Task::kUpscale, Task::kEncodeLatents, Task::kReconstruct});
+      job_.deinterlace = get_enum(*f, kDeinterlaceModes);
     }
     return job_;
   }

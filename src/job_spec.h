@@ -23,6 +23,9 @@ enum class Task { kUpscale, kDecodeLatents, kEncodeLatents, kReconstruct };
 // GPU, GPU 0 when the job runs on the CPU; software where that fails), auto (nvdec when the job's
 // devices include a GPU, else software).
 enum class DecodeMode { kSoftware, kNvdec, kAuto };
+// Interlaced input: auto (bwdif for sources flagged interlaced), off (keep the fields; the output
+// is flagged with the source's field order), bwdif (deinterlace every input).
+enum class DeinterlaceMode { kAuto, kOff, kBwdif };
 const char* to_string(Task t);
 const char* to_string(OnExists o);
 const char* to_string(DecodeMode d);
@@ -85,6 +88,7 @@ struct JobSpec {
   // to read, where to write or how to schedule (job, input, output, on_exists, tokens, decode,
   // offload), so a key added later is in it by default. The farm fingerprint hashes it.
   std::string output_settings;
+  DeinterlaceMode deinterlace = DeinterlaceMode::kAuto;
 };
 
 // Loads every job in `path` (one YAML document per job; `---` separates several).

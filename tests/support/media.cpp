@@ -13,6 +13,7 @@
 extern "C" {
 #include <libavutil/channel_layout.h>
 #include <libavutil/display.h>
+#include <libavutil/dovi_meta.h>
 #include <libavutil/mastering_display_metadata.h>
 #include <libavutil/opt.h>
 #include <libavutil/pixdesc.h>
@@ -62,6 +63,7 @@ void fill_video_frame(AVFrame* frame, const ClipSpec& spec, int t) {
   const int depth = desc->comp[0].depth;
   const bool full = rgb || spec.color_range == AVCOL_RANGE_JPEG;
   const int components = std::min<int>(desc->nb_components, 3);
+  const bool alpha = (desc->flags & AV_PIX_FMT_FLAG_ALPHA) && desc->nb_components >= 2;
   // av_write_image_line2() ORs samples of formats up to 8 bits into place: start from zero.
   for (AVBufferRef* buf : frame->buf) {
     if (buf) std::memset(buf->data, 0, buf->size);
@@ -83,15 +85,54 @@ void fill_video_frame(AVFrame* frame, const ClipSpec& spec, int t) {
         // Sample the pattern at the luma position of this (possibly subsampled) sample.
         const int lx = chroma ? x << desc->log2_chroma_w : x;
         const int ly = chroma ? y << desc->log2_chroma_h : y;
+        // Interlaced: bottom-field rows show the pattern one field (two bar pixels) later.
+        const int time = spec.interlaced ? 2 * t + (ly % 2) : t;
         const double v =
             (spec.grey && c > 0)
-                ? (rgb ? pattern_value(0, lx, ly, t, frame->width, frame->height) : 0.5)
-                : pattern_value(c, lx, ly, t, frame->width, frame->height);
+                ? (rgb ? pattern_value(0, lx, ly, time, frame->width, frame->height) : 0.5)
+                : pattern_value(c, lx, ly, time, frame->width, frame->height);
         line[x] = uint16_t(std::lround(lo + v * span));
       }
       av_write_image_line2(line.data(), frame->data, frame->linesize, desc, 0, y, c, w, 2);
     }
   }
+  if (alpha) {
+    const int c = desc->nb_components - 1;
+    const double max = double((1 << desc->comp[c].depth) - 1);
+    for (int y = 0; y < frame->height; ++y) {
+      for (int x = 0; x < frame->width; ++x) {
+        line[x] = uint16_t(std::lround(alpha_value(x, y, frame->width, frame->height) * max));
+      }
+      av_write_image_line2(line.data(), frame->data, frame->linesize, desc, 0, y, c, frame->width,
+                           2);
+    }
+  }
+}
+
+// A tiny PNG (16x16 RGB) to serve as cover art.
+std::vector<uint8_t> encode_png_cover() {
+  const AVCodec* codec = avcodec_find_encoder(AV_CODEC_ID_PNG);
+  if (!codec) throw std::runtime_error("make_clip: no png encoder");
+  io::CodecContextPtr enc(avcodec_alloc_context3(codec));
+  enc->width = 16;
+  enc->height = 16;
+  enc->pix_fmt = AV_PIX_FMT_RGB24;
+  enc->time_base = AVRational{1, 1};
+  check(avcodec_open2(enc.get(), codec, nullptr), "make_clip: open png");
+  io::FramePtr frame = io::make_frame();
+  frame->format = AV_PIX_FMT_RGB24;
+  frame->width = 16;
+  frame->height = 16;
+  check(av_frame_get_buffer(frame.get(), 0), "av_frame_get_buffer");
+  for (int y = 0; y < 16; ++y) {
+    for (int x = 0; x < 48; ++x) frame->data[0][y * frame->linesize[0] + x] = uint8_t(x * 5 + y);
+  }
+  frame->pts = 0;
+  check(avcodec_send_frame(enc.get(), frame.get()), "png send");
+  check(avcodec_send_frame(enc.get(), nullptr), "png flush");
+  io::PacketPtr packet = io::make_packet();
+  check(avcodec_receive_packet(enc.get(), packet.get()), "png receive");
+  return std::vector<uint8_t>(packet->data, packet->data + packet->size);
 }
 
 void write_sample(AVFrame* frame, int i, double value) {
@@ -118,6 +159,12 @@ void write_sample(AVFrame* frame, int i, double value) {
 }
 
 }  // namespace
+
+double alpha_value(int x, int y, int width, int height) {
+  (void)y;
+  (void)height;
+  return width > 1 ? double(x) / (width - 1) : 1.0;
+}
 
 double pattern_value(int c, int x, int y, int t, int width, int height) {
   // A diagonal gradient with fine steps (x and a fraction of y), moving bars with hard edges.
@@ -173,12 +220,20 @@ void make_clip(const std::string& path, const ClipSpec& spec) {
     video->thread_count = 1;
     if (spec.gop > 0) video->gop_size = spec.gop;
     if (global_header) video->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+    if (spec.interlaced) {
+      video->field_order = AV_FIELD_TT;
+      video->flags |= AV_CODEC_FLAG_INTERLACED_DCT | AV_CODEC_FLAG_INTERLACED_ME;
+    }
     AVDictionary* options = nullptr;
     if (spec.codec == "libx264") {
       av_dict_set(&options, "preset", "veryfast", 0);
       // Lossless for flat colours so the decoded values are exactly the ones asked for.
       av_dict_set(&options, spec.flat ? "qp" : "crf", spec.flat ? "0" : "18", 0);
       if (spec.gop > 0) av_dict_set(&options, "x264-params", "scenecut=0", 0);
+    }
+    if (spec.codec == "libx265") av_dict_set(&options, "preset", "ultrafast", 0);
+    for (const auto& [key, value] : spec.codec_options) {
+      av_dict_set(&options, key.c_str(), value.c_str(), 0);
     }
     const int rc = avcodec_open2(video.get(), video_codec, &options);
     av_dict_free(&options);
@@ -187,6 +242,9 @@ void make_clip(const std::string& path, const ClipSpec& spec) {
     check(avcodec_parameters_from_context(video_stream->codecpar, video.get()), "parameters");
     video_stream->time_base = video_tb;
     video_stream->avg_frame_rate = fps;
+    if (!spec.timecode.empty()) {
+      av_dict_set(&video_stream->metadata, "timecode", spec.timecode.c_str(), 0);
+    }
     if (spec.rotation_90) {
       auto* matrix = reinterpret_cast<int32_t*>(
           av_stream_new_side_data(video_stream, AV_PKT_DATA_DISPLAYMATRIX, 9 * sizeof(int32_t)));
@@ -212,6 +270,20 @@ void make_clip(const std::string& path, const ClipSpec& spec) {
           video_stream, AV_PKT_DATA_CONTENT_LIGHT_LEVEL, sizeof(AVContentLightMetadata)));
       light->MaxCLL = 1000;
       light->MaxFALL = 400;
+    }
+    if (spec.dolby_vision) {
+      size_t size = 0;
+      AVDOVIDecoderConfigurationRecord* dovi = av_dovi_alloc(&size);
+      if (!dovi) throw std::bad_alloc();
+      dovi->dv_version_major = 1;
+      dovi->dv_profile = 8;
+      dovi->dv_level = 4;
+      dovi->rpu_present_flag = 1;
+      dovi->bl_present_flag = 1;
+      dovi->dv_bl_signal_compatibility_id = 1;
+      check(av_stream_add_side_data(video_stream, AV_PKT_DATA_DOVI_CONF,
+                                    reinterpret_cast<uint8_t*>(dovi), size),
+            "dovi side data");
     }
   }
 
@@ -256,8 +328,78 @@ void make_clip(const std::string& path, const ClipSpec& spec) {
     av_dict_set(&subtitle_stream->metadata, "language", spec.language.c_str(), 0);
   }
 
+  // Attachments, cover art, data, chapters.
+  if (spec.font_attachment) {
+    AVStream* font = avformat_new_stream(output.get(), nullptr);
+    font->codecpar->codec_type = AVMEDIA_TYPE_ATTACHMENT;
+    font->codecpar->codec_id = AV_CODEC_ID_TTF;
+    const char kFont[] = "\0\1\0\0 not a real font, but bytes to carry";
+    font->codecpar->extradata =
+        static_cast<uint8_t*>(av_mallocz(sizeof(kFont) + AV_INPUT_BUFFER_PADDING_SIZE));
+    std::memcpy(font->codecpar->extradata, kFont, sizeof(kFont));
+    font->codecpar->extradata_size = int(sizeof(kFont));
+    av_dict_set(&font->metadata, "filename", "font.ttf", 0);
+    av_dict_set(&font->metadata, "mimetype", "application/x-truetype-font", 0);
+  }
+  AVStream* cover_stream = nullptr;
+  std::vector<uint8_t> cover;
+  if (spec.cover_art) {
+    cover = encode_png_cover();
+    cover_stream = avformat_new_stream(output.get(), nullptr);
+    cover_stream->codecpar->codec_type = AVMEDIA_TYPE_VIDEO;
+    cover_stream->codecpar->codec_id = AV_CODEC_ID_PNG;
+    cover_stream->codecpar->width = 16;
+    cover_stream->codecpar->height = 16;
+    cover_stream->disposition = AV_DISPOSITION_ATTACHED_PIC;
+    cover_stream->time_base = AVRational{1, 90000};
+    av_dict_set(&cover_stream->metadata, "filename", "cover.png", 0);
+    av_dict_set(&cover_stream->metadata, "mimetype", "image/png", 0);
+  }
+  AVStream* data_stream = nullptr;
+  if (spec.data_stream) {
+    data_stream = avformat_new_stream(output.get(), nullptr);
+    data_stream->codecpar->codec_type = AVMEDIA_TYPE_DATA;
+    data_stream->codecpar->codec_id = AV_CODEC_ID_SMPTE_KLV;
+    data_stream->time_base = AVRational{1, 90000};
+  }
+  if (spec.chapters > 0) {
+    output->chapters = static_cast<AVChapter**>(av_calloc(spec.chapters, sizeof(AVChapter*)));
+    const int64_t end_ms = std::llround(end_seconds * 1000);
+    for (int i = 0; i < spec.chapters; ++i) {
+      auto* chapter = static_cast<AVChapter*>(av_mallocz(sizeof(AVChapter)));
+      output->chapters[output->nb_chapters++] = chapter;
+      chapter->id = i + 1;
+      chapter->time_base = AVRational{1, 1000};
+      chapter->start = i * end_ms / spec.chapters;
+      chapter->end = (i + 1) * end_ms / spec.chapters;
+      av_dict_set(&chapter->metadata, "title", ("Chapter " + std::to_string(i + 1)).c_str(), 0);
+    }
+  }
+
   check(avio_open(&output->pb, path.c_str(), AVIO_FLAG_WRITE), "make_clip: create " + path);
   check(avformat_write_header(output.get(), nullptr), "make_clip: header " + path);
+  if (cover_stream) {
+    io::PacketPtr packet = io::make_packet();
+    check(av_new_packet(packet.get(), int(cover.size())), "av_new_packet");
+    std::memcpy(packet->data, cover.data(), cover.size());
+    packet->stream_index = cover_stream->index;
+    packet->flags |= AV_PKT_FLAG_KEY;
+    check(av_interleaved_write_frame(output.get(), packet.get()), "write cover");
+  }
+  if (data_stream) {
+    for (int i = 0; i < spec.frames; ++i) {
+      // A KLV packet: 16-byte universal key, BER length, value.
+      uint8_t klv[16 + 1 + 4] = {0x06, 0x0e, 0x2b, 0x34,       0x02, 0x0b, 0x01,
+                                 0x01, 0x0e, 0x01, 0x03,       0x01, 0x01, 0x00,
+                                 0x00, 0x00, 4,    uint8_t(i), 1,    2,    3};
+      io::PacketPtr packet = io::make_packet();
+      check(av_new_packet(packet.get(), int(sizeof(klv))), "av_new_packet");
+      std::memcpy(packet->data, klv, sizeof(klv));
+      packet->stream_index = data_stream->index;
+      packet->pts = packet->dts = av_rescale_q(pts[i], video_tb, data_stream->time_base);
+      check(av_interleaved_write_frame(output.get(), packet.get()), "write data");
+    }
+  }
 
   if (video) {
     io::FramePtr frame = io::make_frame();
@@ -274,6 +416,8 @@ void make_clip(const std::string& path, const ClipSpec& spec) {
       frame->colorspace = video->colorspace;
       frame->color_primaries = video->color_primaries;
       frame->color_trc = video->color_trc;
+      frame->interlaced_frame = spec.interlaced;
+      frame->top_field_first = spec.interlaced;
       write_packets(output.get(), video.get(), video_stream, frame.get());
     }
     write_packets(output.get(), video.get(), video_stream, nullptr);
@@ -347,7 +491,18 @@ Probe probe(const std::string& path) {
   io::FormatInputPtr input(raw);
   check(avformat_find_stream_info(input.get(), nullptr), "probe: stream info " + path);
   Probe result;
-  const int video_index = av_find_best_stream(input.get(), AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+  int video_index = av_find_best_stream(input.get(), AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+  if (video_index >= 0 &&
+      (input->streams[video_index]->disposition & AV_DISPOSITION_ATTACHED_PIC)) {
+    video_index = -1;
+    for (unsigned i = 0; i < input->nb_streams && video_index < 0; ++i) {
+      const AVStream* s = input->streams[i];
+      if (s->codecpar->codec_type == AVMEDIA_TYPE_VIDEO &&
+          !(s->disposition & AV_DISPOSITION_ATTACHED_PIC)) {
+        video_index = int(i);
+      }
+    }
+  }
   int audio_index = -1;
   for (unsigned i = 0; i < input->nb_streams; ++i) {
     const AVStream* s = input->streams[i];
@@ -363,7 +518,18 @@ Probe probe(const std::string& path) {
     } else if (s->codecpar->codec_type == AVMEDIA_TYPE_SUBTITLE) {
       ++result.subtitle_streams;
       result.subtitle_codecs.push_back(avcodec_get_name(s->codecpar->codec_id));
+    } else if (s->codecpar->codec_type == AVMEDIA_TYPE_ATTACHMENT) {
+      const AVDictionaryEntry* name = av_dict_get(s->metadata, "filename", nullptr, 0);
+      result.attachments.push_back(name ? name->value : "");
+    } else if (s->codecpar->codec_type == AVMEDIA_TYPE_DATA) {
+      ++result.data_streams;
     }
+    if (s->disposition & AV_DISPOSITION_ATTACHED_PIC) ++result.attached_pictures;
+  }
+  result.chapters = int(input->nb_chapters);
+  for (unsigned i = 0; i < input->nb_chapters; ++i) {
+    const AVDictionaryEntry* title = av_dict_get(input->chapters[i]->metadata, "title", nullptr, 0);
+    result.chapter_titles.push_back(title ? title->value : "");
   }
   result.has_audio = audio_index >= 0;
 
@@ -388,6 +554,13 @@ Probe probe(const std::string& path) {
         av_stream_get_side_data(video, AV_PKT_DATA_MASTERING_DISPLAY_METADATA, nullptr) != nullptr;
     result.has_content_light =
         av_stream_get_side_data(video, AV_PKT_DATA_CONTENT_LIGHT_LEVEL, nullptr) != nullptr;
+    result.has_dolby_vision = av_stream_get_side_data(video, AV_PKT_DATA_DOVI_CONF, nullptr);
+    result.field_order = par->field_order;
+    for (const char* key : {"timecode", "TIMECODE"}) {
+      if (const AVDictionaryEntry* e = av_dict_get(video->metadata, key, nullptr, 0)) {
+        result.timecode = e->value;
+      }
+    }
     const AVCodec* codec = avcodec_find_decoder(par->codec_id);
     if (!codec) throw std::runtime_error("probe: no decoder for " + result.codec);
     decoder.reset(avcodec_alloc_context3(codec));
@@ -402,6 +575,14 @@ Probe probe(const std::string& path) {
   int64_t last_duration = 0;
   auto receive = [&] {
     while (avcodec_receive_frame(decoder.get(), frame.get()) == 0) {
+      if (result.video_pts.empty()) {
+        result.frame_mastering_display =
+            av_frame_get_side_data(frame.get(), AV_FRAME_DATA_MASTERING_DISPLAY_METADATA);
+        result.frame_content_light =
+            av_frame_get_side_data(frame.get(), AV_FRAME_DATA_CONTENT_LIGHT_LEVEL);
+        result.frame_interlaced = frame->interlaced_frame;
+        result.frame_top_field_first = frame->top_field_first;
+      }
       result.video_pts.push_back(frame->best_effort_timestamp);
       last_duration = frame->pkt_duration;
       av_frame_unref(frame.get());

@@ -39,7 +39,22 @@ struct ClipSpec {
   // instead of the pattern: for exact colour checks.
   bool flat = false;
   std::array<int, 3> flat_value{0, 0, 0};
+  // Encoder options (after the defaults), e.g. {"x265-params", "master-display=...:max-cll=..."}.
+  std::vector<std::pair<std::string, std::string>> codec_options;
+  // Pixel formats with alpha get alpha_value() as their alpha (0 = transparent).
+  // Interlaced: each frame's bottom field shows the picture half a frame later (the bars moved),
+  // flagged top field first; libx264 codes it interlaced, other codecs by the container's flag.
+  bool interlaced = false;
+  int chapters = 0;              // chapters splitting the clip evenly, titled "Chapter N"
+  bool font_attachment = false;  // a TrueType font attachment "font.ttf" (Matroska)
+  bool cover_art = false;        // a PNG attached picture (mp4/mov: covr, Matroska: attachment)
+  bool data_stream = false;      // an SMPTE KLV data stream with a packet per frame (MPEG-TS)
+  bool dolby_vision = false;     // a Dolby Vision configuration record (stream side data)
+  std::string timecode;          // "HH:MM:SS:FF": the video's timecode (mov: a tmcd track)
 };
+
+// The alpha the clips get at (x, y): a ramp from transparent (left) to opaque (right), in [0, 1].
+double alpha_value(int x, int y, int width, int height);
 
 // Writes the clip to `path` (the container comes from the path's extension).
 void make_clip(const std::string& path, const ClipSpec& spec);
@@ -65,6 +80,19 @@ struct Probe {
   double rotation = 0;  // av_display_rotation_get of the display matrix, 0 if none
   bool has_mastering_display = false;
   bool has_content_light = false;
+  // The same side data carried by the first decoded frame (in the bitstream, e.g. HEVC SEI).
+  bool frame_mastering_display = false;
+  bool frame_content_light = false;
+  int field_order = 0;            // AVFieldOrder of the video stream
+  bool frame_interlaced = false;  // the first decoded frame is flagged interlaced
+  bool frame_top_field_first = false;
+  int chapters = 0;
+  std::vector<std::string> chapter_titles;
+  std::vector<std::string> attachments;  // file names of attachment streams
+  int attached_pictures = 0;             // video streams with the attached-picture disposition
+  int data_streams = 0;
+  bool has_dolby_vision = false;  // Dolby Vision configuration side data
+  std::string timecode;           // the video stream's "timecode" tag
 };
 
 Probe probe(const std::string& path);
