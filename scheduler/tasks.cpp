@@ -4,7 +4,9 @@
 
 #include "io/video_reader.h"
 #include "io/video_writer.h"
+#include "parallel/device_worker.h"
 #include "parallel/devices.h"
+#include "parallel/sequence_parallel.h"
 #include "scheduler/video_stages.h"
 #include "src/base/clock.h"
 #include "src/base/error.h"
@@ -13,16 +15,61 @@
 namespace wm::sched {
 
 ModelSet::ModelSet(const ModelConfig& config, const std::string& devices,
-                   const std::vector<int>& ids)
+                   const std::vector<int>& ids, const ParallelSpec& parallel)
     : devices_(parallel::resolve_devices(devices, ids)) {
   for (const Device& d : devices_) models_.push_back(make_model(config, d));
+  const bool cpu = devices_.front().kind == Device::Kind::kCpu;
+  // GPUs: one rank per listed device unless `ranks` says fewer (or, for sequence parallelism on
+  // one GPU, more: several streams). CPU: `ranks` in-process ranks.
+  ranks_ = parallel.ranks > 0 ? parallel.ranks : (cpu ? 1 : int(devices_.size()));
+  const ModelTraits& t = traits();
+  switch (parallel.mode) {
+    case ParallelMode::kAuto:
+      sequence_ = t.causal_state && t.sequence_parallel && ranks_ > 1;
+      break;
+    case ParallelMode::kData:
+      sequence_ = false;
+      break;
+    case ParallelMode::kSequence:
+      if (!t.sequence_parallel) {
+        throw Error("parallel: mode sequence needs a model that splits slices in time; " + t.name +
+                        " does not (use data)",
+                    kExitDataErr);
+      }
+      sequence_ = ranks_ > 1;
+      break;
+  }
+  if (!sequence_ && !cpu) ranks_ = std::min<int>(ranks_, int(devices_.size()));
 }
 
 std::vector<std::unique_ptr<ModelSession>> ModelSet::open_sessions() const {
   std::vector<std::unique_ptr<ModelSession>> sessions;
-  const size_t n = traits().causal_state ? 1 : models_.size();
-  for (size_t i = 0; i < n; ++i) sessions.push_back(models_[i]->open_session(devices_[i]));
+  const size_t devices = devices_.size();
+  if (sequence_) {
+    std::vector<std::unique_ptr<ModelSession>> ranks;
+    std::vector<parallel::DeviceWorker*> workers;
+    for (int r = 0; r < ranks_; ++r) {
+      const size_t d = size_t(r) % devices;
+      ranks.push_back(models_[d]->open_session(devices_[d]));
+      workers.push_back(&parallel::device_worker(devices_[d], r / int(devices)));
+    }
+    sessions.push_back(
+        std::make_unique<parallel::SequenceParallelSession>(std::move(ranks), std::move(workers)));
+    return sessions;
+  }
+  const size_t n = traits().causal_state ? 1 : size_t(ranks_);
+  for (size_t i = 0; i < n; ++i) {
+    sessions.push_back(models_[i % devices]->open_session(devices_[i % devices]));
+  }
   return sessions;
+}
+
+std::vector<Device> ModelSet::session_devices() const {
+  if (sequence_) return {devices_.front()};
+  const size_t n = traits().causal_state ? 1 : size_t(ranks_);
+  std::vector<Device> out;
+  for (size_t i = 0; i < n; ++i) out.push_back(devices_[i % devices_.size()]);
+  return out;
 }
 
 TilePlan plan_job_tiles(const JobSpec& job, const ModelTraits& traits, int width, int height) {
@@ -126,7 +173,7 @@ void even_size(const std::string& pix_fmt, int& width, int& height) {
 class UpscaleRunner : public FinishingRunner {
  public:
   explicit UpscaleRunner(const JobSpec& job)
-      : job_(job), models_(job.model, job.devices, job.device_ids) {}
+      : job_(job), models_(job.model, job.devices, job.device_ids, job.parallel) {}
 
  private:
   PendingOutput run(const std::string& input, const std::string& output, const RunOptions& options,
@@ -172,6 +219,7 @@ class UpscaleRunner : public FinishingRunner {
     sink.set_write_from(write_from);
     if (options.on_slice) sink.set_on_slice(options.on_slice);
     auto sessions = models_.open_sessions();
+    pipeline.devices = models_.session_devices();
 
     int64_t frames_total = info.frames_estimate - write_from;
     if (options.end_frame >= 0) frames_total = options.end_frame - write_from;

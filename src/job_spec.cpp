@@ -66,6 +66,18 @@ const char* to_string(DecodeMode d) {
   return "?";
 }
 
+const char* to_string(ParallelMode m) {
+  switch (m) {
+    case ParallelMode::kAuto:
+      return "auto";
+    case ParallelMode::kData:
+      return "data";
+    case ParallelMode::kSequence:
+      return "sequence";
+  }
+  return "?";
+}
+
 const char* to_string(Precision p) {
   switch (p) {
     case Precision::kFloat32:
@@ -91,20 +103,21 @@ struct KeyTable {
 const KeyTable kTopKeys{"",
                         {"job", "task", "input", "output", "on_exists", "model", "precision",
                          "devices", "tiling", "slice_frames", "tokens", "encode", "fps",
-                         "input_tensor", "max_error_rate", "decode", "offload"}};
+                         "input_tensor", "max_error_rate", "decode", "offload", "parallel"}};
 const KeyTable kModelKeys{"model",
                           {"kind", "scale", "weights", "dim", "z_dim", "dim_mult", "num_res_blocks",
-                           "temporal_downsample", "latent_mean", "latent_std"}};
+                           "temporal_downsample", "latent_mean", "latent_std", "tuning"}};
 const KeyTable kTilingKeys{"tiling", {"tile", "tile_width", "tile_height", "overlap"}};
 const KeyTable kEncodeKeys{
     "encode", {"codec", "crf", "preset", "pix_fmt", "audio", "subtitles", "threads", "options"}};
 const KeyTable kOffloadKeys{"offload", {"pinned_mib"}};
-const KeyTable* const kAllTables[] = {&kTopKeys, &kModelKeys, &kTilingKeys, &kEncodeKeys,
-                                      &kOffloadKeys};
+const KeyTable kParallelKeys{"parallel", {"mode", "ranks"}};
+const KeyTable* const kAllTables[] = {&kTopKeys,    &kModelKeys,   &kTilingKeys,
+                                      &kEncodeKeys, &kOffloadKeys, &kParallelKeys};
 
 const char* const kVaeOnlyKeys[] = {
-    "dim",         "z_dim",     "dim_mult", "num_res_blocks", "temporal_downsample",
-    "latent_mean", "latent_std"};
+    "dim",         "z_dim",      "dim_mult", "num_res_blocks", "temporal_downsample",
+    "latent_mean", "latent_std", "tuning"};
 const char* const kX264Presets[] = {"ultrafast", "superfast", "veryfast", "faster",   "fast",
                                     "medium",    "slow",      "slower",   "veryslow", "placebo"};
 
@@ -488,6 +501,10 @@ const std::vector<std::pair<std::string, DecodeMode>> kDecodeModes = {
     {"software", DecodeMode::kSoftware},
     {"nvdec", DecodeMode::kNvdec},
     {"auto", DecodeMode::kAuto}};
+const std::vector<std::pair<std::string, ParallelMode>> kParallelModes = {
+    {"auto", ParallelMode::kAuto},
+    {"data", ParallelMode::kData},
+    {"sequence", ParallelMode::kSequence}};
 
 // Model kinds each task can run.
 std::vector<std::string> kinds_for(Task task) {
@@ -532,6 +549,18 @@ class JobParser {
       if (const Field* p = offload.find("pinned_mib")) {
         job_.model.pinned_pool_bytes = get_int(*p, 1, 65536) << 20;
       }
+    }
+    if (const Field* f = top_.find("parallel")) {
+      const MapView parallel(*f, kParallelKeys);
+      if (const Field* m = parallel.find("mode")) {
+        if (m->node.IsScalar() && m->node.Scalar() == "spatial") {
+          fail(*m,
+               "spatial (split by image height) is not available yet; use auto, data or "
+               "sequence");
+        }
+        job_.parallel.mode = get_enum(*m, kParallelModes);
+      }
+      if (const Field* r = parallel.find("ranks")) job_.parallel.ranks = get_int(*r, 1, 1024);
     }
     if (const Field* f = top_.find("encode")) parse_encode(*f);
     if (const Field* f = top_.find("fps")) {
@@ -712,6 +741,7 @@ class JobParser {
       }
       return values;
     };
+    if (const Field* f = model.find("tuning")) m.tuning = get_string(*f);
     m.latent_mean = stats("latent_mean", false);
     m.latent_std = stats("latent_std", true);
     if (m.z_dim != 16 && (m.latent_mean.empty() || m.latent_std.empty())) {

@@ -44,6 +44,17 @@ struct TilingSpec {
   int overlap = 0;  // input pixels shared by neighbouring tiles (>= model halo for exactness)
 };
 
+// How a job uses several devices or ranks (`parallel:`; docs/job-format.md, docs/gpu.md).
+// data: inputs and (for models without causal state) slices spread over the devices; sequence:
+// each slice of a causal model split in time over the ranks (exact, halo exchange); auto:
+// sequence for a causal model that supports it on more than one rank, else data.
+enum class ParallelMode { kAuto, kData, kSequence };
+const char* to_string(ParallelMode m);
+struct ParallelSpec {
+  ParallelMode mode = ParallelMode::kAuto;
+  int ranks = 0;  // 0: one per device (cpu: 1); with devices: cpu, N in-process CPU ranks
+};
+
 struct JobSpec {
   std::string file;  // the job file as given
   std::string dir;   // its folder, absolute: relative paths in the job resolve against it
@@ -65,6 +76,7 @@ struct JobSpec {
   std::string input_tensor = "latent";  // decode_latents / encode_latents with .safetensors input
   double max_error_rate = 0.0;          // tolerated fraction of undecodable packets
   DecodeMode decode = DecodeMode::kSoftware;  // upscale only so far (see docs/job-format.md)
+  ParallelSpec parallel;
 };
 
 // Loads every job in `path` (one YAML document per job; `---` separates several).

@@ -16,7 +16,7 @@
 // runs). --compare-fp32 1 decodes the same latents with float32 weights afterwards and reports
 // the PSNR of the timed run's output against it. --kernels 1 (CUDA) adds "kernels": the fused
 // norm and residual passes' bandwidth on activations of this output size, per threads-per-pixel
-// choice and for packed and cropped input. --tuning sets WMBATCH_WAN21_TUNING (execution
+// choice and for packed and cropped input. --tuning sets the model's tuning (execution
 // choices of the Wan2.1 model, src/models/wan21_blocks.h) for A/B measurements. tflops_ref counts
 // the reference decoder's 8.5 MFLOP per output pixel. --gpu-activity 1 (CUDA, LibTorch 2) adds
 // one more decode under LibTorch's Kineto profiler and reports what the GPU did
@@ -33,6 +33,7 @@
 #include <random>
 #include <string>
 
+#include "parallel/memory_budget.h"
 #include "src/base/error.h"
 #include "src/model.h"
 #include "src/models/wan21_bench_support.h"
@@ -118,7 +119,6 @@ int bench_vae_decode(int argc, char** argv) {
   }
 
   try {
-    if (!o.tuning.empty()) setenv("WMBATCH_WAN21_TUNING", o.tuning.c_str(), 1);
     wm::models::set_cpu_threads(o.threads);
     wm::ModelConfig config;
     config.kind = "wan2.1-vae";
@@ -126,9 +126,10 @@ int bench_vae_decode(int argc, char** argv) {
     config.dim = o.dim;
     config.precision = wm::bench::parse_precision(o.dtype);
     config.pinned_pool_bytes = int64_t(o.pinned_mib) << 20;
+    config.tuning = o.tuning;
     auto model = wm::models::make_wan21_vae_random(config, device, o.seed);
     auto session = model->open_session(device);
-    wm::models::limit_device_memory(device, o.max_gpu_gib);  // after the allocator's first use
+    wm::parallel::limit_device_memory(device, o.max_gpu_gib);  // after the allocator's first use
 
     const wm::ModelTraits& traits = model->traits();
     wm::Planar latents(traits.in_channels, o.latent_frames, o.height / traits.scale_num,
@@ -180,7 +181,7 @@ int bench_vae_decode(int argc, char** argv) {
     out["cpu_threads"] = wm::models::cpu_threads();
     out["peak_rss_mib"] = wm::bench::peak_rss_mib();
     out["tflops_ref"] = 8.5e6 * double(o.width) * o.height * double(frames_out) / seconds / 1e12;
-    out["tuning"] = wm::models::wan21_tuning();
+    out["tuning"] = wm::models::wan21_tuning(o.tuning);
     if (o.max_gpu_gib > 0) out["max_gpu_gib"] = o.max_gpu_gib;
     if (o.pinned_mib > 0) out["pinned_mib"] = o.pinned_mib;
     if (device.kind == wm::Device::Kind::kCuda) {
@@ -261,8 +262,7 @@ int bench_vae_decode(int argc, char** argv) {
       wm::ModelConfig ref_config = config;
       ref_config.precision = wm::Precision::kFloat32;
       // cuDNN autotuning of float32 (no TF32) shapes takes minutes; the reference needs none.
-      const std::string ref_tuning = o.tuning + (o.tuning.empty() ? "" : ",") + "cudnn_benchmark=0";
-      setenv("WMBATCH_WAN21_TUNING", ref_tuning.c_str(), 1);
+      ref_config.tuning = o.tuning + (o.tuning.empty() ? "" : ",") + "cudnn_benchmark=0";
       auto ref_model = wm::models::make_wan21_vae_random(ref_config, device, o.seed);
       auto ref_session = ref_model->open_session(device);
       std::vector<wm::Planar> ref;
