@@ -237,12 +237,15 @@ class DecodeLatentsRunner : public FinishingRunner {
     const auto open_start = Clock::now();
     auto sessions = models_.open_sessions();  // the first one uploads the weights
     pipeline.devices = models_.session_devices();
+    const DeviceMeter meter(models_);
     const double open_seconds = seconds_since(open_start);
     progress.begin(input, frames);
     PipelineStats stats;
     pipeline.stats = &stats;
     // Ends the sessions (their threads, device buffers) and the progress; the input's metrics.
     auto close = [&](std::map<std::string, double> metrics) {
+      const std::map<std::string, double> device_metrics = meter.metrics(sessions);
+      metrics.insert(device_metrics.begin(), device_metrics.end());
       const auto close_start = Clock::now();
       sessions.clear();
       metrics["input_open_seconds"] = input_open_seconds;

@@ -64,6 +64,48 @@ std::vector<std::unique_ptr<ModelSession>> ModelSet::open_sessions() const {
   return sessions;
 }
 
+std::vector<parallel::DeviceWorker*> ModelSet::workers() const {
+  std::vector<parallel::DeviceWorker*> out;
+  if (sequence_) {
+    for (int r = 0; r < ranks_; ++r) {
+      const size_t d = size_t(r) % devices_.size();
+      out.push_back(&parallel::device_worker(devices_[d], r / int(devices_.size())));
+    }
+    return out;
+  }
+  std::map<std::string, int> lanes;  // as run_pipeline assigns them
+  for (const Device& d : session_devices()) {
+    out.push_back(&parallel::device_worker(d, lanes[d.str()]++));
+  }
+  return out;
+}
+
+DeviceMeter::DeviceMeter(const ModelSet& models) : workers_(models.workers()) {
+  for (parallel::DeviceWorker* w : workers_) before_.push_back(w->stats());
+}
+
+std::map<std::string, double> DeviceMeter::metrics(
+    const std::vector<std::unique_ptr<ModelSession>>& sessions) const {
+  std::map<std::string, double> out;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const parallel::DeviceWorker& w = *workers_[i];
+    std::string name =
+        w.device().kind == Device::Kind::kCuda ? "cuda" + std::to_string(w.device().index) : "cpu";
+    if (w.lane() > 0) name += "." + std::to_string(w.lane());
+    const parallel::WorkerStats now = w.stats();
+    out["device_" + name + "_busy_seconds"] = now.busy_seconds - before_[i].busy_seconds;
+    if (now.peak_memory_mib >= 0) out["device_" + name + "_peak_mib"] = now.peak_memory_mib;
+  }
+  for (const auto& s : sessions) {
+    if (auto* sp = dynamic_cast<const parallel::SequenceParallelSession*>(s.get())) {
+      const parallel::ExchangeStats e = sp->exchange_stats();
+      out["exchange_bytes"] += double(e.bytes);
+      out["exchange_wait_seconds"] += e.wait_seconds;
+    }
+  }
+  return out;
+}
+
 std::vector<Device> ModelSet::session_devices() const {
   if (sequence_) return {devices_.front()};
   const size_t n = traits().causal_state ? 1 : size_t(ranks_);
@@ -220,6 +262,7 @@ class UpscaleRunner : public FinishingRunner {
     if (options.on_slice) sink.set_on_slice(options.on_slice);
     auto sessions = models_.open_sessions();
     pipeline.devices = models_.session_devices();
+    const DeviceMeter meter(models_);
 
     int64_t frames_total = info.frames_estimate - write_from;
     if (options.end_frame >= 0) frames_total = options.end_frame - write_from;
@@ -227,9 +270,11 @@ class UpscaleRunner : public FinishingRunner {
     PipelineStats stats;
     pipeline.stats = &stats;
     run_pipeline(source, sessions, sink, pipeline);
+    std::map<std::string, double> device_metrics = meter.metrics(sessions);
     sessions.clear();
     progress.end();
     TaskResult partial{0, stage_metrics(stats), reader.decoder_name()};
+    partial.metrics.insert(device_metrics.begin(), device_metrics.end());
     partial.metrics["sink_extract_seconds"] = sink.extract_seconds();
     const int64_t expected = source.frames_read() - sink.frames_dropped();
     return finish_video(std::move(writer), std::move(partial), background,

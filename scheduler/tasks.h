@@ -14,6 +14,7 @@
 
 #include "io/video_reader.h"
 #include "io/video_writer.h"
+#include "parallel/device_worker.h"
 #include "scheduler/pipeline.h"
 #include "scheduler/progress.h"
 #include "scheduler/runner.h"
@@ -119,12 +120,30 @@ class ModelSet {
   const std::vector<Device>& devices() const { return devices_; }
   int ranks() const { return ranks_; }
   bool sequence_parallel() const { return sequence_; }
+  // The device workers its sessions run on: the pipeline's lanes, or the ranks of a
+  // sequence-parallel session.
+  std::vector<parallel::DeviceWorker*> workers() const;
 
  private:
   std::vector<Device> devices_;
   std::vector<std::unique_ptr<Model>> models_;
   int ranks_ = 1;  // rank r runs on devices_[r % devices_.size()]
   bool sequence_ = false;
+};
+
+// What the devices did for one input, as report metrics: per worker "device_<dev>_busy_seconds"
+// and "device_<dev>_peak_mib" (CUDA: the allocator's peak since the process started), <dev> like
+// "cuda0" or "cuda0.1" (lane 1); a sequence-parallel session adds "exchange_bytes" and
+// "exchange_wait_seconds". Made before the input's pipeline runs.
+class DeviceMeter {
+ public:
+  explicit DeviceMeter(const ModelSet& models);
+  std::map<std::string, double> metrics(
+      const std::vector<std::unique_ptr<ModelSession>>& sessions) const;
+
+ private:
+  std::vector<parallel::DeviceWorker*> workers_;
+  std::vector<parallel::WorkerStats> before_;
 };
 
 // The tile plan a job asks for on an input of width×height (input pixels of the model).

@@ -78,6 +78,29 @@ const char* to_string(ParallelMode m) {
   return "?";
 }
 
+void override_devices(JobSpec& job, const std::string& value) {
+  if (value == "cpu" || value == "auto") {
+    job.devices = value;
+    job.device_ids.clear();
+    return;
+  }
+  std::vector<int> ids;
+  size_t at = 0;
+  while (at <= value.size()) {
+    const size_t end = std::min(value.find(',', at), value.size());
+    const std::string item = value.substr(at, end - at);
+    if (item.empty() || item.size() > 4 ||
+        item.find_first_not_of("0123456789") != std::string::npos) {
+      throw Error("--devices: '" + value + "' is not cpu, auto or GPU indices like 0,1",
+                  kExitUsage);
+    }
+    ids.push_back(std::stoi(item));
+    at = end + 1;
+  }
+  job.devices = "list";
+  job.device_ids = ids;
+}
+
 const char* to_string(Precision p) {
   switch (p) {
     case Precision::kFloat32:

@@ -79,6 +79,10 @@ struct JobSpec {
   ParallelSpec parallel;
 };
 
+// Replaces the job's devices with a command-line value (`wmbatch --devices`): "cpu", "auto" or
+// GPU indices like "0,1". Throws wm::Error (kExitUsage) naming the value when it is none of these.
+void override_devices(JobSpec& job, const std::string& value);
+
 // Loads every job in `path` (one YAML document per job; `---` separates several).
 std::vector<JobSpec> load_job_file(const std::string& path);
 // Parses YAML text; `path` names it in errors and anchors relative paths.

@@ -305,7 +305,7 @@ struct Phase {
 template <typename Slices>
 Phase decode_only(wm::ModelSession& session, const wm::Device& device, Slices slices_of,
                   std::vector<std::vector<wm::Planar>> warmups, int iters, int64_t frames_want) {
-  for (auto& w : warmups) wm::bench::run_slices(session, std::move(w));
+  for (auto& w : warmups) wm::bench::run_slices(device, session, std::move(w));
   Phase phase;
   wm::models::reset_peak_device_memory(device);
   wm::bench::reset_peak_rss();
@@ -313,7 +313,7 @@ Phase decode_only(wm::ModelSession& session, const wm::Device& device, Slices sl
   for (int it = 0; it < iters; ++it) {
     std::vector<wm::Planar> slices = slices_of();
     const auto start = Clock::now();
-    const int64_t frames = wm::bench::run_slices(session, std::move(slices));
+    const int64_t frames = wm::bench::run_slices(device, session, std::move(slices));
     const double s = seconds_since(start);
     if (frames != frames_want) {
       throw wm::ModelError("bench: decoded " + std::to_string(frames) + " frames, expected " +
