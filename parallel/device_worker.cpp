@@ -52,7 +52,7 @@ struct DeviceWorker::Impl final : public exec::DeviceContext {
       std::optional<c10::cuda::CUDAStream>& s = side[size_t(k)];
       if (!s)
         s = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, c10::DeviceIndex(dev.index));
-      return c10::Stream(*s);
+      return s->unwrap();
     }
 #endif
     throw Error("device worker " + dev.str() + ": no side stream " + std::to_string(k),

@@ -533,7 +533,9 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
     }
     auto share = [&](const TailPlan& plan) {
       if (halo_ && halo_->ranks() > 1) {
-        const at::Tensor grid = at::tensor({int64_t(plan.rows), int64_t(plan.cols)}, at::kLong);
+        at::Tensor grid = at::empty({2}, at::kLong);
+        grid.data_ptr<int64_t>()[0] = plan.rows;
+        grid.data_ptr<int64_t>()[1] = plan.cols;
         halo_->send(1, grid.to(tail_in.device()));
       }
       return plan;
