@@ -10,36 +10,27 @@
 #include <memory>
 #include <string>
 
-namespace wm::exec {
-class HaloExchange;
-}
+#include "parallel/exchange_group.h"
 
 namespace wm::parallel {
 
-// What a group's exchange moved (over its life).
-struct ExchangeStats {
-  int64_t messages = 0;
-  int64_t bytes = 0;
-  double wait_seconds = 0;  // ranks waiting in recv for their messages, summed
-};
-
-class InProcessGroup {
+class InProcessGroup final : public ExchangeGroup {
  public:
   // `timeout`: the longest a recv waits before the group fails (a rank that never sends).
   explicit InProcessGroup(int ranks, std::chrono::milliseconds timeout = std::chrono::minutes(10));
-  ~InProcessGroup();
+  ~InProcessGroup() override;
   InProcessGroup(const InProcessGroup&) = delete;
   InProcessGroup& operator=(const InProcessGroup&) = delete;
 
-  int size() const;
+  int size() const override;
   // Starts a run with ranks [0, active): forgets undelivered messages and a past failure.
   // Call while no rank of the group is running.
-  void begin(int active);
+  void begin(int active) override;
   // Rank r's view, valid until the group goes.
-  exec::HaloExchange& rank(int r);
+  exec::HaloExchange& rank(int r) override;
   // Fails the run: every waiting and later send/recv throws wm::Error("...: " + why).
-  void abort(const std::string& why);
-  ExchangeStats stats() const;
+  void abort(const std::string& why) override;
+  ExchangeStats stats() const override;
 
  private:
   struct Impl;

@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "parallel/halo_inprocess.h"
+#include "parallel/halo_nccl.h"
 #include "src/base/error.h"
 
 namespace wm::parallel {
@@ -47,14 +49,23 @@ Planar frames_of(const Planar& in, int first, int n) {
 SequenceParallelSession::SequenceParallelSession(std::vector<std::unique_ptr<ModelSession>> ranks,
                                                  std::vector<DeviceWorker*> workers,
                                                  SequenceParallelOptions options)
-    : ranks_(std::move(ranks)),
-      workers_(std::move(workers)),
-      options_(std::move(options)),
-      group_(int(ranks_.size()), options_.timeout) {
+    : ranks_(std::move(ranks)), workers_(std::move(workers)), options_(std::move(options)) {
   if (ranks_.empty() || ranks_.size() != workers_.size()) {
     throw Error("sequence parallel: " + std::to_string(ranks_.size()) + " sessions for " +
                     std::to_string(workers_.size()) + " workers",
                 kExitSoftware);
+  }
+  if (options_.nccl) {
+    std::vector<int> devices;
+    for (const DeviceWorker* w : workers_) {
+      if (w->device().kind != Device::Kind::kCuda) {
+        throw Error("sequence parallel: the NCCL exchange needs a GPU per rank", kExitDataErr);
+      }
+      devices.push_back(w->device().index);
+    }
+    group_ = nccl_group(devices);
+  } else {
+    group_ = std::make_unique<InProcessGroup>(int(ranks_.size()), options_.timeout);
   }
 }
 
@@ -70,7 +81,7 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
   for (int n : runs) assigned += n;
   runs.back() += frames - assigned;  // more runs asked for than ranks: the rest to the last
 
-  group_.begin(active);
+  group_->begin(active);
   // The rank that failed first (the others' errors are the abort's echo).
   auto first_failure = std::make_shared<std::atomic<int>>(-1);
   std::vector<std::future<Planar>> results;
@@ -80,11 +91,11 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
     rc.first_slice = ctx.first_slice && r == 0;
     rc.padded_frames = r == active - 1 ? ctx.padded_frames : 0;
     rc.device = workers_[size_t(r)]->context();
-    rc.halo = active > 1 ? &group_.rank(r) : nullptr;
+    rc.halo = active > 1 ? &group_->rank(r) : nullptr;
     Planar part = active == 1 ? std::move(input) : frames_of(input, first, runs[size_t(r)]);
     first += runs[size_t(r)];
     ModelSession* session = ranks_[size_t(r)].get();
-    InProcessGroup* group = &group_;
+    ExchangeGroup* group = group_.get();
     results.push_back(
         workers_[size_t(r)]->submit([session, group, r, rc, first_failure,
                                      part = std::make_shared<Planar>(std::move(part))]() -> Planar {
@@ -101,6 +112,18 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
   }
   input = Planar();
 
+  // A rank that does not finish in time (a peer's device work hung) aborts the exchange, which
+  // ends the waits, so the others return too.
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  for (size_t r = 0; r < results.size(); ++r) {
+    if (results[r].wait_until(deadline) == std::future_status::timeout) {
+      int none = -1;
+      first_failure->compare_exchange_strong(none, int(r));
+      group_->abort("rank " + std::to_string(r) + " did not finish its part within " +
+                    std::to_string(options_.timeout.count() / 1000) + " s");
+      break;
+    }
+  }
   std::vector<Planar> outputs;
   std::vector<std::exception_ptr> failures(results.size());
   for (size_t r = 0; r < results.size(); ++r) {

@@ -7,8 +7,9 @@
 // (ModelTraits::sequence_parallel), this session splits, runs and gathers.
 //
 // Ranks with no frames of a slice (a slice shorter than the group) sit it out. A rank's failure
-// aborts the exchange, so the others stop waiting, and run() rethrows the first error: the slice
-// (and its input) fails; the state is dropped with it. Torch-free header.
+// aborts the exchange, so the others stop waiting, and run() rethrows the failing rank's error:
+// the slice (and its input) fails; the state is dropped with it. A rank still running after
+// SequenceParallelOptions::timeout aborts the exchange too. Torch-free header.
 #pragma once
 
 #include <chrono>
@@ -16,7 +17,7 @@
 #include <vector>
 
 #include "parallel/device_worker.h"
-#include "parallel/halo_inprocess.h"
+#include "parallel/exchange_group.h"
 #include "src/model.h"
 
 namespace wm::parallel {
@@ -26,7 +27,12 @@ struct SequenceParallelOptions {
   // frame); a slice with fewer frames fills the ranks in order, one with more gives the rest to
   // the last rank. Empty: even (split_frames).
   std::vector<int> split;
-  std::chrono::milliseconds timeout = std::chrono::minutes(10);  // a recv's longest wait
+  // The longest a rank may take over its part of a slice (and an in-process recv may wait);
+  // past it the exchange is aborted and the slice fails.
+  std::chrono::milliseconds timeout = std::chrono::minutes(30);
+  // The exchange: NCCL (one rank per GPU, halo_nccl.h; the build needs WMBATCH_WITH_NCCL), or
+  // in-process (threads as ranks: CPU, several ranks on one GPU, or several GPUs).
+  bool nccl = false;
 };
 
 // `frames` in at most `ranks` runs of nearly equal length, the longer runs last (rank 0 also
@@ -45,13 +51,13 @@ class SequenceParallelSession final : public ModelSession {
   Planar run(Planar&& input, const RunContext& ctx) override;
 
   int ranks() const { return int(ranks_.size()); }
-  ExchangeStats exchange_stats() const { return group_.stats(); }
+  ExchangeStats exchange_stats() const { return group_->stats(); }
 
  private:
   std::vector<std::unique_ptr<ModelSession>> ranks_;
   std::vector<DeviceWorker*> workers_;
   SequenceParallelOptions options_;
-  InProcessGroup group_;
+  std::unique_ptr<ExchangeGroup> group_;
 };
 
 }  // namespace wm::parallel

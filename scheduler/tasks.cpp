@@ -1,11 +1,13 @@
 #include "scheduler/tasks.h"
 
 #include <algorithm>
+#include <set>
 
 #include "io/video_reader.h"
 #include "io/video_writer.h"
 #include "parallel/device_worker.h"
 #include "parallel/devices.h"
+#include "parallel/halo_nccl.h"
 #include "parallel/sequence_parallel.h"
 #include "scheduler/video_stages.h"
 #include "src/base/clock.h"
@@ -53,8 +55,14 @@ std::vector<std::unique_ptr<ModelSession>> ModelSet::open_sessions() const {
       ranks.push_back(models_[d]->open_session(devices_[d]));
       workers.push_back(&parallel::device_worker(devices_[d], r / int(devices)));
     }
-    sessions.push_back(
-        std::make_unique<parallel::SequenceParallelSession>(std::move(ranks), std::move(workers)));
+    // NCCL when the build has it and every rank has a GPU of its own; else in-process.
+    parallel::SequenceParallelOptions options;
+    std::set<std::string> distinct;
+    for (const parallel::DeviceWorker* w : workers) distinct.insert(w->device().str());
+    options.nccl = parallel::nccl_available() && devices_.front().kind == Device::Kind::kCuda &&
+                   distinct.size() == workers.size();
+    sessions.push_back(std::make_unique<parallel::SequenceParallelSession>(
+        std::move(ranks), std::move(workers), options));
     return sessions;
   }
   const size_t n = traits().causal_state ? 1 : size_t(ranks_);

@@ -12,13 +12,14 @@
 
 #include "io/safetensors.h"
 #include "parallel/device_worker.h"
+#include "parallel/halo_nccl.h"
 #include "parallel/sequence_parallel.h"
 #include "src/model.h"
 
 namespace wm::test {
 
 inline double ranks_vs_one_rank(Precision precision, const std::vector<Device>& devices,
-                                const std::vector<int>& slices) {
+                                const std::vector<int>& slices, bool nccl = false) {
   const std::string golden = std::string(WM_SOURCE_DIR) + "/tests/data/golden/wan21-tiny/";
   std::ifstream in(golden + "meta.json");
   const nlohmann::json meta = nlohmann::json::parse(in);
@@ -79,7 +80,9 @@ inline double ranks_vs_one_rank(Precision precision, const std::vector<Device>& 
     ranks.push_back(models[r]->open_session(devices[r]));
     workers.push_back(&parallel::device_worker(devices[r], lanes[size_t(devices[r].index)]++));
   }
-  parallel::SequenceParallelSession session(std::move(ranks), std::move(workers));
+  parallel::SequenceParallelOptions options;
+  options.nccl = nccl;
+  parallel::SequenceParallelSession session(std::move(ranks), std::move(workers), options);
   const std::vector<float> got = run(session, nullptr);
   if (got.size() != expected.size()) return 1e30;
   double m = 0;

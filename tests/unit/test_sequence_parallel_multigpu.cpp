@@ -18,3 +18,18 @@ TEST(SequenceParallelMultiGpu, TwoGpusEqualOneRank) {
 }
 
 }  // namespace
+
+namespace {
+
+// The same over NCCL (one communicator per GPU, made once per process), when the build has it.
+TEST(SequenceParallelMultiGpu, TwoGpusOverNcclEqualOneRank) {
+  if (torch::cuda::device_count() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices";
+  if (!wm::parallel::nccl_available()) GTEST_SKIP() << "built without WMBATCH_WITH_NCCL";
+  const wm::Device gpu0{wm::Device::Kind::kCuda, 0}, gpu1{wm::Device::Kind::kCuda, 1};
+  const double err =
+      wm::test::ranks_vs_one_rank(wm::Precision::kFloat32, {gpu0, gpu1}, {4, 5}, /*nccl=*/true);
+  std::cout << "[ ranks    ] cuda fp32 NCCL ranks on GPUs 0 and 1: max diff " << err << "\n";
+  EXPECT_LE(err, 1e-4);
+}
+
+}  // namespace
