@@ -4,7 +4,6 @@
 
 #include <condition_variable>
 #include <deque>
-#include <map>
 #include <mutex>
 #include <thread>
 
@@ -57,16 +56,6 @@ void ModelThread::post(std::function<void()> task) {
     impl_->queue.push_back(std::move(task));
   }
   impl_->wake.notify_one();
-}
-
-ModelThread& model_thread(int index) {
-  static std::mutex mutex;
-  // Deliberately never freed: see the header.
-  static auto* threads = new std::map<int, std::unique_ptr<ModelThread>>();
-  std::lock_guard<std::mutex> lock(mutex);
-  std::unique_ptr<ModelThread>& t = (*threads)[index];
-  if (!t) t = std::make_unique<ModelThread>("model" + std::to_string(index));
-  return *t;
 }
 
 }  // namespace wm::parallel

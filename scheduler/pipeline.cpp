@@ -10,7 +10,8 @@
 #include <string>
 #include <tuple>
 
-#include "parallel/model_thread.h"
+#include "parallel/device_worker.h"
+#include "parallel/sequence_parallel.h"
 #include "src/base/error.h"
 
 namespace wm::sched {
@@ -131,6 +132,16 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
   const TilePlan& plan = options.tiles;
   const int tiles = plan.tiles();
   SessionPool pool(sessions);
+  // Session i runs on a lasting device worker of its device (LibTorch's per-thread cuDNN plan
+  // cache; the worker's streams and staging): lane k for the k-th session on that device.
+  std::vector<parallel::DeviceWorker*> workers;
+  {
+    std::map<std::string, int> lanes;
+    for (size_t i = 0; i < sessions.size(); ++i) {
+      const Device device = i < options.devices.size() ? options.devices[i] : Device{};
+      workers.push_back(&parallel::device_worker(device, lanes[device.str()]++));
+    }
+  }
   std::atomic<int64_t> source_ns{0}, tile_ns{0}, model_ns{0}, blend_ns{0}, sink_ns{0};
   std::atomic<int64_t> slices{0};
   using Clock = std::chrono::steady_clock;
@@ -185,10 +196,15 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
         ctx.tile_index = job->tile;
         ctx.tiles = tiles;
         ctx.padded_frames = job->slice->padded;
-        // Session i always runs on model thread i (LibTorch's per-thread cuDNN plan cache).
-        job->output = parallel::model_thread(taken.second).call([&] {
-          return taken.first->run(std::move(job->input), ctx);
-        });
+        parallel::DeviceWorker& device_worker = *workers[size_t(taken.second)];
+        ctx.device = device_worker.context();
+        if (dynamic_cast<parallel::SequenceParallelSession*>(taken.first)) {
+          // A session that runs on workers of its own (sequence parallel) is only waited for.
+          job->output = taken.first->run(std::move(job->input), ctx);
+        } else {
+          job->output =
+              device_worker.call([&] { return taken.first->run(std::move(job->input), ctx); });
+        }
         const int64_t end =
             std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
         for (int64_t seen = last_model_end_ns.load();

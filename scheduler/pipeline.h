@@ -79,11 +79,14 @@ struct PipelineOptions {
   TilePlan tiles;                             // spatial plan (one tile = whole frame)
   const std::atomic<bool>* cancel = nullptr;  // set → the source stops with wm::Cancelled
   PipelineStats* stats = nullptr;             // filled when set
+  // Session i's device (none given: the CPU); sessions run on parallel::device_worker(device,
+  // lane), lane k for the k-th session on a device.
+  std::vector<Device> devices;
 };
 
 // Runs the graph until the source is exhausted. `sessions` are the model workers (one per
 // device/stream); a model with causal state gets exactly one so slices run in order. Session i
-// runs on parallel::model_thread(i), whichever graph thread hands it its slice.
+// runs on its device worker (PipelineOptions::devices), whichever graph thread hands it its slice.
 void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>>& sessions,
                   SliceSink& sink, const PipelineOptions& options);
 

@@ -277,6 +277,9 @@ int run_job_files(const std::vector<std::string>& files, const RunOptions& optio
   std::vector<JobSpec> jobs;
   for (const std::string& file : files) {
     std::vector<JobSpec> loaded = load_job_file(file);
+    if (!options.devices.empty()) {
+      for (JobSpec& job : loaded) override_devices(job, options.devices);
+    }
     jobs.insert(jobs.end(), loaded.begin(), loaded.end());
   }
   preflight(jobs);

@@ -32,6 +32,8 @@ struct RunOptions {
   // Writing a farm segment: video only (assemble muxes audio/subtitles from the source) and
   // exact container timestamps (WriterConfig::exact_timescale).
   bool segment = false;
+  // `wmbatch --devices`: replaces every job's `devices:` (cpu, auto, or GPU indices "0,1").
+  std::string devices;
 };
 
 enum class InputState { kDone, kSkipped, kFailed };

@@ -298,7 +298,7 @@ void check_multiple_of_8(const std::string& path, int width, int height,
 class DecodeLatentsRunner : public FinishingRunner {
  public:
   explicit DecodeLatentsRunner(const JobSpec& job)
-      : job_(job), models_(job.model, job.devices, job.device_ids) {}
+      : job_(job), models_(job.model, job.devices, job.device_ids, job.parallel) {}
 
  private:
   PendingOutput run(const std::string& input, const std::string& output, const RunOptions& options,
@@ -327,12 +327,16 @@ class DecodeLatentsRunner : public FinishingRunner {
     const double input_open_seconds = seconds_since(input_start);
     const auto open_start = Clock::now();
     auto sessions = models_.open_sessions();  // the first one uploads the weights
+    pipeline.devices = models_.session_devices();
+    const DeviceMeter meter(models_);
     const double open_seconds = seconds_since(open_start);
     progress.begin(input, frames);
     PipelineStats stats;
     pipeline.stats = &stats;
     // Ends the sessions (their threads, device buffers) and the progress; the input's metrics.
     auto close = [&](std::map<std::string, double> metrics) {
+      const std::map<std::string, double> device_metrics = meter.metrics(sessions);
+      metrics.insert(device_metrics.begin(), device_metrics.end());
       const auto close_start = Clock::now();
       sessions.clear();
       metrics["input_open_seconds"] = input_open_seconds;
@@ -384,7 +388,7 @@ class DecodeLatentsRunner : public FinishingRunner {
 class EncodeLatentsRunner : public TaskRunner {
  public:
   explicit EncodeLatentsRunner(const JobSpec& job)
-      : job_(job), models_(job.model, job.devices, job.device_ids) {}
+      : job_(job), models_(job.model, job.devices, job.device_ids, job.parallel) {}
 
   int64_t process(const std::string& input, const std::string& output, const RunOptions& options,
                   Progress& progress) override {
@@ -394,6 +398,7 @@ class EncodeLatentsRunner : public TaskRunner {
     pipeline.tokens = job_.tokens;
     pipeline.cancel = options.cancel;
     auto sessions = models_.open_sessions();
+    pipeline.devices = models_.session_devices();
     TensorSink sink(&progress);
     std::map<std::string, std::string> meta = {{"source", input}, {"model", traits.name}};
     int64_t frames = 0;
@@ -505,6 +510,7 @@ class ReconstructRunner : public TaskRunner {
     PipelineOptions pipeline;
     pipeline.tokens = job_.tokens;
     pipeline.cancel = options.cancel;
+    pipeline.devices = {decoder_.devices().front()};
     // PSNR/SSIM need whole frames: the round trip runs untiled.
     pipeline.tiles = plan_tiles(info.width, info.height, 0, 0, 0, 0);
 

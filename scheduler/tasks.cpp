@@ -1,10 +1,14 @@
 #include "scheduler/tasks.h"
 
 #include <algorithm>
+#include <set>
 
 #include "io/video_reader.h"
 #include "io/video_writer.h"
+#include "parallel/device_worker.h"
 #include "parallel/devices.h"
+#include "parallel/halo_nccl.h"
+#include "parallel/sequence_parallel.h"
 #include "scheduler/video_stages.h"
 #include "src/base/clock.h"
 #include "src/base/error.h"
@@ -13,16 +17,109 @@
 namespace wm::sched {
 
 ModelSet::ModelSet(const ModelConfig& config, const std::string& devices,
-                   const std::vector<int>& ids)
+                   const std::vector<int>& ids, const ParallelSpec& parallel)
     : devices_(parallel::resolve_devices(devices, ids)) {
   for (const Device& d : devices_) models_.push_back(make_model(config, d));
+  const bool cpu = devices_.front().kind == Device::Kind::kCpu;
+  // GPUs: one rank per listed device unless `ranks` says fewer (or, for sequence parallelism on
+  // one GPU, more: several streams). CPU: `ranks` in-process ranks.
+  ranks_ = parallel.ranks > 0 ? parallel.ranks : (cpu ? 1 : int(devices_.size()));
+  const ModelTraits& t = traits();
+  switch (parallel.mode) {
+    case ParallelMode::kAuto:
+      sequence_ = t.causal_state && t.sequence_parallel && ranks_ > 1;
+      break;
+    case ParallelMode::kData:
+      sequence_ = false;
+      break;
+    case ParallelMode::kSequence:
+      if (!t.sequence_parallel) {
+        throw Error("parallel: mode sequence needs a model that splits slices in time; " + t.name +
+                        " does not (use data)",
+                    kExitDataErr);
+      }
+      sequence_ = ranks_ > 1;
+      break;
+  }
+  if (!sequence_ && !cpu) ranks_ = std::min<int>(ranks_, int(devices_.size()));
 }
 
 std::vector<std::unique_ptr<ModelSession>> ModelSet::open_sessions() const {
   std::vector<std::unique_ptr<ModelSession>> sessions;
-  const size_t n = traits().causal_state ? 1 : models_.size();
-  for (size_t i = 0; i < n; ++i) sessions.push_back(models_[i]->open_session(devices_[i]));
+  const size_t devices = devices_.size();
+  if (sequence_) {
+    std::vector<std::unique_ptr<ModelSession>> ranks;
+    std::vector<parallel::DeviceWorker*> workers;
+    for (int r = 0; r < ranks_; ++r) {
+      const size_t d = size_t(r) % devices;
+      ranks.push_back(models_[d]->open_session(devices_[d]));
+      workers.push_back(&parallel::device_worker(devices_[d], r / int(devices)));
+    }
+    // NCCL when the build has it and every rank has a GPU of its own; else in-process.
+    parallel::SequenceParallelOptions options;
+    std::set<std::string> distinct;
+    for (const parallel::DeviceWorker* w : workers) distinct.insert(w->device().str());
+    options.nccl = parallel::nccl_available() && devices_.front().kind == Device::Kind::kCuda &&
+                   distinct.size() == workers.size();
+    sessions.push_back(std::make_unique<parallel::SequenceParallelSession>(
+        std::move(ranks), std::move(workers), options));
+    return sessions;
+  }
+  const size_t n = traits().causal_state ? 1 : size_t(ranks_);
+  for (size_t i = 0; i < n; ++i) {
+    sessions.push_back(models_[i % devices]->open_session(devices_[i % devices]));
+  }
   return sessions;
+}
+
+std::vector<parallel::DeviceWorker*> ModelSet::workers() const {
+  std::vector<parallel::DeviceWorker*> out;
+  if (sequence_) {
+    for (int r = 0; r < ranks_; ++r) {
+      const size_t d = size_t(r) % devices_.size();
+      out.push_back(&parallel::device_worker(devices_[d], r / int(devices_.size())));
+    }
+    return out;
+  }
+  std::map<std::string, int> lanes;  // as run_pipeline assigns them
+  for (const Device& d : session_devices()) {
+    out.push_back(&parallel::device_worker(d, lanes[d.str()]++));
+  }
+  return out;
+}
+
+DeviceMeter::DeviceMeter(const ModelSet& models) : workers_(models.workers()) {
+  for (parallel::DeviceWorker* w : workers_) before_.push_back(w->stats());
+}
+
+std::map<std::string, double> DeviceMeter::metrics(
+    const std::vector<std::unique_ptr<ModelSession>>& sessions) const {
+  std::map<std::string, double> out;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const parallel::DeviceWorker& w = *workers_[i];
+    std::string name =
+        w.device().kind == Device::Kind::kCuda ? "cuda" + std::to_string(w.device().index) : "cpu";
+    if (w.lane() > 0) name += "." + std::to_string(w.lane());
+    const parallel::WorkerStats now = w.stats();
+    out["device_" + name + "_busy_seconds"] = now.busy_seconds - before_[i].busy_seconds;
+    if (now.peak_memory_mib >= 0) out["device_" + name + "_peak_mib"] = now.peak_memory_mib;
+  }
+  for (const auto& s : sessions) {
+    if (auto* sp = dynamic_cast<const parallel::SequenceParallelSession*>(s.get())) {
+      const parallel::ExchangeStats e = sp->exchange_stats();
+      out["exchange_bytes"] += double(e.bytes);
+      out["exchange_wait_seconds"] += e.wait_seconds;
+    }
+  }
+  return out;
+}
+
+std::vector<Device> ModelSet::session_devices() const {
+  if (sequence_) return {devices_.front()};
+  const size_t n = traits().causal_state ? 1 : size_t(ranks_);
+  std::vector<Device> out;
+  for (size_t i = 0; i < n; ++i) out.push_back(devices_[i % devices_.size()]);
+  return out;
 }
 
 TilePlan plan_job_tiles(const JobSpec& job, const ModelTraits& traits, int width, int height) {
@@ -127,7 +224,7 @@ bool is_tensor_file(const std::string& path) {
 class UpscaleRunner : public FinishingRunner {
  public:
   explicit UpscaleRunner(const JobSpec& job)
-      : job_(job), models_(job.model, job.devices, job.device_ids) {}
+      : job_(job), models_(job.model, job.devices, job.device_ids, job.parallel) {}
 
  private:
   PendingOutput run(const std::string& input, const std::string& output, const RunOptions& options,
@@ -181,6 +278,8 @@ class UpscaleRunner : public FinishingRunner {
     sink.set_write_from(write_from);
     if (options.on_slice) sink.set_on_slice(options.on_slice);
     auto sessions = models_.open_sessions();
+    pipeline.devices = models_.session_devices();
+    const DeviceMeter meter(models_);
 
     int64_t frames_total = info.frames_estimate - write_from;
     if (options.end_frame >= 0) frames_total = options.end_frame - write_from;
@@ -188,9 +287,11 @@ class UpscaleRunner : public FinishingRunner {
     PipelineStats stats;
     pipeline.stats = &stats;
     run_pipeline(source, sessions, sink, pipeline);
+    std::map<std::string, double> device_metrics = meter.metrics(sessions);
     sessions.clear();
     progress.end();
     TaskResult partial{0, stage_metrics(stats), reader.decoder_name()};
+    partial.metrics.insert(device_metrics.begin(), device_metrics.end());
     partial.metrics["sink_extract_seconds"] = sink.extract_seconds();
     const int64_t expected = source.frames_read() - sink.frames_dropped();
     return finish_video(std::move(writer), std::move(partial), background,

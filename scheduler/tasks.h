@@ -14,6 +14,7 @@
 
 #include "io/video_reader.h"
 #include "io/video_writer.h"
+#include "parallel/device_worker.h"
 #include "scheduler/pipeline.h"
 #include "scheduler/progress.h"
 #include "scheduler/runner.h"
@@ -108,19 +109,48 @@ PendingOutput finish_video(std::unique_ptr<io::VideoWriter> writer, TaskResult p
 
 std::unique_ptr<TaskRunner> make_task_runner(const JobSpec& job);
 
-// The models of a job, one per device, and their sessions.
+// The models of a job, one per device, and their sessions. `parallel` says how the devices (or
+// in-process CPU ranks) share the work: data (a session per rank; one for a causal model, whose
+// slices must run in order) or sequence (one sequence-parallel session over all ranks).
+// Throws wm::Error (kExitDataErr) for sequence parallelism with a model that cannot do it.
 class ModelSet {
  public:
-  ModelSet(const ModelConfig& config, const std::string& devices, const std::vector<int>& ids);
+  ModelSet(const ModelConfig& config, const std::string& devices, const std::vector<int>& ids,
+           const ParallelSpec& parallel = {});
   const Model& model() const { return *models_.front(); }
   const ModelTraits& traits() const { return models_.front()->traits(); }
-  // Fresh sessions for one input: one per device, or a single one for causal models.
+  // Fresh sessions for one input: one per rank, a single one for causal models, or one
+  // sequence-parallel session.
   std::vector<std::unique_ptr<ModelSession>> open_sessions() const;
+  // The device of each session open_sessions() makes (PipelineOptions::devices).
+  std::vector<Device> session_devices() const;
   const std::vector<Device>& devices() const { return devices_; }
+  int ranks() const { return ranks_; }
+  bool sequence_parallel() const { return sequence_; }
+  // The device workers its sessions run on: the pipeline's lanes, or the ranks of a
+  // sequence-parallel session.
+  std::vector<parallel::DeviceWorker*> workers() const;
 
  private:
   std::vector<Device> devices_;
   std::vector<std::unique_ptr<Model>> models_;
+  int ranks_ = 1;  // rank r runs on devices_[r % devices_.size()]
+  bool sequence_ = false;
+};
+
+// What the devices did for one input, as report metrics: per worker "device_<dev>_busy_seconds"
+// and "device_<dev>_peak_mib" (CUDA: the allocator's peak since the process started), <dev> like
+// "cuda0" or "cuda0.1" (lane 1); a sequence-parallel session adds "exchange_bytes" and
+// "exchange_wait_seconds". Made before the input's pipeline runs.
+class DeviceMeter {
+ public:
+  explicit DeviceMeter(const ModelSet& models);
+  std::map<std::string, double> metrics(
+      const std::vector<std::unique_ptr<ModelSession>>& sessions) const;
+
+ private:
+  std::vector<parallel::DeviceWorker*> workers_;
+  std::vector<parallel::WorkerStats> before_;
 };
 
 // The tile plan a job asks for on an input of width×height (input pixels of the model).

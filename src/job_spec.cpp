@@ -67,6 +67,41 @@ const char* to_string(DecodeMode d) {
   return "?";
 }
 
+const char* to_string(ParallelMode m) {
+  switch (m) {
+    case ParallelMode::kAuto:
+      return "auto";
+    case ParallelMode::kData:
+      return "data";
+    case ParallelMode::kSequence:
+      return "sequence";
+  }
+  return "?";
+}
+
+void override_devices(JobSpec& job, const std::string& value) {
+  if (value == "cpu" || value == "auto") {
+    job.devices = value;
+    job.device_ids.clear();
+    return;
+  }
+  std::vector<int> ids;
+  size_t at = 0;
+  while (at <= value.size()) {
+    const size_t end = std::min(value.find(',', at), value.size());
+    const std::string item = value.substr(at, end - at);
+    if (item.empty() || item.size() > 4 ||
+        item.find_first_not_of("0123456789") != std::string::npos) {
+      throw Error("--devices: '" + value + "' is not cpu, auto or GPU indices like 0,1",
+                  kExitUsage);
+    }
+    ids.push_back(std::stoi(item));
+    at = end + 1;
+  }
+  job.devices = "list";
+  job.device_ids = ids;
+}
+
 const char* to_string(Precision p) {
   switch (p) {
     case Precision::kFloat32:
@@ -93,7 +128,7 @@ const KeyTable kTopKeys{"",
                         {"job", "task", "input", "output", "on_exists", "model", "precision",
                          "devices", "tiling", "slice_frames", "tokens", "encode", "fps",
                          "input_tensor", "max_error_rate", "decode", "offload",
-                         "deinterlace"}};
+                         "deinterlace", "parallel"}};
 // `kind` and every option key of the registry's kinds.
 std::vector<std::string> model_keys() {
   std::vector<std::string> keys = {"kind"};
@@ -105,8 +140,9 @@ const KeyTable kTilingKeys{"tiling", {"tile", "tile_width", "tile_height", "over
 const KeyTable kEncodeKeys{
     "encode", {"codec", "crf", "preset", "pix_fmt", "audio", "subtitles", "threads", "options"}};
 const KeyTable kOffloadKeys{"offload", {"pinned_mib"}};
-const KeyTable* const kAllTables[] = {&kTopKeys, &kModelKeys, &kTilingKeys, &kEncodeKeys,
-                                      &kOffloadKeys};
+const KeyTable kParallelKeys{"parallel", {"mode", "ranks"}};
+const KeyTable* const kAllTables[] = {&kTopKeys,    &kModelKeys,   &kTilingKeys,
+                                      &kEncodeKeys, &kOffloadKeys, &kParallelKeys};
 
 const char* const kX264Presets[] = {"ultrafast", "superfast", "veryfast", "faster",   "fast",
                                     "medium",    "slow",      "slower",   "veryslow", "placebo"};
@@ -490,6 +526,10 @@ const std::vector<std::pair<std::string, DeinterlaceMode>> kDeinterlaceModes = {
     {"auto", DeinterlaceMode::kAuto},
     {"off", DeinterlaceMode::kOff},
     {"bwdif", DeinterlaceMode::kBwdif}};
+const std::vector<std::pair<std::string, ParallelMode>> kParallelModes = {
+    {"auto", ParallelMode::kAuto},
+    {"data", ParallelMode::kData},
+    {"sequence", ParallelMode::kSequence}};
 
 // The model tasks a job task needs (reconstruct runs the encoder and the decoder).
 std::vector<std::string> model_tasks(Task task) {
@@ -606,6 +646,18 @@ class JobParser {
       if (const Field* p = offload.find("pinned_mib")) {
         job_.model.pinned_pool_bytes = get_int(*p, 1, 65536) << 20;
       }
+    }
+    if (const Field* f = top_.find("parallel")) {
+      const MapView parallel(*f, kParallelKeys);
+      if (const Field* m = parallel.find("mode")) {
+        if (m->node.IsScalar() && m->node.Scalar() == "spatial") {
+          fail(*m,
+               "spatial (split by image height) is not available yet; use auto, data or "
+               "sequence");
+        }
+        job_.parallel.mode = get_enum(*m, kParallelModes);
+      }
+      if (const Field* r = parallel.find("ranks")) job_.parallel.ranks = get_int(*r, 1, 1024);
     }
     if (const Field* f = top_.find("encode")) parse_encode(*f);
     if (const Field* f = top_.find("fps")) {

@@ -59,6 +59,17 @@ struct TilingSpec {
   bool exact = false;
 };
 
+// How a job uses several devices or ranks (`parallel:`; docs/job-format.md, docs/gpu.md).
+// data: inputs and (for models without causal state) slices spread over the devices; sequence:
+// each slice of a causal model split in time over the ranks (exact, halo exchange); auto:
+// sequence for a causal model that supports it on more than one rank, else data.
+enum class ParallelMode { kAuto, kData, kSequence };
+const char* to_string(ParallelMode m);
+struct ParallelSpec {
+  ParallelMode mode = ParallelMode::kAuto;
+  int ranks = 0;  // 0: one per device (cpu: 1); with devices: cpu, N in-process CPU ranks
+};
+
 struct JobSpec {
   std::string file;  // the job file as given
   std::string dir;   // its folder, absolute: relative paths in the job resolve against it
@@ -89,7 +100,12 @@ struct JobSpec {
   // offload), so a key added later is in it by default. The farm fingerprint hashes it.
   std::string output_settings;
   DeinterlaceMode deinterlace = DeinterlaceMode::kAuto;
+  ParallelSpec parallel;
 };
+
+// Replaces the job's devices with a command-line value (`wmbatch --devices`): "cpu", "auto" or
+// GPU indices like "0,1". Throws wm::Error (kExitUsage) naming the value when it is none of these.
+void override_devices(JobSpec& job, const std::string& value);
 
 // Loads every job in `path` (one YAML document per job; `---` separates several).
 std::vector<JobSpec> load_job_file(const std::string& path);

@@ -18,6 +18,11 @@
 
 namespace wm {
 
+namespace exec {
+class DeviceContext;  // src/exec/device_context.h
+class HaloExchange;   // src/exec/halo_exchange.h
+}  // namespace exec
+
 enum class Precision { kFloat32, kBFloat16, kFloat16 };
 const char* to_string(Precision p);
 
@@ -66,6 +71,9 @@ struct ModelConfig {
   // Run setting (the job's `tiling.exact`): tiles must reproduce the untiled output, so a model
   // whose default halo is approximate declares its exact one (RRDBNet).
   bool exact_tiles = false;
+  // Wan2.1 execution choices, "key=value,..." (wan21::Tuning; the job's `model.tuning`, wmbench
+  // --tuning): they change rounding only, never the function computed. Empty: the defaults.
+  std::string tuning;
 };
 
 // Facts a model declares; the scheduler plans tiles and slices from them.
@@ -91,6 +99,9 @@ struct ModelTraits {
   int frame_group = 1;
   int frame_offset = 0;
   std::vector<Precision> precisions = {Precision::kFloat32};
+  // The model can run one slice as several ranks that split its frames in time, exchanging
+  // causal history through RunContext::halo (parallel/sequence_parallel.h).
+  bool sequence_parallel = false;
 };
 
 // Where a block sits in its video; stateful sessions key their caches by tile_index.
@@ -101,6 +112,13 @@ struct RunContext {
   int tile_index = 0;
   int tiles = 1;
   int padded_frames = 0;  // trailing input frames that repeat the last real one (not real)
+  // The device worker running this call (src/exec/device_context.h): its streams, pinned
+  // staging, memory budget. nullptr when the caller runs the session directly (CPU models need
+  // none; a CUDA session then computes on the current stream with plain copies where it can).
+  exec::DeviceContext* device = nullptr;
+  // Sequence parallelism (src/exec/halo_exchange.h): this run is rank halo->rank() of a slice
+  // split in time; first_slice is set on rank 0 only. nullptr: the whole slice.
+  exec::HaloExchange* halo = nullptr;
 };
 
 class ModelSession {

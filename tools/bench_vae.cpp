@@ -6,6 +6,12 @@
 //                      [--slice-frames S] [--threads N] [--seed N] [--profile 0|1]
 //                      [--compare-fp32 0|1] [--tuning KEY=V,...] [--max-gpu-gib N]
 //                      [--pinned-mib N] [--kernels 0|1] [--gpu-activity 0|1]
+//                      [--devices 0,1|cpu] [--ranks N]
+//
+// --devices/--ranks add "sequence_parallel": the same decode as sequence-parallel ranks over the
+// listed devices (ranks: one per device, or N; several on one device run on streams of their
+// own), its fps, speed-up against the one-device run of the same invocation, each rank's busy
+// seconds and peak memory, and the halo exchange's bytes, messages and wait per decode.
 //
 // H and W are output pixels (multiples of 8). --slice-frames S decodes the T latent frames as
 // consecutive slices of S (0: one slice), exactly as the job runner would. Timing covers decode
@@ -16,7 +22,7 @@
 // runs). --compare-fp32 1 decodes the same latents with float32 weights afterwards and reports
 // the PSNR of the timed run's output against it. --kernels 1 (CUDA) adds "kernels": the fused
 // norm and residual passes' bandwidth on activations of this output size, per threads-per-pixel
-// choice and for packed and cropped input. --tuning sets WMBATCH_WAN21_TUNING (execution
+// choice and for packed and cropped input. --tuning sets the model's tuning (execution
 // choices of the Wan2.1 model, src/models/wan21_blocks.h) for A/B measurements. tflops_ref counts
 // the reference decoder's 8.5 MFLOP per output pixel. --gpu-activity 1 (CUDA, LibTorch 2) adds
 // one more decode under LibTorch's Kineto profiler and reports what the GPU did
@@ -33,6 +39,9 @@
 #include <random>
 #include <string>
 
+#include "parallel/device_worker.h"
+#include "parallel/memory_budget.h"
+#include "parallel/sequence_parallel.h"
 #include "src/base/error.h"
 #include "src/model.h"
 #include "src/models/wan21_bench_support.h"
@@ -61,6 +70,10 @@ struct Options {
   std::string tuning;
   int max_gpu_gib = 0;
   int pinned_mib = 0;  // the job's offload.pinned_mib (0: the default)
+  // Sequence parallelism: ranks over these devices (empty: --device), measured after the
+  // one-device run, against it.
+  std::string devices;
+  int ranks = 0;  // 0: one per listed device
 };
 
 const char* kUsage =
@@ -69,7 +82,7 @@ const char* kUsage =
     "                          [--iters N] [--slice-frames S] [--threads N] [--seed N]\n"
     "                          [--profile 0|1] [--compare-fp32 0|1] [--tuning KEY=V,...]\n"
     "                          [--max-gpu-gib N] [--pinned-mib N] [--kernels 0|1]\n"
-    "                          [--gpu-activity 0|1]\n";
+    "                          [--gpu-activity 0|1] [--devices 0,1|cpu] [--ranks N]\n";
 
 // Throws std::invalid_argument with a one-line reason.
 Options parse(int argc, char** argv) {
@@ -89,6 +102,10 @@ Options parse(int argc, char** argv) {
       o.kernels = integer(flag, v, 0) != 0;
     } else if (flag == "--gpu-activity") {
       o.gpu_activity = integer(flag, v, 0) != 0;
+    } else if (flag == "--devices") {
+      o.devices = v;
+    } else if (flag == "--ranks") {
+      o.ranks = integer(flag, v, 1);
     } else {
       throw std::invalid_argument("unknown option " + flag);
     }
@@ -101,6 +118,84 @@ Options parse(int argc, char** argv) {
     throw std::invalid_argument("--dtype: expected fp32, bf16 or fp16, got '" + o.dtype + "'");
   }
   return o;
+}
+
+// The rank devices of --devices ("cpu", "0,1") or, without it, --device.
+std::vector<wm::Device> rank_devices(const Options& o, const wm::Device& device) {
+  if (o.devices.empty()) return {device};
+  if (o.devices == "cpu") return {wm::Device{}};
+  std::vector<wm::Device> out;
+  size_t at = 0;
+  while (at <= o.devices.size()) {
+    const size_t end = std::min(o.devices.find(',', at), o.devices.size());
+    out.push_back(wm::bench::parse_device("cuda:" + o.devices.substr(at, end - at)));
+    at = end + 1;
+  }
+  return out;
+}
+
+// The same decode as sequence-parallel ranks: fps, the speed-up against `one_seconds` (one
+// device, this run), each rank worker's busy seconds, the exchange's bytes and wait.
+nlohmann::ordered_json sequence_parallel(const Options& o, const wm::ModelConfig& config,
+                                         const wm::Planar& latents, int slice, int64_t frames_out,
+                                         double one_seconds) {
+  const std::vector<wm::Device> devices = rank_devices(o, wm::bench::parse_device(o.device));
+  const int ranks = o.ranks > 0 ? o.ranks : int(devices.size());
+  std::vector<std::unique_ptr<wm::Model>> models;  // same seed: the same weights on each device
+  for (const wm::Device& d : devices) {
+    models.push_back(wm::models::make_wan21_vae_random(config, d, o.seed));
+  }
+  std::vector<std::unique_ptr<wm::ModelSession>> sessions;
+  std::vector<wm::parallel::DeviceWorker*> workers;
+  for (int r = 0; r < ranks; ++r) {
+    const size_t d = size_t(r) % devices.size();
+    sessions.push_back(models[d]->open_session(devices[d]));
+    // Lane 0 ran the one-device decode; the ranks get lanes of their own.
+    workers.push_back(&wm::parallel::device_worker(devices[d], 1 + r / int(devices.size())));
+  }
+  wm::parallel::SequenceParallelSession session(std::move(sessions), workers);
+  double total = 0;
+  std::vector<wm::parallel::WorkerStats> before;
+  wm::parallel::ExchangeStats exchange_before;
+  for (int it = 0; it < o.warmup + o.iters; ++it) {
+    std::vector<wm::Planar> slices = wm::bench::make_slices(latents, slice);
+    if (it == o.warmup) {
+      for (auto* w : workers) before.push_back(w->stats());
+      exchange_before = session.exchange_stats();
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t frames = wm::bench::run_slices(devices[0], session, std::move(slices));
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (frames != frames_out) {
+      throw wm::ModelError("bench: ranks decoded " + std::to_string(frames) + " frames, expected " +
+                           std::to_string(frames_out));
+    }
+    if (it >= o.warmup) total += seconds;
+  }
+  const double seconds = total / o.iters;
+  const wm::parallel::ExchangeStats exchange = session.exchange_stats();
+  nlohmann::ordered_json out;
+  out["ranks"] = ranks;
+  std::string names;
+  for (const wm::Device& d : devices) names += (names.empty() ? "" : ",") + d.str();
+  out["devices"] = names;
+  out["seconds"] = seconds;
+  out["fps"] = double(frames_out) / seconds;
+  out["speedup"] = one_seconds / seconds;
+  nlohmann::ordered_json busy = nlohmann::ordered_json::array();
+  for (size_t r = 0; r < workers.size(); ++r) {
+    const wm::parallel::WorkerStats s = workers[r]->stats();
+    busy.push_back({{"rank", r},
+                    {"device", workers[r]->device().str()},
+                    {"busy_seconds", (s.busy_seconds - before[r].busy_seconds) / o.iters},
+                    {"peak_gpu_mib", s.peak_memory_mib}});
+  }
+  out["per_rank"] = busy;
+  out["exchange_bytes"] = double(exchange.bytes - exchange_before.bytes) / o.iters;
+  out["exchange_messages"] = double(exchange.messages - exchange_before.messages) / o.iters;
+  out["exchange_wait_seconds"] = (exchange.wait_seconds - exchange_before.wait_seconds) / o.iters;
+  return out;
 }
 
 }  // namespace
@@ -118,7 +213,6 @@ int bench_vae_decode(int argc, char** argv) {
   }
 
   try {
-    if (!o.tuning.empty()) setenv("WMBATCH_WAN21_TUNING", o.tuning.c_str(), 1);
     wm::models::set_cpu_threads(o.threads);
     wm::ModelConfig config;
     config.kind = "wan2.1-vae";
@@ -126,9 +220,10 @@ int bench_vae_decode(int argc, char** argv) {
     config.dim = o.dim;
     config.precision = wm::bench::parse_precision(o.dtype);
     config.pinned_pool_bytes = int64_t(o.pinned_mib) << 20;
+    config.tuning = o.tuning;
     auto model = wm::models::make_wan21_vae_random(config, device, o.seed);
     auto session = model->open_session(device);
-    wm::models::limit_device_memory(device, o.max_gpu_gib);  // after the allocator's first use
+    wm::parallel::limit_device_memory(device, o.max_gpu_gib);  // after the allocator's first use
 
     const wm::ModelTraits& traits = model->traits();
     wm::Planar latents(traits.in_channels, o.latent_frames, o.height / traits.scale_num,
@@ -148,7 +243,7 @@ int bench_vae_decode(int argc, char** argv) {
       if (it == o.warmup) wm::models::reset_peak_device_memory(device);
       const auto start = std::chrono::steady_clock::now();
       std::vector<wm::Planar> outs;
-      const int64_t frames = wm::bench::run_slices(*session, std::move(slices), &outs);
+      const int64_t frames = wm::bench::run_slices(device, *session, std::move(slices), &outs);
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (frames != frames_out) {
@@ -180,7 +275,7 @@ int bench_vae_decode(int argc, char** argv) {
     out["cpu_threads"] = wm::models::cpu_threads();
     out["peak_rss_mib"] = wm::bench::peak_rss_mib();
     out["tflops_ref"] = 8.5e6 * double(o.width) * o.height * double(frames_out) / seconds / 1e12;
-    out["tuning"] = wm::models::wan21_tuning();
+    out["tuning"] = wm::models::wan21_tuning(o.tuning);
     if (o.max_gpu_gib > 0) out["max_gpu_gib"] = o.max_gpu_gib;
     if (o.pinned_mib > 0) out["pinned_mib"] = o.pinned_mib;
     if (device.kind == wm::Device::Kind::kCuda) {
@@ -194,11 +289,15 @@ int bench_vae_decode(int argc, char** argv) {
       out["segments"] = counts.segments;
     }
 
+    if (o.ranks > 1 || !o.devices.empty()) {
+      out["sequence_parallel"] = sequence_parallel(o, config, latents, slice, frames_out, seconds);
+    }
+
     if (o.profile) {
       wm::models::set_wan21_profiling(true);
       wm::models::take_wan21_stage_timings();
       const auto start = std::chrono::steady_clock::now();
-      wm::bench::run_slices(*session, wm::bench::make_slices(latents, slice));
+      wm::bench::run_slices(device, *session, wm::bench::make_slices(latents, slice));
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count();
@@ -222,7 +321,7 @@ int bench_vae_decode(int argc, char** argv) {
     if (o.gpu_activity) {
       const auto start = std::chrono::steady_clock::now();
       const wm::models::GpuActivity a = wm::models::measure_gpu_activity(
-          [&] { wm::bench::run_slices(*session, wm::bench::make_slices(latents, slice)); });
+          [&] { wm::bench::run_slices(device, *session, wm::bench::make_slices(latents, slice)); });
       nlohmann::ordered_json j;
       j["available"] = a.available;
       j["wall_ms"] =
@@ -261,12 +360,11 @@ int bench_vae_decode(int argc, char** argv) {
       wm::ModelConfig ref_config = config;
       ref_config.precision = wm::Precision::kFloat32;
       // cuDNN autotuning of float32 (no TF32) shapes takes minutes; the reference needs none.
-      const std::string ref_tuning = o.tuning + (o.tuning.empty() ? "" : ",") + "cudnn_benchmark=0";
-      setenv("WMBATCH_WAN21_TUNING", ref_tuning.c_str(), 1);
+      ref_config.tuning = o.tuning + (o.tuning.empty() ? "" : ",") + "cudnn_benchmark=0";
       auto ref_model = wm::models::make_wan21_vae_random(ref_config, device, o.seed);
       auto ref_session = ref_model->open_session(device);
       std::vector<wm::Planar> ref;
-      wm::bench::run_slices(*ref_session, wm::bench::make_slices(latents, slice), &ref);
+      wm::bench::run_slices(device, *ref_session, wm::bench::make_slices(latents, slice), &ref);
       double lo = 1e300, hi = -1e300, se = 0, ref2 = 0, max_abs = 0;
       size_t count = 0;
       for (size_t i = 0; i < ref.size(); ++i) {

@@ -6,6 +6,9 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "parallel/device_worker.h"
+#include "parallel/sequence_parallel.h"
+
 namespace wm::bench {
 
 int parse_int(const std::string& flag, const std::string& value, int min) {
@@ -58,15 +61,23 @@ std::vector<Planar> make_slices(const Planar& latents, int slice) {
   return slices;
 }
 
-int64_t run_slices(ModelSession& session, std::vector<Planar> slices,
+int64_t run_slices(const Device& device, ModelSession& session, std::vector<Planar> slices,
                    std::vector<Planar>* outputs) {
+  const bool direct = dynamic_cast<parallel::SequenceParallelSession*>(&session) != nullptr;
+  parallel::DeviceWorker& worker = parallel::device_worker(device, 0);
   int64_t frames = 0;
   for (size_t i = 0; i < slices.size(); ++i) {
     RunContext ctx;
     ctx.slice_index = int64_t(i);
     ctx.first_slice = i == 0;
     ctx.last_slice = i + 1 == slices.size();
-    Planar out = session.run(std::move(slices[i]), ctx);
+    Planar out;
+    if (direct) {
+      out = session.run(std::move(slices[i]), ctx);
+    } else {
+      ctx.device = worker.context();
+      out = worker.call([&] { return session.run(std::move(slices[i]), ctx); });
+    }
     frames += out.frames;
     if (outputs) outputs->push_back(std::move(out));
   }

@@ -60,10 +60,12 @@ bool parse_shared_flag(const std::string& flag, const std::string& v, Options& o
 // as decode_latents cuts its input.
 std::vector<Planar> make_slices(const Planar& latents, int slice);
 
-// Runs `slices` in order on one session as one sequence (the first with first_slice set).
+// Runs `slices` in order on one session as one sequence (the first with first_slice set), on
+// lane 0 of `device`'s workers as a job does (its stream, staging, output copier); a
+// sequence-parallel session (which dispatches to its ranks' workers) is called directly.
 // Returns the frames produced; the outputs are appended to `outputs` when it is not null and
 // freed slice by slice otherwise (as a streaming job holds them).
-int64_t run_slices(ModelSession& session, std::vector<Planar> slices,
+int64_t run_slices(const Device& device, ModelSession& session, std::vector<Planar> slices,
                    std::vector<Planar>* outputs = nullptr);
 
 // Peak resident memory of this process in MiB (VmHWM). reset_peak_rss() restarts it from the

@@ -55,6 +55,7 @@
 
 #include "io/safetensors.h"
 #include "io/video_reader.h"
+#include "parallel/memory_budget.h"
 #include "scheduler/runner.h"
 #include "src/base/error.h"
 #include "src/geometry.h"
@@ -257,7 +258,7 @@ std::string job_yaml(const Options& o, const wm::Device& device, const std::stri
   std::string y = "job: vae-job\ntask: decode_latents\n";
   y += "input: " + input + "\noutput: " + output + "\non_exists: overwrite\n";
   y += "model: {kind: wan2.1-vae, weights: weights.safetensors, dim: " + std::to_string(o.dim) +
-       "}\n";
+       (o.tuning.empty() ? "" : ", tuning: '" + o.tuning + "'") + "}\n";
   y += "precision: " + o.dtype + "\n";
   y += "devices: " +
        (device.kind == wm::Device::Kind::kCpu ? "cpu" : "[" + std::to_string(device.index) + "]") +
@@ -304,7 +305,7 @@ struct Phase {
 template <typename Slices>
 Phase decode_only(wm::ModelSession& session, const wm::Device& device, Slices slices_of,
                   std::vector<std::vector<wm::Planar>> warmups, int iters, int64_t frames_want) {
-  for (auto& w : warmups) wm::bench::run_slices(session, std::move(w));
+  for (auto& w : warmups) wm::bench::run_slices(device, session, std::move(w));
   Phase phase;
   wm::models::reset_peak_device_memory(device);
   wm::bench::reset_peak_rss();
@@ -312,7 +313,7 @@ Phase decode_only(wm::ModelSession& session, const wm::Device& device, Slices sl
   for (int it = 0; it < iters; ++it) {
     std::vector<wm::Planar> slices = slices_of();
     const auto start = Clock::now();
-    const int64_t frames = wm::bench::run_slices(session, std::move(slices));
+    const int64_t frames = wm::bench::run_slices(device, session, std::move(slices));
     const double s = seconds_since(start);
     if (frames != frames_want) {
       throw wm::ModelError("bench: decoded " + std::to_string(frames) + " frames, expected " +
@@ -449,7 +450,6 @@ int bench_vae_job(int argc, char** argv) {
       }
       work.path = pattern;
     }
-    if (!o.tuning.empty()) setenv("WMBATCH_WAN21_TUNING", o.tuning.c_str(), 1);
     wm::models::set_cpu_threads(o.threads);
 
     wm::ModelConfig config;
@@ -458,6 +458,7 @@ int bench_vae_job(int argc, char** argv) {
     config.dim = o.dim;
     config.precision = wm::bench::parse_precision(o.dtype);
     config.pinned_pool_bytes = int64_t(o.pinned_mib) << 20;
+    config.tuning = o.tuning;
     config.weights = work.path + "/weights.safetensors";
     const int latent_h = o.height / 8, latent_w = o.width / 8;
     // The slice length decode_latents uses (scheduler/task_latents.cpp).
@@ -484,7 +485,7 @@ int bench_vae_job(int argc, char** argv) {
       wm::models::set_cpu_threads(o.threads);
       auto session = model->open_session(device);
       // Process-wide from here on: the job's model gets the same cap.
-      wm::models::limit_device_memory(device, o.max_gpu_gib);
+      wm::parallel::limit_device_memory(device, o.max_gpu_gib);
       frames_want = model->output_frames(o.latent_frames);
       std::vector<std::vector<wm::Planar>> warmups;
       for (int i = 0; i < o.warmup; ++i) warmups.push_back(wm::bench::make_slices(latents, slice));
@@ -533,7 +534,7 @@ int bench_vae_job(int argc, char** argv) {
     out["iters"] = o.iters;
     out["cpu_threads"] = wm::models::cpu_threads();
     out["cores"] = int(std::thread::hardware_concurrency());
-    out["tuning"] = wm::models::wan21_tuning();
+    out["tuning"] = wm::models::wan21_tuning(o.tuning);
     out["frames"] = frames_want;
     out["setup_seconds"] = setup_seconds;
     out["decode_only_seconds"] = decode.seconds;

@@ -299,6 +299,11 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "error, warn, info, debug")
       ->check(CLI::IsMember({"error", "warn", "info", "debug", "trace"}));
   app.add_flag("--version", version, "print versions and exit");
+  std::string devices;
+  app.add_option("--devices", devices,
+                 "cpu, auto (every visible GPU) or GPU indices like 0,1: replaces the jobs' "
+                 "devices:")
+      ->type_name("LIST");
 
   try {
     app.parse(argc, argv);
@@ -323,6 +328,7 @@ int main(int argc, char** argv) {
   options.keep_going = keep_going;
   options.report_path = report;
   options.cancel = &g_cancel;
+  options.devices = devices;
   try {
     std::vector<wm::sched::JobOutcome> outcomes;
     const int rc = wm::sched::run_job_files(job_files, options, &outcomes);

@@ -1,5 +1,7 @@
 #include "src/base/log.h"
 
+#include "src/base/log_text.h"
+
 #include <spdlog/sinks/stdout_color_sinks.h>
 
 #include <mutex>
@@ -29,6 +31,24 @@ void set_level(const std::string& level) {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_level = spdlog::level::from_str(level);
   spdlog::set_level(g_level);
+}
+
+void write(const std::string& logger, Level level, const std::string& message) {
+  const std::shared_ptr<spdlog::logger> l = get(logger);
+  switch (level) {
+    case Level::kDebug:
+      l->debug("{}", message);
+      break;
+    case Level::kInfo:
+      l->info("{}", message);
+      break;
+    case Level::kWarn:
+      l->warn("{}", message);
+      break;
+    case Level::kError:
+      l->error("{}", message);
+      break;
+  }
 }
 
 }  // namespace wm::log

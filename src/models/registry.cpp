@@ -58,6 +58,7 @@ void parse_wan21_vae(const OptionReader& r, ModelConfig& m) {
     }
     return values;
   };
+  if (r.has("tuning")) m.tuning = r.get_string("tuning");
   m.latent_mean = stats("latent_mean", false);
   m.latent_std = stats("latent_std", true);
   if (m.z_dim != 16 && (m.latent_mean.empty() || m.latent_std.empty())) {
@@ -135,7 +136,7 @@ std::vector<ModelKind> build_kinds() {
   kinds.back().unavailable = aoti_unavailable();
   kinds.push_back(entry("wan2.1-vae", {"decode", "encode"},
                         {"weights", "dim", "z_dim", "dim_mult", "num_res_blocks",
-                         "temporal_downsample", "latent_mean", "latent_std"},
+                         "temporal_downsample", "latent_mean", "latent_std", "tuning"},
                         parse_wan21_vae, models::make_wan21_vae));
   kinds.back().cpu_precisions = {Precision::kFloat32, Precision::kBFloat16};
   kinds.push_back(entry("seedvr2-vae", {"decode", "encode"},

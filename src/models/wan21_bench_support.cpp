@@ -43,21 +43,6 @@ void reset_peak_device_memory(const Device& device) {
 #endif
 }
 
-void limit_device_memory(const Device& device, double gib) {
-#ifdef WMBATCH_WITH_CUDA
-  if (device.kind == Device::Kind::kCuda && gib > 0) {
-    size_t free_bytes = 0, total_bytes = 0;
-    cudaMemGetInfo(&free_bytes, &total_bytes);
-    const double fraction = std::min(1.0, gib * double(1 << 30) / double(total_bytes));
-    c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, device.index);
-    wan21::set_memory_limit(device.index, int64_t(gib * double(1 << 30)));
-  }
-#else
-  (void)device;
-  (void)gib;
-#endif
-}
-
 double peak_device_memory_mib(const Device& device) {
 #ifdef WMBATCH_WITH_CUDA
   if (device.kind == Device::Kind::kCuda) {
@@ -98,7 +83,7 @@ std::vector<StageTiming> take_wan21_stage_timings() {
   return out;
 }
 
-std::string wan21_tuning() { return wan21::Tuning::from_env().str(); }
+std::string wan21_tuning(const std::string& text) { return wan21::Tuning::parse(text).str(); }
 
 std::vector<KernelRate> wan21_kernel_rates(const Device& device, Precision precision, int height,
                                            int width) {

@@ -17,10 +17,6 @@ int cpu_threads();
 // Peak memory allocated by LibTorch on a CUDA device since the last reset, in MiB; -1 for the
 // CPU or a build without CUDA.
 void reset_peak_device_memory(const Device& device);
-// Caps what LibTorch's allocator may take on a CUDA device (setMemoryFraction): allocations
-// beyond it fail as out-of-memory (cuDNN then skips algorithms whose workspace does not fit, and
-// the Wan2.1 session retries with shorter chunks). No-op for the CPU.
-void limit_device_memory(const Device& device, double gib);
 double peak_device_memory_mib(const Device& device);
 // The allocator's work since the last reset_peak_device_memory: allocations that had to free its
 // cache and retry (each synchronises the device), device allocations made, peak reserved MiB.
@@ -44,8 +40,8 @@ struct StageTiming {
 };
 void set_wan21_profiling(bool on);
 std::vector<StageTiming> take_wan21_stage_timings();
-// The execution choices a Wan2.1 model built now would use (WMBATCH_WAN21_TUNING applied).
-std::string wan21_tuning();
+// The execution choices a Wan2.1 model with ModelConfig::tuning = `text` uses, spelled out.
+std::string wan21_tuning(const std::string& text);
 
 // Bandwidth of the Wan2.1 decoder's fused memory passes on a CUDA device (empty elsewhere), on
 // activations of the decoder's three widths for an height × width output (4 frames each):

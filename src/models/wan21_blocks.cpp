@@ -23,6 +23,8 @@
 #include <sstream>
 
 #include "src/base/error.h"
+#include "src/exec/device_context.h"
+#include "src/exec/halo_exchange.h"
 #include "src/models/cuda_kernels.h"
 
 namespace wm::models::wan21 {
@@ -355,6 +357,7 @@ class CausalConv {
   // caller folds it into its next pass.
   template <typename Fill>
   at::Tensor run(const at::Tensor& x, SequenceState& st, Fill&& fill, bool* bias_pending) const {
+    receive_history(x, st);
     at::Tensor buf = history_buffer(x, st.slots[slot_], kCausalFrames, memory_format_);
     fill(buf.narrow(2, kCausalFrames, x.size(2)));
     at::Tensor& slot = st.slots[slot_];
@@ -363,12 +366,22 @@ class CausalConv {
     } else {
       slot = last_frames(buf, kCausalFrames, memory_format_);
     }
+    send_history(st);
     if (bias_pending) *bias_pending = false;
     if (bias_pending && raw_ok(buf, *tuning_)) {
       *bias_pending = true;
       return narrow_outputs(conv_raw(buf, conv_.weight, pad_, tuning_->conv_frames));
     }
     return narrow_outputs(conv(buf, conv_, {1, 1, 1}, {0, pad_, pad_}));
+  }
+  // A sequence-parallel rank with no frames for this layer (rank 0 holding only sequence frame
+  // 0, which an upsample's time conv skips): its history passes on unchanged (zeros when none).
+  void relay(const at::Tensor& x, SequenceState& st) const {
+    receive_history(x, st);
+    at::Tensor& slot = st.slots[slot_];
+    if (!slot.defined())
+      slot = at::zeros(history_sizes(x), x.options().memory_format(memory_format_));
+    send_history(st);
   }
   at::Tensor bias() const {
     return out_channels_ > 0 ? conv_.bias.narrow(0, 0, out_channels_) : conv_.bias;
@@ -392,6 +405,28 @@ class CausalConv {
   }
 
  private:
+  static std::vector<int64_t> history_sizes(const at::Tensor& x) {
+    return {1, x.size(1), kCausalFrames, x.size(3), x.size(4)};
+  }
+  // Sequence parallelism (SequenceState::halo): rank r > 0 takes this layer's history, the last
+  // input frames of rank r − 1's part, from rank r − 1 (rank 0 keeps its own: the state the
+  // slice started with); every rank but the last hands its new history on.
+  void receive_history(const at::Tensor& x, SequenceState& st) const {
+    if (!st.halo || st.halo->rank() == 0) return;
+    at::Tensor history = at::empty(history_sizes(x), x.options().memory_format(memory_format_));
+    st.halo->recv(st.halo->rank() - 1, history);
+    at::Tensor& slot = st.slots[slot_];
+    if (st.write_in_place && slot.defined()) {
+      slot.copy_(history);
+    } else {
+      slot = history;
+    }
+  }
+  void send_history(const SequenceState& st) const {
+    if (st.halo && st.halo->rank() + 1 < st.halo->ranks()) {
+      st.halo->send(st.halo->rank() + 1, st.slots[slot_]);
+    }
+  }
   at::Tensor narrow_outputs(const at::Tensor& y) const {
     return out_channels_ > 0 ? y.narrow(1, 0, out_channels_) : y;
   }
@@ -715,6 +750,10 @@ class Upsample : public Block {
     const int64_t out_bytes = 2 * c * rest * h * w * int64_t(x.element_size());
     int64_t chunk = out_bytes > (int64_t(1) << 30) ? 4 : std::max<int64_t>(rest, 1);
     if (tuning_->time_conv_frames > 0) chunk = tuning_->time_conv_frames;
+    // A sequence-parallel rank exchanges each layer's history once: one call (or, with no
+    // frames, its history passed on).
+    if (st.halo) chunk = std::max<int64_t>(rest, 1);
+    if (st.halo && rest == 0) time_.relay(x, st);
     for (int64_t f0 = 0; f0 < rest; f0 += chunk) {
       const int64_t n = std::min(chunk, rest - f0);
       at::Tensor y = time_.forward(x.narrow(2, keep + f0, n), st);  // [1, 2C, n, H, W]
@@ -840,11 +879,9 @@ bool parse_bool(const std::string& v) { return !(v == "0" || v == "false" || v =
 
 }  // namespace
 
-Tuning Tuning::from_env() {
+Tuning Tuning::parse(const std::string& text) {
   Tuning t;
-  const char* env = std::getenv("WMBATCH_WAN21_TUNING");
-  if (!env) return t;
-  std::stringstream in(env);
+  std::stringstream in(text);
   std::string item;
   while (std::getline(in, item, ',')) {
     const size_t eq = item.find('=');
@@ -889,10 +926,10 @@ Tuning Tuning::from_env() {
       } else if (key == "tile_shrink") {
         t.tile_shrink = parse_bool(value);
       } else {
-        throw ModelError("WMBATCH_WAN21_TUNING: unknown key '" + key + "'");
+        throw ModelError("wan2.1-vae tuning: unknown key '" + key + "'");
       }
     } catch (const std::logic_error&) {
-      throw ModelError("WMBATCH_WAN21_TUNING: bad value in '" + item + "'");
+      throw ModelError("wan2.1-vae tuning: bad value in '" + item + "'");
     }
   }
   return t;
@@ -914,22 +951,6 @@ std::string TailPlan::str() const {
   std::ostringstream s;
   s << "frames=" << frames << ",tiles=" << rows << "x" << cols << ",host_state=" << host_state;
   return s.str();
-}
-
-namespace {
-std::mutex g_limit_mutex;
-std::map<int, int64_t> g_limits;
-}  // namespace
-
-void set_memory_limit(int device, int64_t bytes) {
-  std::lock_guard<std::mutex> lock(g_limit_mutex);
-  g_limits[device] = bytes;
-}
-
-int64_t memory_limit(int device) {
-  std::lock_guard<std::mutex> lock(g_limit_mutex);
-  auto it = g_limits.find(device);
-  return it == g_limits.end() ? 0 : it->second;
 }
 
 void set_profiling(bool on) {
@@ -1208,18 +1229,28 @@ at::Tensor slot_view(const at::Tensor& flat, at::IntArrayRef sizes, at::MemoryFo
 // Moves tiles' tail state between host tensors and the arena's buffer sets.
 class ArenaMover {
  public:
-  ArenaMover(TailArena& arena, bool cuda) : arena_(arena), cuda_(cuda) {
+  // `context`: the device worker, whose side streams carry the copies (none: streams from
+  // LibTorch's pool).
+  ArenaMover(TailArena& arena, bool cuda, exec::DeviceContext* context)
+      : arena_(arena), cuda_(cuda) {
 #ifdef WMBATCH_WITH_CUDA
     if (cuda_) {
       const auto current = c10::cuda::getCurrentCUDAStream();
       if (!arena_.compute || *arena_.compute != current) {
-        // A new compute stream (first use): streams of our own for the copies.
+        // A new compute stream (first use): the worker's side streams for the copies.
         arena_.compute = current;
-        arena_.up = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, current.device_index());
-        arena_.down = c10::cuda::getStreamFromPool(false, current.device_index());
+        if (context) {
+          arena_.up = c10::cuda::CUDAStream(context->side_stream(0));
+          arena_.down = c10::cuda::CUDAStream(context->side_stream(1));
+        } else {
+          arena_.up =
+              c10::cuda::getStreamFromPool(/*isHighPriority=*/false, current.device_index());
+          arena_.down = c10::cuda::getStreamFromPool(false, current.device_index());
+        }
       }
     }
 #else
+    (void)context;
     cuda_ = false;
 #endif
   }
@@ -1316,7 +1347,7 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
   bool prefilled = false;
   if (!first && state.tail_arena && !state.tail_arena->tiles.empty() && !state.tail_tiles.empty()) {
     TailArena& arena = *state.tail_arena;
-    ArenaMover(arena, x.is_cuda())
+    ArenaMover(arena, x.is_cuda(), state.context)
         .fill(0, state.tail_tiles[0], arena_views(arena, 0, arena.tiles[0]));
     prefilled = true;
   }
@@ -1326,7 +1357,13 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
   // After the last temporal upsample every layer maps frame f to frame f (causal convs carry
   // their two frames of history in `state`) and pixel p to a neighbourhood of p, so the tail can
   // run in frame chunks and (overlapping) spatial tiles exactly.
-  const TailPlan plan = planner ? planner(x) : TailPlan{};
+  TailPlan plan = planner ? planner(x) : TailPlan{};
+  if (state.halo) {
+    // Sequence-parallel ranks exchange each layer's history once per tile: no frame chunks,
+    // device-resident tile state (the grid is the planner's, the same on every rank).
+    plan.frames = 0;
+    plan.host_state = false;
+  }
   const int64_t frames = x.size(2), h = x.size(3), w = x.size(4), s = tail_scale_;
   // Chunks of at most plan.frames, of (nearly) equal length: 16 frames in 8s go 8 + 8, 13 go 7 + 6.
   int64_t step = plan.frames > 0 ? std::min(plan.frames, frames) : frames;
@@ -1360,6 +1397,8 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
     SequenceState tile;
     tile.slots.resize(size_t(slots_));
     tile.write_in_place = in_place;
+    tile.context = state.context;
+    tile.halo = state.halo;
     for (size_t j = 0; j < tail_slots_.size(); ++j)
       tile.slots[size_t(tail_slots_[j].slot)] = slots[j];
     return tile;
@@ -1376,7 +1415,7 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
   }
   // State in host memory between slices, two tiles' worth of device buffers (TailArena).
   TailArena& arena = tail_arena(state, tiles, x.options());
-  ArenaMover mover(arena, x.is_cuda());
+  ArenaMover mover(arena, x.is_cuda(), state.context);
   auto views = [&](size_t k) { return arena_views(arena, int(k % 2), tiles[k]); };
   if (!prefilled) mover.fill(0, state.tail_tiles[0], views(0));
   for (size_t k = 0; k < count; ++k) {

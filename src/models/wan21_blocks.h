@@ -17,6 +17,11 @@
 
 #include "src/model.h"
 
+namespace wm::exec {
+class DeviceContext;
+class HaloExchange;
+}  // namespace wm::exec
+
 namespace wm::models::wan21 {
 
 enum class Task { kDecode, kEncode };
@@ -47,6 +52,12 @@ struct SequenceState {
   // Made at the first host_state slice and kept for the sequence; contents are scratch (a
   // snapshot of the state may share it).
   std::shared_ptr<TailArena> tail_arena;
+  // For the call in progress (set by the session, not part of the state): the device worker
+  // (side streams for the tail arena's copies) and, in a sequence-parallel run, the halo
+  // exchange: every causal layer then takes its history from the previous rank (rank 0: from
+  // these slots) and hands its new history to the next rank.
+  exec::DeviceContext* context = nullptr;
+  exec::HaloExchange* halo = nullptr;
 };
 
 // How the decode tail (the layers after the last temporal upsample: 3×3 convs and per-pixel
@@ -63,11 +74,6 @@ struct TailPlan {
   std::string str() const;
 };
 
-// Process-wide cap on what a session may plan to use on a CUDA device (0: its free memory), set
-// with the allocator's limit (wmbench --max-gpu-gib).
-void set_memory_limit(int device, int64_t bytes);
-int64_t memory_limit(int device);
-
 // The architecture a config describes; validates the config (ModelError on nonsense).
 struct Architecture {
   int dim = 96;
@@ -81,8 +87,8 @@ struct Architecture {
 };
 
 // Execution choices that do not change the function computed (only rounding). Defaults are the
-// measured-fastest (docs/gpu.md); WMBATCH_WAN21_TUNING="key=value,..." overrides them for A/B
-// measurements (keys as the member names; booleans 0/1).
+// measured-fastest (docs/gpu.md); ModelConfig::tuning = "key=value,..." (the job's model.tuning,
+// wmbench --tuning) overrides them for A/B measurements (keys as the member names; booleans 0/1).
 struct Tuning {
   bool fused = true;     // CUDA: fused RMSNorm(+bias +residual)+SiLU kernels
   bool raw_conv = true;  // CUDA: cuDNN convs written in place, bias folded into the next kernel
@@ -106,7 +112,8 @@ struct Tuning {
   // read (the halo shrinks layer by layer) instead of the whole crop
   bool tile_shrink = true;
   bool cudnn_benchmark = true;  // CUDA: let cuDNN time its algorithms per shape
-  static Tuning from_env();     // defaults, then WMBATCH_WAN21_TUNING
+  // The defaults, then "key=value,..." overrides; ModelError names an unknown key or bad value.
+  static Tuning parse(const std::string& text);
   std::string str() const;
 };
 

@@ -26,7 +26,9 @@
 
 #include "io/safetensors.h"
 #include "src/base/error.h"
-#include "src/models/cuda_offload.h"
+#include "src/base/log_text.h"
+#include "src/exec/device_context.h"
+#include "src/exec/halo_exchange.h"
 #include "src/models/tensor.h"
 #include "src/models/wan21_blocks.h"
 
@@ -40,6 +42,8 @@ using wan21::TailPlan;
 using wan21::Task;
 
 namespace {
+
+constexpr const char* kLogger = "wan2.1-vae";
 
 // Official Wan2.1 latent statistics, as float32 values (the golden data's meta.json).
 const std::vector<double> kLatentMean = {
@@ -201,14 +205,23 @@ ParamMap random_params(const std::vector<ParamSpec>& specs, Task task, uint64_t 
 
 // Owns what it needs (traits copy, shared network): it may outlive the Model.
 //
-// On CUDA the session runs on its own stream; decode output leaves the device in frame chunks
-// (Network::forward_chunks) through a bounded pinned pool (OutputOffload, with its own copier
-// thread), so the copies and the host side overlap the next chunk's compute and stay off the
-// thread that launches it; inputs go up through another one (InputStaging). The decode tail's plan
-// (chunk length, exact spatial tiles, causal state in host memory) is chosen from the memory the
-// device has (or the limit set with wan21::set_memory_limit) at the first slice of a sequence. An
-// out-of-memory error retries the slice from the state it started with, with half the chunk length
-// (or, in the first slice, twice the tiles); later slices keep what fitted.
+// Device execution comes from the device worker running the call (RunContext::device,
+// src/exec/device_context.h): the session computes on the current stream, which the worker set.
+// On CUDA, decode output leaves the device in frame chunks (Network::forward_chunks) through the
+// worker's output sink (a bounded pinned pool with its own copier thread), so the copies and the
+// host side overlap the next chunk's compute and stay off the thread that launches it; inputs go
+// up through the worker's staging. The decode tail's plan (chunk length, exact spatial tiles,
+// causal state in host memory) is chosen from the memory the device has (or the worker's memory
+// budget) at the first slice of a sequence. An out-of-memory error retries the slice from the
+// state it started with, with half the chunk length (or, in the first slice, twice the tiles);
+// later slices keep what fitted. Without a worker (a direct call) a CUDA session runs the plain
+// whole-slice path with plain copies.
+//
+// Sequence parallelism (RunContext::halo, decode only): the session runs its rank's part of the
+// slice; every causal layer's history comes from the previous rank through the exchange (rank
+// 0: the session's own state), and at the end the last rank's state goes to rank 0 for the next
+// slice. The tail then runs without frame chunks; its tile grid is rank 0's, passed along the
+// ranks; an out-of-memory error fails the slice (the other ranks cannot retry in step).
 class Wan21Session final : public ModelSession {
  public:
   Wan21Session(const ModelTraits& traits, std::shared_ptr<const Network> net, at::Device device,
@@ -225,8 +238,11 @@ class Wan21Session final : public ModelSession {
   void check(const Planar& input, const RunContext& ctx) const;
   Planar run_cuda_decode(Planar&& input, int tile, bool first);
   // The input as the network takes it: run dtype and memory format, on the session's device (on
-  // CUDA through the pinned staging pool and a copy stream, ordered before the current stream).
+  // CUDA through the worker's pinned staging and a copy stream, ordered before the current
+  // stream).
   at::Tensor upload(Planar&& input);
+  // Sequence parallelism, after a rank's run: the last rank's state replaces rank 0's.
+  static void hand_over_state(SequenceState& state, exec::HaloExchange& halo);
 
   ModelTraits traits_;
   std::shared_ptr<const Network> net_;
@@ -236,11 +252,9 @@ class Wan21Session final : public ModelSession {
   int64_t pinned_pool_bytes_;           // per staging pool; 0: kDefaultPinnedPoolBytes
   std::map<int, SequenceState> tiles_;  // by RunContext::tile_index
   std::map<int, TailPlan> plans_;       // CUDA decode: the tail plan of each tile's sequence
-  std::unique_ptr<OutputOffload> offload_;
-  std::unique_ptr<InputStaging> staging_;
-#ifdef WMBATCH_WITH_CUDA
-  std::optional<c10::cuda::CUDAStream> stream_;
-#endif
+  // For the call in progress: the worker running it (may be null) and the halo exchange.
+  exec::DeviceContext* context_ = nullptr;
+  exec::HaloExchange* halo_ = nullptr;
 };
 
 class Wan21Model final : public Model {
@@ -250,6 +264,7 @@ class Wan21Model final : public Model {
         task_(task),
         precision_(config.precision),
         pinned_pool_bytes_(config.pinned_pool_bytes),
+        tuning_(wan21::Tuning::parse(config.tuning)),
         params_(std::move(params)),
         mean_(latent_stat(config.latent_mean, kLatentMean, config.z_dim, "latent_mean")),
         std_(latent_stat(config.latent_std, kLatentStd, config.z_dim, "latent_std")) {
@@ -268,6 +283,7 @@ class Wan21Model final : public Model {
       t.scale_num = s;
       t.scale_den = 1;
       t.halo = kDecodeHaloLatent;
+      t.sequence_parallel = true;
     } else {
       t.name = "wan2.1-vae encode";
       t.in_channels = 3;
@@ -353,7 +369,7 @@ class Wan21Model final : public Model {
   Task task_;
   Precision precision_;
   int64_t pinned_pool_bytes_;
-  wan21::Tuning tuning_ = wan21::Tuning::from_env();
+  wan21::Tuning tuning_;
   ParamMap params_;  // host float32 master copy
   std::vector<double> mean_, std_;
   ModelTraits traits_;
@@ -390,7 +406,10 @@ void Wan21Session::check(const Planar& in, const RunContext& ctx) const {
                        std::to_string(g));
     }
   }
-  if (!ctx.first_slice && !tiles_.count(ctx.tile_index)) {
+  if (ctx.halo && net_->task() != Task::kDecode) {
+    throw ModelError(where + "sequence parallelism is for decoding only");
+  }
+  if (!ctx.first_slice && !tiles_.count(ctx.tile_index) && !(ctx.halo && ctx.halo->rank() > 0)) {
     throw ModelError(where + "slice " + std::to_string(ctx.slice_index) + " of tile " +
                      std::to_string(ctx.tile_index) +
                      " is not the first slice, but no earlier slice of it ran on this session");
@@ -399,24 +418,29 @@ void Wan21Session::check(const Planar& in, const RunContext& ctx) const {
 
 Planar Wan21Session::run(Planar&& input, const RunContext& ctx) {
   check(input, ctx);
-  if (ctx.first_slice) tiles_[ctx.tile_index] = SequenceState{};
+  // A sequence-parallel rank after the first takes every history from the rank before it.
+  const bool follower = ctx.halo && ctx.halo->rank() > 0;
+  if (ctx.first_slice || follower) tiles_[ctx.tile_index] = SequenceState{};
   SequenceState& state = tiles_[ctx.tile_index];
+  context_ = ctx.device;
+  halo_ = ctx.halo;
+  state.context = ctx.device;
+  state.halo = ctx.halo;
   try {
-    return guarded(traits_.name.c_str(), [&] {
+    Planar out = guarded(traits_.name.c_str(), [&] {
       c10::InferenceMode inference;
-      if (device_.is_cuda() && net_->task() == Task::kDecode) {
-        return run_cuda_decode(std::move(input), ctx.tile_index, ctx.first_slice);
+      Planar y;
+      if (device_.is_cuda() && net_->task() == Task::kDecode && context_) {
+        y = run_cuda_decode(std::move(input), ctx.tile_index, ctx.first_slice);
+      } else {
+        y = to_planar(net_->forward(upload(std::move(input)), state, ctx.first_slice));
       }
-#ifdef WMBATCH_WITH_CUDA
-      std::optional<c10::cuda::CUDAStreamGuard> stream_guard;
-      if (device_.is_cuda()) {
-        if (!stream_) stream_ = c10::cuda::getStreamFromPool(false, device_.index());
-        stream_guard.emplace(*stream_);
-      }
-#endif
-      at::Tensor y = net_->forward(upload(std::move(input)), state, ctx.first_slice);
-      return to_planar(y);
+      if (halo_) hand_over_state(state, *halo_);
+      return y;
     });
+    state.context = nullptr;
+    state.halo = nullptr;
+    return out;
   } catch (...) {
     tiles_.erase(ctx.tile_index);  // half-updated state must not feed a later slice
     plans_.erase(ctx.tile_index);
@@ -424,12 +448,39 @@ Planar Wan21Session::run(Planar&& input, const RunContext& ctx) {
   }
 }
 
+void Wan21Session::hand_over_state(SequenceState& state, exec::HaloExchange& halo) {
+  const int last = halo.ranks() - 1;
+  if (last == 0 || (halo.rank() != 0 && halo.rank() != last)) return;
+  // Every causal layer ran on both ranks (or passed its history on), so both hold the same
+  // slots, in the same order.
+  std::vector<at::Tensor*> parts;
+  for (at::Tensor& s : state.slots) {
+    if (s.defined()) parts.push_back(&s);
+  }
+  for (std::vector<at::Tensor>& tile : state.tail_tiles) {
+    for (at::Tensor& s : tile) {
+      if (s.defined()) parts.push_back(&s);
+    }
+  }
+  for (at::Tensor* p : parts) {
+    if (halo.rank() == last) {
+      halo.send(0, *p);
+    } else {
+      at::Tensor t = at::empty_like(*p);
+      halo.recv(last, t);
+      *p = t;
+    }
+  }
+}
+
 at::Tensor Wan21Session::upload(Planar&& input) {
   if (!device_.is_cuda()) {
     return to_tensor(std::move(input)).to(dtype_).contiguous(net_->memory_format());
   }
-  if (!staging_) staging_ = std::make_unique<InputStaging>(pinned_pool_bytes_);
-  const at::Tensor staged = staging_->upload(input, device_);
+  if (!context_) {
+    return to_tensor(std::move(input)).to(device_, dtype_).contiguous(net_->memory_format());
+  }
+  const at::Tensor staged = context_->input_stager(pinned_pool_bytes_).upload(input, device_);
   at::Tensor x = at::empty(staged.sizes(),
                            staged.options().dtype(dtype_).memory_format(net_->memory_format()));
   x.copy_(staged);
@@ -445,9 +496,7 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
 #else
   const c10::DeviceIndex index = device_.index();
   c10::cuda::CUDAGuard device_guard(index);
-  if (!stream_) stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
-  c10::cuda::CUDAStreamGuard stream_guard(*stream_);
-  if (!offload_) offload_ = std::make_unique<OutputOffload>(pinned_pool_bytes_);
+  exec::OutputSink& sink = context_->output_sink(pinned_pool_bytes_);
   SequenceState& state = tiles_[tile];
   if (first) plans_.erase(tile);
 
@@ -462,31 +511,54 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
   // chunks waited for it, and so did the device, in push().)
   const int64_t out_h = x.size(3) * traits_.scale_num, out_w = x.size(4) * traits_.scale_num;
   Planar out;
-  offload_->allocate(out, traits_.out_channels, int(total), int(out_h), int(out_w));
+  sink.allocate(out, traits_.out_channels, int(total), int(out_h), int(out_w));
   // The tail plan, made when the tail of the sequence's first slice starts: what is allocated
   // then (weights, the state before the tail, the tail input) stays; the rest of the limit (or
   // of what the device could give us) is the tail's, less a margin for cuDNN workspaces.
   bool tail_reached = false;  // in this attempt
   auto planner = [&](const at::Tensor& tail_in) {
     tail_reached = true;
+    if (halo_ && halo_->rank() > 0) {
+      // Rank 0's grid, passed along the ranks (chunks and host state do not apply here).
+      at::Tensor grid = at::empty({2}, tail_in.options().dtype(at::kLong));
+      halo_->recv(halo_->rank() - 1, grid);
+      if (halo_->rank() + 1 < halo_->ranks()) halo_->send(halo_->rank() + 1, grid);
+      const at::Tensor host = grid.cpu();
+      return TailPlan{0,
+                      int(host[0].item<int64_t>()),
+                      int(host[1].item<int64_t>()),
+                      false,
+                      tail_in.size(3),
+                      tail_in.size(4)};
+    }
+    auto share = [&](const TailPlan& plan) {
+      if (halo_ && halo_->ranks() > 1) {
+        at::Tensor grid = at::empty({2}, at::kLong);
+        grid.data_ptr<int64_t>()[0] = plan.rows;
+        grid.data_ptr<int64_t>()[1] = plan.cols;
+        halo_->send(1, grid.to(tail_in.device()));
+      }
+      return plan;
+    };
     auto it = plans_.find(tile);
-    if (it != plans_.end()) return it->second;
+    if (it != plans_.end()) return share(it->second);
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
     const int64_t allocated = stats.allocated_bytes[0].current;
     const int64_t reserved = stats.reserved_bytes[0].current;
     size_t free_bytes = 0, total_bytes = 0;
     cudaMemGetInfo(&free_bytes, &total_bytes);
-    const int64_t limit = wan21::memory_limit(index);
+    const int64_t limit = context_->memory_budget();
     const int64_t cap = limit > 0 ? limit : reserved + int64_t(free_bytes);
     // cuDNN workspaces and the allocator's fragmentation (measured ~1 GiB at 12 GiB).
     const int64_t avail = cap - allocated - cap / 10 - (int64_t(768) << 20);
     TailPlan plan = net_->auto_tail_plan(tail_in.size(2), tail_in.size(3), tail_in.size(4),
                                          std::max<int64_t>(avail, 1));
     if (plan.tiles() > 1 || plan.host_state) {
-      std::fprintf(stderr, "%s: %.1f GiB for the decode tail: %s\n", traits_.name.c_str(),
-                   double(avail) / double(1 << 30), plan.str().c_str());
+      char gib[32];
+      std::snprintf(gib, sizeof gib, "%.1f", double(avail) / double(1 << 30));
+      log::info(kLogger, traits_.name + ": " + gib + " GiB for the decode tail: " + plan.str());
     }
-    return plans_[tile] = plan;
+    return share(plans_[tile] = plan);
   };
   // Decodes latent frames `part` (the slice, or part of it) into output frames from frame0 on.
   std::function<void(const at::Tensor&, bool, int64_t)> decode_part;
@@ -507,12 +579,14 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
               at::Tensor planar = at::empty({y.size(1), y.size(2), y.size(3), y.size(4)},
                                             y.options().dtype(at::kFloat));
               planar.copy_(y.squeeze(0));
-              offload_->push(planar, out, int(frame0 + p.frame), int(p.top), int(p.left));
+              sink.push(planar, out, int(frame0 + p.frame), int(p.top), int(p.left));
             });
-        offload_->finish();  // this part is in `out`: a later part's failure cannot undo it
+        sink.finish();  // this part is in `out`: a later part's failure cannot undo it
         return;
       } catch (const c10::OutOfMemoryError&) {
-        offload_->abandon();
+        sink.abandon();
+        // The other ranks of a sequence-parallel slice cannot retry in step with this one.
+        if (halo_) throw;
         c10::cuda::device_synchronize();  // copies in flight must land before their buffers go
         state = start;
         c10::cuda::CUDACachingAllocator::emptyCache();
@@ -534,9 +608,9 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
             shrunk = false;
           }
           if (shrunk) {
-            // (No spdlog here: LibTorch 2.x bundles its own fmt, which clashes with spdlog's.)
-            std::fprintf(stderr, "%s: out of GPU memory; retrying the slice with tail plan %s\n",
-                         traits_.name.c_str(), plan.str().c_str());
+            log::warn(kLogger, traits_.name +
+                                   ": out of GPU memory; retrying the slice with tail plan " +
+                                   plan.str());
             continue;
           }
         }
@@ -545,9 +619,9 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
         // between slices.
         const int64_t n = part.size(2), half = n / 2;
         if (n < 2) throw;
-        std::fprintf(stderr, "%s: out of GPU memory; decoding %lld latent frames as %lld + %lld\n",
-                     traits_.name.c_str(), static_cast<long long>(n), static_cast<long long>(half),
-                     static_cast<long long>(n - half));
+        log::warn(kLogger, traits_.name + ": out of GPU memory; decoding " + std::to_string(n) +
+                               " latent frames as " + std::to_string(half) + " + " +
+                               std::to_string(n - half));
         decode_part(part.narrow(2, 0, half), part_first, frame0);
         decode_part(part.narrow(2, half, n - half), false, frame0 + decoded(half, part_first));
         return;
@@ -555,7 +629,7 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
     }
   };
   const int64_t most = net_->tuning().part_latents;
-  if (most > 0 && x.size(2) > most) {
+  if (most > 0 && x.size(2) > most && !halo_) {
     int64_t frame0 = 0;
     for (int64_t f = 0; f < x.size(2); f += most) {
       const int64_t n = std::min(most, x.size(2) - f);

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "io/safetensors.h"
+#include "parallel/offload.h"
 #include "src/base/error.h"
-#include "src/models/cuda_offload.h"
 #include "src/models/wan21_blocks.h"
 
 namespace fs = std::filesystem;
@@ -239,16 +239,14 @@ TEST_F(Wan21VaeSlicing, FirstSliceResetsState) {
 
 // --- decode tail tiles ----------------------------------------------------------------------
 
-// A decoder (dim 16, random weights) built with WMBATCH_WAN21_TUNING = tuning.
+// A decoder (dim 16, random weights) built with ModelConfig::tuning = tuning.
 std::unique_ptr<wm::Model> tuned_decoder(const std::string& tuning) {
   wm::ModelConfig config;
   config.kind = "wan2.1-vae";
   config.task = "decode";
   config.dim = 16;
-  setenv("WMBATCH_WAN21_TUNING", tuning.c_str(), 1);
-  auto model = wm::models::make_wan21_vae_random(config, wm::Device{}, 11);
-  unsetenv("WMBATCH_WAN21_TUNING");
-  return model;
+  config.tuning = tuning;
+  return wm::models::make_wan21_vae_random(config, wm::Device{}, 11);
 }
 
 TEST(Wan21VaeTail, TilesAndChunksEqualWholeFrames) {
@@ -585,7 +583,7 @@ TEST(Wan21VaeConfig, BadConfigs) {
 // written, the staging never passes the pool, and more chunks than it may hold at once all land.
 TEST(OutputOffload, ChunksLandInPiecesWithinThePool) {
   const int64_t pool = 4 * 256 * 4;  // 4 buffers of 256 floats
-  wm::models::OutputOffload offload(pool, 4, /*max_chunks=*/2);
+  wm::parallel::OutputOffload offload(pool, 4, /*max_chunks=*/2);
   Planar dst;
   offload.allocate(dst, 3, 10, 16, 32);
   std::vector<at::Tensor> chunks;
@@ -621,7 +619,7 @@ TEST(OutputOffload, ChunksLandInPiecesWithinThePool) {
 // run of rows: whole rows and crops (a run may start mid-plane and cross planes) land where one
 // thread would put them.
 TEST(OutputOffload, LargePiecesCopiedInParallelLandInPlace) {
-  wm::models::OutputOffload offload(int64_t(64) << 20);
+  wm::parallel::OutputOffload offload(int64_t(64) << 20);
   Planar dst;
   const int frames = 6, height = 300, width = 1000;
   offload.allocate(dst, 3, frames, height, width);
@@ -642,7 +640,7 @@ TEST(OutputOffload, LargePiecesCopiedInParallelLandInPlace) {
 // A chunk that does not fit its destination fails at finish() (not later, not silently), and
 // the offload works again afterwards.
 TEST(OutputOffload, ChunkOutsideItsDestinationFailsAtFinish) {
-  wm::models::OutputOffload offload(1 << 20);
+  wm::parallel::OutputOffload offload(1 << 20);
   Planar dst(3, 2, 8, 8);
   offload.push(at::ones({3, 2, 8, 8}), dst, /*first_frame=*/1);
   EXPECT_THROW(offload.finish(), wm::ModelError);
@@ -656,7 +654,7 @@ TEST(OutputOffload, ChunkOutsideItsDestinationFailsAtFinish) {
 TEST(InputStaging, CpuUploadIsACopy) {
   Planar in(2, 3, 4, 5);
   for (size_t i = 0; i < in.data.size(); ++i) in.data[i] = float(i);
-  wm::models::InputStaging staging(1 << 20);
+  wm::parallel::InputStaging staging(1 << 20);
   const at::Tensor t = staging.upload(in, at::kCPU);
   ASSERT_EQ(t.sizes(), (std::vector<int64_t>{1, 2, 3, 4, 5}));
   in.data[7] = -1.0f;  // not a view of the Planar

@@ -16,8 +16,9 @@
 #include <vector>
 
 #include "io/safetensors.h"
+#include "parallel/device_worker.h"
+#include "parallel/offload.h"
 #include "src/models/cuda_kernels.h"
-#include "src/models/cuda_offload.h"
 #include "src/models/wan21_vae.h"
 #include "tests/support/run.h"
 
@@ -51,16 +52,14 @@ wm::ModelConfig tiny_config(const std::string& task, wm::Precision precision) {
   return config;
 }
 
-// Builds the model with WMBATCH_WAN21_TUNING = tuning (read at construction).
+// Builds the model with ModelConfig::tuning = tuning.
 std::unique_ptr<wm::Model> tiny_model(const std::string& task, wm::Precision precision,
                                       const std::string& tuning = "",
                                       int64_t pinned_pool_bytes = 0) {
-  setenv("WMBATCH_WAN21_TUNING", tuning.c_str(), 1);
   wm::ModelConfig config = tiny_config(task, precision);
   config.pinned_pool_bytes = pinned_pool_bytes;
-  auto model = wm::models::make_wan21_vae(config, kCuda);
-  unsetenv("WMBATCH_WAN21_TUNING");
-  return model;
+  config.tuning = tuning;
+  return wm::models::make_wan21_vae(config, kCuda);
 }
 
 Planar read_planar(const wm::io::SafetensorsFile& file, const std::string& name) {
@@ -101,15 +100,18 @@ Planar concat(const std::vector<Planar>& parts) {
   return out;
 }
 
+// Runs the slices on GPU 0's device worker (its stream, staging and output copier), as jobs do.
 Planar run_slices(const wm::Model& model, const Planar& input, const std::vector<int>& sizes) {
   auto session = model.open_session(kCuda);
+  wm::parallel::DeviceWorker& worker = wm::parallel::device_worker(kCuda);
   std::vector<Planar> outs;
   int t0 = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
     wm::RunContext ctx;
     ctx.slice_index = int64_t(i);
     ctx.first_slice = i == 0;
-    outs.push_back(session->run(frames(input, t0, sizes[i]), ctx));
+    ctx.device = worker.context();
+    outs.push_back(worker.call([&] { return session->run(frames(input, t0, sizes[i]), ctx); }));
     t0 += sizes[i];
   }
   return concat(outs);
@@ -193,7 +195,7 @@ TEST(Wan21VaeGpu, GoldenDecodeSlices) {
 TEST(Wan21VaeGpu, OffloadAndStagingInPieces) {
   REQUIRE_GPU();
   const at::TensorOptions cuda = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, 0);
-  wm::models::OutputOffload offload(4 * 1024, 4, /*max_chunks=*/2);
+  wm::parallel::OutputOffload offload(4 * 1024, 4, /*max_chunks=*/2);
   Planar dst;
   offload.allocate(dst, 3, 8, 40, 64);
   at::Tensor expected = at::zeros({3, 8, 40, 64});
@@ -214,7 +216,7 @@ TEST(Wan21VaeGpu, OffloadAndStagingInPieces) {
 
   Planar in(3, 5, 40, 64);
   for (size_t i = 0; i < in.data.size(); ++i) in.data[i] = float(i % 9973);
-  wm::models::InputStaging staging(8 * 1024, 2);
+  wm::parallel::InputStaging staging(8 * 1024, 2);
   for (int round = 0; round < 2; ++round) {
     const at::Tensor up = staging.upload(in, at::Device(at::kCUDA, 0));
     const at::Tensor doubled = (up * 2).cpu();  // on the current stream, after the copies

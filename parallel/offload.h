@@ -18,6 +18,9 @@
 // until one is done: backpressure on the producer, which bounds the device memory they hold).
 //
 // One producer thread per object. Destinations must outlive finish()/abandon().
+//
+// They implement the sink and staging of src/exec/device_context.h; a DeviceWorker
+// (device_worker.h) owns one of each and hands them to the sessions it runs.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -26,33 +29,35 @@
 #include <memory>
 
 #include "src/base/planar.h"
+#include "src/exec/device_context.h"
 
-namespace wm::models {
+namespace wm::parallel {
 
 // The pinned staging memory of each pool when none is asked for.
 constexpr int64_t kDefaultPinnedPoolBytes = int64_t(256) << 20;
 
-class OutputOffload {
+class OutputOffload final : public exec::OutputSink {
  public:
   // pool_bytes <= 0: kDefaultPinnedPoolBytes. It is split into `buffers` buffers (pieces).
   explicit OutputOffload(int64_t pool_bytes = 0, int buffers = 4, int max_chunks = 3);
-  ~OutputOffload();
+  ~OutputOffload() override;
   OutputOffload(const OutputOffload&) = delete;
   OutputOffload& operator=(const OutputOffload&) = delete;
 
   // Makes `dst` = Planar(c, t, h, w) on the copier thread, ordered before later pushes. `dst`
   // must not be used by the caller until finish().
-  void allocate(Planar& dst, int c, int t, int h, int w);
+  void allocate(Planar& dst, int c, int t, int h, int w) override;
   // `chunk`: [C, n, h, w] float32, contiguous; becomes frames [first_frame, first_frame + n),
   // rows [top, top + h) and columns [left, left + w) of `dst` (C channels). The chunk is kept
   // alive until copied.
-  void push(const at::Tensor& chunk, Planar& dst, int first_frame, int top = 0, int left = 0);
+  void push(const at::Tensor& chunk, Planar& dst, int first_frame, int top = 0,
+            int left = 0) override;
   // Waits until every pushed chunk is in its Planar; throws what the copier hit (a chunk that
   // does not fit its destination: ModelError).
-  void finish();
+  void finish() override;
   // Waits for the copies in flight and forgets the queued chunks (after an error): destinations
   // get no more writes (allocations still happen).
-  void abandon();
+  void abandon() override;
 
   int64_t pool_bytes() const;
   // Staging bytes allocated so far (never more than pool_bytes()).
@@ -65,16 +70,16 @@ class OutputOffload {
   std::unique_ptr<Impl> impl_;
 };
 
-class InputStaging {
+class InputStaging final : public exec::InputStager {
  public:
   explicit InputStaging(int64_t pool_bytes = 0, int buffers = 2);
-  ~InputStaging();
+  ~InputStaging() override;
   InputStaging(const InputStaging&) = delete;
   InputStaging& operator=(const InputStaging&) = delete;
 
   // `in` as a float32 [1, C, T, H, W] tensor on `device` (contiguous), ordered before later work
   // on the device's current stream. For a CPU device: a copy.
-  at::Tensor upload(const Planar& in, at::Device device);
+  at::Tensor upload(const Planar& in, at::Device device) override;
 
   int64_t pool_bytes() const;
   int64_t staged_bytes() const;
@@ -84,4 +89,4 @@ class InputStaging {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace wm::models
+}  // namespace wm::parallel

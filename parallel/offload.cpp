@@ -1,4 +1,4 @@
-#include "src/models/cuda_offload.h"
+#include "parallel/offload.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -24,7 +24,7 @@
 
 #include "src/base/error.h"
 
-namespace wm::models {
+namespace wm::parallel {
 
 namespace {
 
@@ -489,4 +489,4 @@ int64_t InputStaging::staged_bytes() const {
   return bytes;
 }
 
-}  // namespace wm::models
+}  // namespace wm::parallel

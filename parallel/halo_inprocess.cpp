@@ -1,0 +1,162 @@
+#include "parallel/halo_inprocess.h"
+
+#include <ATen/ATen.h>
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#ifdef WMBATCH_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include "src/base/error.h"
+#include "src/exec/halo_exchange.h"
+
+namespace wm::parallel {
+
+namespace {
+
+struct Message {
+  at::Tensor data;
+#ifdef WMBATCH_WITH_CUDA
+  std::shared_ptr<at::cuda::CUDAEvent> ready;  // recorded after the copy on the sender's stream
+#endif
+};
+
+}  // namespace
+
+struct InProcessGroup::Impl {
+  class Rank final : public exec::HaloExchange {
+   public:
+    Rank(Impl& group, int rank) : group_(group), rank_(rank) {}
+    int rank() const override { return rank_; }
+    int ranks() const override { return group_.active; }
+    void send(int to, const at::Tensor& t) override { group_.send(rank_, to, t); }
+    void recv(int from, at::Tensor& into) override { group_.recv(from, rank_, into); }
+
+   private:
+    Impl& group_;
+    int rank_;
+  };
+
+  Impl(int n, std::chrono::milliseconds t) : timeout(t) {
+    for (int r = 0; r < n; ++r) ranks.push_back(std::make_unique<Rank>(*this, r));
+  }
+
+  void check_peer(int from, int to) const {
+    if (from < 0 || to < 0 || from >= active || to >= active || from == to) {
+      throw Error("halo exchange: no link from rank " + std::to_string(from) + " to rank " +
+                      std::to_string(to) + " among " + std::to_string(active) + " ranks",
+                  kExitFailure);
+    }
+  }
+
+  void send(int from, int to, const at::Tensor& t) {
+    Message m;
+    m.data = t.clone();  // ordered on the sender's current stream (CUDA)
+#ifdef WMBATCH_WITH_CUDA
+    if (m.data.is_cuda()) {
+      m.ready = std::make_shared<at::cuda::CUDAEvent>();
+      m.ready->record(c10::cuda::getCurrentCUDAStream(m.data.device().index()));
+    }
+#endif
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!failure.empty())
+      throw Error("halo exchange (rank " + std::to_string(from) + "): " + failure, kExitFailure);
+    check_peer(from, to);
+    stats.messages += 1;
+    stats.bytes += int64_t(m.data.nbytes());
+    queues[{from, to}].push_back(std::move(m));
+    arrived.notify_all();
+  }
+
+  void recv(int from, int to, at::Tensor& into) {
+    const auto start = std::chrono::steady_clock::now();
+    Message m;
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      check_peer(from, to);
+      std::deque<Message>& q = queues[{from, to}];
+      const bool ok =
+          arrived.wait_for(lock, timeout, [&] { return !failure.empty() || !q.empty(); });
+      if (!failure.empty()) {
+        throw Error("halo exchange (rank " + std::to_string(to) + "): " + failure, kExitFailure);
+      }
+      if (!ok) {
+        failure = "rank " + std::to_string(to) + " waited " +
+                  std::to_string(timeout.count() / 1000) + " s for rank " + std::to_string(from);
+        arrived.notify_all();
+        throw Error("halo exchange: " + failure, kExitFailure);
+      }
+      m = std::move(q.front());
+      q.pop_front();
+      stats.wait_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    if (m.data.sizes() != into.sizes() || m.data.scalar_type() != into.scalar_type()) {
+      const std::string why = "rank " + std::to_string(to) + " expected a message of " +
+                              std::to_string(into.numel()) + " values from rank " +
+                              std::to_string(from) + ", got " + std::to_string(m.data.numel());
+      abort(why);
+      throw Error("halo exchange: " + why, kExitFailure);
+    }
+#ifdef WMBATCH_WITH_CUDA
+    if (m.ready && into.is_cuda()) {
+      const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(into.device().index());
+      m.ready->block(stream);
+      into.copy_(m.data, /*non_blocking=*/true);
+      // The message's memory belongs to the sender's stream: keep it until this copy is done.
+      m.data.record_stream(stream);
+      return;
+    }
+    if (m.ready) m.ready->synchronize();
+#endif
+    into.copy_(m.data);
+  }
+
+  void abort(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (failure.empty()) failure = why;
+    arrived.notify_all();
+  }
+
+  std::chrono::milliseconds timeout;
+  std::vector<std::unique_ptr<Rank>> ranks;
+  int active = 0;
+  mutable std::mutex mutex;
+  std::condition_variable arrived;
+  std::map<std::pair<int, int>, std::deque<Message>> queues;
+  std::string failure;  // non-empty: the run failed
+  ExchangeStats stats;
+};
+
+InProcessGroup::InProcessGroup(int ranks, std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<Impl>(ranks, timeout)) {}
+
+InProcessGroup::~InProcessGroup() = default;
+
+int InProcessGroup::size() const { return int(impl_->ranks.size()); }
+
+void InProcessGroup::begin(int active) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->queues.clear();
+  impl_->failure.clear();
+  impl_->active = std::min<int>(active, int(impl_->ranks.size()));
+}
+
+exec::HaloExchange& InProcessGroup::rank(int r) { return *impl_->ranks.at(size_t(r)); }
+
+void InProcessGroup::abort(const std::string& why) { impl_->abort(why); }
+
+ExchangeStats InProcessGroup::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->stats;
+}
+
+}  // namespace wm::parallel

@@ -1,0 +1,45 @@
+#include "parallel/memory_budget.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#ifdef WMBATCH_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace wm::parallel {
+
+namespace {
+std::mutex g_mutex;
+std::map<int, int64_t> g_budgets;
+}  // namespace
+
+void set_memory_budget(int device, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_budgets[device] = bytes;
+}
+
+int64_t memory_budget(int device) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_budgets.find(device);
+  return it == g_budgets.end() ? 0 : it->second;
+}
+
+void limit_device_memory(const Device& device, double gib) {
+#ifdef WMBATCH_WITH_CUDA
+  if (device.kind == Device::Kind::kCuda && gib > 0) {
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    const double fraction = std::min(1.0, gib * double(1 << 30) / double(total_bytes));
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, device.index);
+    set_memory_budget(device.index, int64_t(gib * double(1 << 30)));
+  }
+#else
+  (void)device;
+  (void)gib;
+#endif
+}
+
+}  // namespace wm::parallel

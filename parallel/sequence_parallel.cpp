@@ -1,0 +1,162 @@
+#include "parallel/sequence_parallel.h"
+
+#include <atomic>
+#include <cstring>
+#include <exception>
+#include <future>
+#include <string>
+#include <utility>
+
+#include "parallel/halo_inprocess.h"
+#include "parallel/halo_nccl.h"
+#include "src/base/error.h"
+
+namespace wm::parallel {
+
+std::vector<int> split_frames(int frames, int ranks) {
+  const int n = std::max(1, std::min(frames, ranks));
+  std::vector<int> out(size_t(n), frames / n);
+  for (int i = 0; i < frames % n; ++i) out[size_t(n - 1 - i)] += 1;
+  return out;
+}
+
+namespace {
+
+std::vector<int> fit_split(const std::vector<int>& asked, int frames) {
+  std::vector<int> out;
+  int left = frames;
+  for (int n : asked) {
+    if (left == 0) break;
+    const int take = std::min(std::max(n, 1), left);
+    out.push_back(take);
+    left -= take;
+  }
+  if (left > 0) out.back() += left;
+  return out;
+}
+
+// Frames [first, first + n) of `in`.
+Planar frames_of(const Planar& in, int first, int n) {
+  Planar out(in.channels, n, in.height, in.width);
+  for (int c = 0; c < in.channels; ++c) {
+    std::memcpy(out.plane(c, 0), in.plane(c, first), size_t(n) * in.plane_size() * sizeof(float));
+  }
+  return out;
+}
+
+}  // namespace
+
+SequenceParallelSession::SequenceParallelSession(std::vector<std::unique_ptr<ModelSession>> ranks,
+                                                 std::vector<DeviceWorker*> workers,
+                                                 SequenceParallelOptions options)
+    : ranks_(std::move(ranks)), workers_(std::move(workers)), options_(std::move(options)) {
+  if (ranks_.empty() || ranks_.size() != workers_.size()) {
+    throw Error("sequence parallel: " + std::to_string(ranks_.size()) + " sessions for " +
+                    std::to_string(workers_.size()) + " workers",
+                kExitSoftware);
+  }
+  if (options_.nccl) {
+    std::vector<int> devices;
+    for (const DeviceWorker* w : workers_) {
+      if (w->device().kind != Device::Kind::kCuda) {
+        throw Error("sequence parallel: the NCCL exchange needs a GPU per rank", kExitDataErr);
+      }
+      devices.push_back(w->device().index);
+    }
+    group_ = nccl_group(devices);
+  } else {
+    group_ = std::make_unique<InProcessGroup>(int(ranks_.size()), options_.timeout);
+  }
+}
+
+SequenceParallelSession::~SequenceParallelSession() = default;
+
+Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
+  const int frames = input.frames;
+  const std::vector<int> counts =
+      options_.split.empty() ? split_frames(frames, ranks()) : fit_split(options_.split, frames);
+  const int active = std::min(int(counts.size()), ranks());
+  std::vector<int> runs(counts.begin(), counts.begin() + active);
+  int assigned = 0;
+  for (int n : runs) assigned += n;
+  runs.back() += frames - assigned;  // more runs asked for than ranks: the rest to the last
+
+  group_->begin(active);
+  // The rank that failed first (the others' errors are the abort's echo).
+  auto first_failure = std::make_shared<std::atomic<int>>(-1);
+  std::vector<std::future<Planar>> results;
+  int first = 0;
+  for (int r = 0; r < active; ++r) {
+    RunContext rc = ctx;
+    rc.first_slice = ctx.first_slice && r == 0;
+    rc.padded_frames = r == active - 1 ? ctx.padded_frames : 0;
+    rc.device = workers_[size_t(r)]->context();
+    rc.halo = active > 1 ? &group_->rank(r) : nullptr;
+    Planar part = active == 1 ? std::move(input) : frames_of(input, first, runs[size_t(r)]);
+    first += runs[size_t(r)];
+    ModelSession* session = ranks_[size_t(r)].get();
+    ExchangeGroup* group = group_.get();
+    results.push_back(
+        workers_[size_t(r)]->submit([session, group, r, rc, first_failure,
+                                     part = std::make_shared<Planar>(std::move(part))]() -> Planar {
+          try {
+            return session->run(std::move(*part), rc);
+          } catch (const std::exception& e) {
+            int none = -1;
+            first_failure->compare_exchange_strong(none, r);
+            // The other ranks may wait for this one's messages: let them fail now.
+            group->abort("rank " + std::to_string(r) + " failed: " + e.what());
+            throw;
+          }
+        }));
+  }
+  input = Planar();
+
+  // A rank that does not finish in time (a peer's device work hung) aborts the exchange, which
+  // ends the waits, so the others return too.
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  for (size_t r = 0; r < results.size(); ++r) {
+    if (results[r].wait_until(deadline) == std::future_status::timeout) {
+      int none = -1;
+      first_failure->compare_exchange_strong(none, int(r));
+      group_->abort("rank " + std::to_string(r) + " did not finish its part within " +
+                    std::to_string(options_.timeout.count() / 1000) + " s");
+      break;
+    }
+  }
+  std::vector<Planar> outputs;
+  std::vector<std::exception_ptr> failures(results.size());
+  for (size_t r = 0; r < results.size(); ++r) {
+    try {
+      outputs.push_back(results[r].get());
+    } catch (...) {
+      failures[r] = std::current_exception();
+      outputs.emplace_back();
+    }
+  }
+  const int cause = first_failure->load();
+  if (cause >= 0 && failures[size_t(cause)]) std::rethrow_exception(failures[size_t(cause)]);
+  for (const std::exception_ptr& f : failures) {
+    if (f) std::rethrow_exception(f);
+  }
+  if (active == 1) return std::move(outputs.front());
+
+  int total = 0;
+  for (const Planar& p : outputs) total += p.frames;
+  const Planar& head = outputs.front();
+  Planar out(head.channels, total, head.height, head.width);
+  int at = 0;
+  for (const Planar& p : outputs) {
+    if (p.channels != out.channels || p.height != out.height || p.width != out.width) {
+      throw ModelError("sequence parallel: the ranks' outputs differ in shape");
+    }
+    for (int c = 0; c < p.channels; ++c) {
+      std::memcpy(out.plane(c, at), p.plane(c, 0),
+                  size_t(p.frames) * p.plane_size() * sizeof(float));
+    }
+    at += p.frames;
+  }
+  return out;
+}
+
+}  // namespace wm::parallel

@@ -1,0 +1,64 @@
+// What a device worker gives the model sessions it runs: the interfaces models call for device
+// execution. They are declared here, in src/, and implemented in parallel/ (device_worker.h,
+// offload.h, memory_budget.h, halo_inprocess.h): a model computes; it does not own threads,
+// streams or pinned memory. Include only from LibTorch translation units (models, parallel/).
+//
+// Threading: a DeviceContext belongs to one worker thread; a session reaches it through
+// RunContext::device during run(), on that thread. While the worker runs a call, its device
+// is the current device and its compute stream the current stream of that thread (CUDA), so a
+// session computes on the current stream and never makes one.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/core/Stream.h>
+
+#include <cstdint>
+
+#include "src/base/planar.h"
+
+namespace wm::exec {
+
+// Device → host: chunks of device tensors copied into host Planars through bounded pinned
+// staging, off the launching thread (parallel::OutputOffload has the full contract).
+class OutputSink {
+ public:
+  virtual ~OutputSink() = default;
+  // Makes `dst` = Planar(c, t, h, w), ordered before later pushes; the caller leaves `dst`
+  // alone until finish().
+  virtual void allocate(Planar& dst, int c, int t, int h, int w) = 0;
+  // `chunk` [C, n, h, w] float32 contiguous → frames [first_frame, +n), rows [top, +h), columns
+  // [left, +w) of `dst`. Records where the chunk's work stands on the current stream.
+  virtual void push(const at::Tensor& chunk, Planar& dst, int first_frame, int top, int left) = 0;
+  // Waits until every pushed chunk is in place; throws what the copies hit.
+  virtual void finish() = 0;
+  // After an error: waits for copies in flight, forgets queued chunks.
+  virtual void abandon() = 0;
+};
+
+// Host → device through pinned staging (parallel::InputStaging).
+class InputStager {
+ public:
+  virtual ~InputStager() = default;
+  // `in` as a float32 [1, C, T, H, W] tensor on `device`, ordered before later work on the
+  // current stream. For a CPU device: a copy.
+  virtual at::Tensor upload(const Planar& in, at::Device device) = 0;
+};
+
+class DeviceContext {
+ public:
+  virtual ~DeviceContext() = default;
+  virtual at::Device device() const = 0;
+  // The worker's output sink and input staging; `pool_bytes` is the pinned memory each may hold
+  // (0: the default). Made on first use and kept (one per worker: its sessions run one at a
+  // time).
+  virtual OutputSink& output_sink(int64_t pool_bytes) = 0;
+  virtual InputStager& input_stager(int64_t pool_bytes) = 0;
+  // Memory budget: the bytes sessions on this device may plan to use (0: what the device has
+  // free). Set per device (parallel::set_memory_budget, wmbench --max-gpu-gib).
+  virtual int64_t memory_budget() const = 0;
+  // Side streams of the worker's device for copies beside the compute stream (k = 0, 1: state
+  // uploads and write-backs of host-resident causal state). CUDA devices only.
+  virtual c10::Stream side_stream(int k) = 0;
+};
+
+}  // namespace wm::exec

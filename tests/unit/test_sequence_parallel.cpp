@@ -1,0 +1,379 @@
+// Sequence parallelism of the Wan2.1 decoder on in-process CPU ranks: each slice's latent frames
+// split in time over 2, 3 or 4 ranks that exchange every causal layer's history
+// (parallel/halo_inprocess.h) equal one device: in float64 to rounding (<= 1e-12) at the
+// network level, in float32 (<= 1e-5) through SequenceParallelSession and the pipeline. Uneven
+// splits, a rank that holds only the first latent frame, several slices, decode-tail tiles and
+// pipeline tiles together with ranks; a failing rank fails the slice without a hang.
+// Weights and latents: the golden vectors in tests/data/golden/wan21-tiny/.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "parallel/device_worker.h"
+#include "parallel/halo_inprocess.h"
+#include "parallel/sequence_parallel.h"
+#include "scheduler/pipeline.h"
+#include "src/base/error.h"
+#include "src/exec/halo_exchange.h"
+#include "src/models/wan21_blocks.h"
+#include "src/models/wan21_vae.h"
+
+namespace {
+
+namespace wan21 = wm::models::wan21;
+using wm::Planar;
+using wm::RunContext;
+
+const std::string kGolden = std::string(WM_SOURCE_DIR) + "/tests/data/golden/wan21-tiny/";
+
+wm::ModelConfig tiny_config(const std::string& task = "decode") {
+  std::ifstream in(kGolden + "meta.json");
+  const nlohmann::json meta = nlohmann::json::parse(in);
+  const auto& c = meta.at("config");
+  wm::ModelConfig config;
+  config.kind = "wan2.1-vae";
+  config.task = task;
+  config.weights = kGolden + "weights.safetensors";
+  config.dim = c.at("dim").get<int>();
+  config.z_dim = c.at("z_dim").get<int>();
+  config.dim_mult = c.at("dim_mult").get<std::vector<int>>();
+  config.num_res_blocks = c.at("num_res_blocks").get<int>();
+  config.temporal_downsample = c.at("temperal_downsample").get<std::vector<bool>>();
+  return config;
+}
+
+// A float32 [1, C, T, H, W] tensor of a safetensors file.
+at::Tensor read_tensor(const wm::io::SafetensorsFile& file, const std::string& name) {
+  const wm::io::TensorInfo& info = file.info(name);
+  EXPECT_EQ(info.dtype, "F32");
+  at::Tensor t = at::empty(info.shape, at::kFloat);
+  std::memcpy(t.data_ptr(), info.data, info.bytes);
+  return t;
+}
+
+// The golden latents (9 frames of 6×10) and the reference decoder's output.
+struct Golden {
+  at::Tensor input, output;
+};
+Golden golden_t9() {
+  wm::io::SafetensorsFile file(kGolden + "decode_t9.safetensors");
+  return {read_tensor(file, "input"), read_tensor(file, "output")};
+}
+
+Planar to_planar(const at::Tensor& t) {
+  const at::Tensor c = t.to(at::kFloat).contiguous();
+  Planar p(int(c.size(1)), int(c.size(2)), int(c.size(3)), int(c.size(4)));
+  std::memcpy(p.data.data(), c.data_ptr(), p.data.size() * sizeof(float));
+  return p;
+}
+
+Planar frames_of(const Planar& p, int t0, int n) {
+  Planar out(p.channels, n, p.height, p.width);
+  for (int c = 0; c < p.channels; ++c) {
+    std::memcpy(out.plane(c, 0), p.plane(c, t0), size_t(n) * p.plane_size() * sizeof(float));
+  }
+  return out;
+}
+
+Planar concat(const std::vector<Planar>& parts) {
+  int t = 0;
+  for (const Planar& p : parts) t += p.frames;
+  Planar out(parts.at(0).channels, t, parts[0].height, parts[0].width);
+  int t0 = 0;
+  for (const Planar& p : parts) {
+    for (int c = 0; c < p.channels; ++c) {
+      std::memcpy(out.plane(c, t0), p.plane(c, 0),
+                  size_t(p.frames) * p.plane_size() * sizeof(float));
+    }
+    t0 += p.frames;
+  }
+  return out;
+}
+
+double max_abs_diff(const Planar& a, const Planar& b) {
+  EXPECT_EQ(a.channels, b.channels);
+  EXPECT_EQ(a.frames, b.frames);
+  EXPECT_EQ(a.height, b.height);
+  EXPECT_EQ(a.width, b.width);
+  if (a.data.size() != b.data.size()) return 1e30;
+  double m = 0;
+  for (size_t i = 0; i < a.data.size(); ++i)
+    m = std::max(m, double(std::abs(a.data[i] - b.data[i])));
+  return m;
+}
+
+// --- float64, network level ------------------------------------------------------------------
+
+// The golden weights, widened to float64.
+class Float64Weights : public wan21::ParamSource {
+ public:
+  Float64Weights() : file_(kGolden + "weights.safetensors") {}
+  at::Tensor get(const std::string& key, const std::vector<int64_t>&) override {
+    return read_tensor_any(key).to(at::kDouble);
+  }
+
+ private:
+  at::Tensor read_tensor_any(const std::string& key) {
+    const wm::io::TensorInfo& info = file_.info(key);
+    at::Tensor t = at::empty(info.shape, at::kFloat);
+    std::memcpy(t.data_ptr(), info.data, info.bytes);
+    return t;
+  }
+  wm::io::SafetensorsFile file_;
+};
+
+std::unique_ptr<wan21::Network> float64_decoder(const std::string& tuning = "") {
+  const wan21::Architecture arch = wan21::Architecture::from(tiny_config());
+  Float64Weights weights;
+  auto stat = [](const std::vector<double>& v) {
+    return at::tensor(v, at::kDouble).reshape({1, -1, 1, 1, 1});
+  };
+  return std::make_unique<wan21::Network>(
+      arch, wan21::Task::kDecode, weights, stat(wm::models::wan21_latent_mean()),
+      stat(wm::models::wan21_latent_std()), at::MemoryFormat::Contiguous,
+      wan21::Tuning::parse(tuning));
+}
+
+// One slice on ranks with `split` latent frames each (summing to x's frames), on threads that
+// exchange through an in-process group; `state` is the sequence's (rank 0's) and becomes the
+// last rank's at the end, as SequenceParallelSession hands it over.
+at::Tensor forward_ranks(const wan21::Network& net, const at::Tensor& x,
+                         wan21::SequenceState& state, bool first, const std::vector<int>& split,
+                         wm::parallel::InProcessGroup& group) {
+  const int ranks = int(split.size());
+  group.begin(ranks);
+  std::vector<wan21::SequenceState> states(static_cast<size_t>(ranks));
+  states[0] = state;
+  std::vector<at::Tensor> outs(static_cast<size_t>(ranks));
+  std::vector<std::string> errors(static_cast<size_t>(ranks));
+  std::vector<std::thread> threads;
+  int64_t t0 = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const at::Tensor part = x.narrow(2, t0, split[size_t(r)]).contiguous();
+    t0 += split[size_t(r)];
+    threads.emplace_back([&, r, part] {
+      c10::InferenceMode inference;
+      wan21::SequenceState& st = states[size_t(r)];
+      st.halo = ranks > 1 ? &group.rank(r) : nullptr;
+      try {
+        outs[size_t(r)] = net.forward(part, st, first && r == 0);
+      } catch (const std::exception& e) {
+        errors[size_t(r)] = e.what();
+        group.abort(e.what());
+      }
+      st.halo = nullptr;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::string& e : errors) EXPECT_EQ(e, "");
+  EXPECT_EQ(t0, x.size(2));
+  state = states.back();
+  return at::cat(outs, 2);
+}
+
+struct SplitCase {
+  std::vector<std::vector<int>> slices;  // per slice, latent frames per rank
+};
+
+void check_float64(const std::string& tuning, const std::vector<SplitCase>& cases) {
+  c10::InferenceMode inference;
+  const auto net = float64_decoder(tuning);
+  // The golden latents, cropped to 4×4 (float64 convolutions are slow on the CPU).
+  const at::Tensor x = golden_t9().input.narrow(3, 0, 4).narrow(4, 0, 4).to(at::kDouble);
+  wan21::SequenceState whole_state;
+  const at::Tensor whole = net->forward(x, whole_state, true);
+  for (const SplitCase& c : cases) {
+    wm::parallel::InProcessGroup group(4);
+    wan21::SequenceState state;
+    std::vector<at::Tensor> outs;
+    int64_t t0 = 0;
+    std::string label;
+    for (size_t i = 0; i < c.slices.size(); ++i) {
+      int n = 0;
+      label += "[";
+      for (int k : c.slices[i]) {
+        n += k;
+        label += std::to_string(k) + " ";
+      }
+      label += "]";
+      outs.push_back(forward_ranks(*net, x.narrow(2, t0, n), state, i == 0, c.slices[i], group));
+      t0 += n;
+    }
+    ASSERT_EQ(t0, x.size(2)) << label;
+    const at::Tensor got = at::cat(outs, 2);
+    ASSERT_EQ(got.sizes(), whole.sizes()) << label;
+    const double err = (got - whole).abs().max().item<double>();
+    std::cout << "[ ranks    ] float64 " << (tuning.empty() ? "" : tuning + " ") << label
+              << ": max diff " << err << "\n";
+    EXPECT_LE(err, 1e-12) << label;
+  }
+}
+
+TEST(SequenceParallel, Float64RanksEqualOneDevice) {
+  check_float64("", {
+                        {{{4, 5}}},                  // 2 ranks, uneven
+                        {{{1, 8}}},                  // rank 0 holds only the first latent frame
+                        {{{2, 2, 2, 3}}},            // 4 ranks
+                        {{{1, 1, 1}, {2, 3}, {1}}},  // 3 ranks of one frame, 2 ranks, 1 rank
+                        {{{2, 2}, {1, 2, 2}}},       // later slice: rank 0 with one frame
+                    });
+}
+
+TEST(SequenceParallel, Float64RanksWithTailTiles) {
+  // The decode tail in 2×2 exact tiles (each tile's causal state exchanged on its own).
+  check_float64("tail_tiles=2x2", {{{{2, 3}, {1, 3}}}});
+}
+
+TEST(SequenceParallel, SplitFrames) {
+  EXPECT_EQ(wm::parallel::split_frames(9, 2), (std::vector<int>{4, 5}));
+  EXPECT_EQ(wm::parallel::split_frames(9, 4), (std::vector<int>{2, 2, 2, 3}));
+  EXPECT_EQ(wm::parallel::split_frames(2, 4), (std::vector<int>{1, 1}));
+  EXPECT_EQ(wm::parallel::split_frames(1, 3), (std::vector<int>{1}));
+}
+
+// --- float32, sessions and the pipeline -------------------------------------------------------
+
+RunContext slice_context(int64_t index, bool first, bool last, int tile = 0) {
+  RunContext ctx;
+  ctx.slice_index = index;
+  ctx.first_slice = first;
+  ctx.last_slice = last;
+  ctx.tile_index = tile;
+  return ctx;
+}
+
+std::unique_ptr<wm::parallel::SequenceParallelSession> parallel_session(
+    const wm::Model& model, int ranks, std::vector<int> split = {}) {
+  std::vector<std::unique_ptr<wm::ModelSession>> sessions;
+  std::vector<wm::parallel::DeviceWorker*> workers;
+  for (int r = 0; r < ranks; ++r) {
+    sessions.push_back(model.open_session(wm::Device{}));
+    workers.push_back(&wm::parallel::device_worker(wm::Device{}, r));
+  }
+  wm::parallel::SequenceParallelOptions options;
+  options.split = std::move(split);
+  return std::make_unique<wm::parallel::SequenceParallelSession>(std::move(sessions),
+                                                                 std::move(workers), options);
+}
+
+Planar run_slices(wm::ModelSession& session, const Planar& input, const std::vector<int>& sizes) {
+  std::vector<Planar> outs;
+  int t0 = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    outs.push_back(session.run(frames_of(input, t0, sizes[i]),
+                               slice_context(int64_t(i), i == 0, i + 1 == sizes.size())));
+    t0 += sizes[i];
+  }
+  return concat(outs);
+}
+
+TEST(SequenceParallel, SessionsEqualOneDevice) {
+  auto model = wm::models::make_wan21_vae(tiny_config(), wm::Device{});
+  EXPECT_TRUE(model->traits().sequence_parallel);
+  const Planar z = to_planar(golden_t9().input);
+  const Planar whole =
+      model->open_session(wm::Device{})->run(frames_of(z, 0, 9), slice_context(0, true, true));
+  struct Case {
+    int ranks;
+    std::vector<int> split;   // per rank (empty: even)
+    std::vector<int> slices;  // latent frames per slice
+  };
+  for (const Case& c : {Case{2, {}, {9}}, Case{3, {}, {4, 5}}, Case{4, {1, 2, 2, 3}, {5, 4}},
+                        Case{2, {1, 3}, {2, 3, 4}}}) {
+    auto session = parallel_session(*model, c.ranks, c.split);
+    const double err = max_abs_diff(run_slices(*session, z, c.slices), whole);
+    std::cout << "[ ranks    ] float32 " << c.ranks << " ranks, " << c.slices.size()
+              << " slices: max diff " << err << ", exchanged " << session->exchange_stats().bytes
+              << " bytes\n";
+    EXPECT_LE(err, 1e-5) << c.ranks << " ranks";
+    EXPECT_GT(session->exchange_stats().messages, 0);
+  }
+}
+
+TEST(SequenceParallel, FailingRankFailsTheSliceWithoutHanging) {
+  auto decoder = wm::models::make_wan21_vae(tiny_config(), wm::Device{});
+  auto encoder = wm::models::make_wan21_vae(tiny_config("encode"), wm::Device{});
+  // Rank 1 is an encoder session: it refuses the decoder's latents, while rank 0 waits for it.
+  std::vector<std::unique_ptr<wm::ModelSession>> sessions;
+  sessions.push_back(decoder->open_session(wm::Device{}));
+  sessions.push_back(encoder->open_session(wm::Device{}));
+  std::vector<wm::parallel::DeviceWorker*> workers = {
+      &wm::parallel::device_worker(wm::Device{}, 0), &wm::parallel::device_worker(wm::Device{}, 1)};
+  wm::parallel::SequenceParallelSession session(std::move(sessions), std::move(workers));
+  Planar z = frames_of(to_planar(golden_t9().input), 0, 4);
+  try {
+    session.run(std::move(z), slice_context(0, true, true));
+    ADD_FAILURE() << "no error";
+  } catch (const wm::ModelError& e) {  // the failing rank's own error, not the abort's echo
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("wan2.1-vae encode"), std::string::npos) << msg;
+  }
+  // The group is usable again: a good pair of ranks decodes the next input.
+  auto good = parallel_session(*decoder, 2);
+  EXPECT_EQ(
+      good->run(frames_of(to_planar(golden_t9().input), 0, 3), slice_context(0, true, true)).frames,
+      9);
+}
+
+class LatentSlices : public wm::sched::SliceSource {
+ public:
+  LatentSlices(const Planar& z, std::vector<int> sizes) : z_(z), sizes_(std::move(sizes)) {}
+  bool next(wm::sched::SliceWork& out) override {
+    if (i_ == sizes_.size()) return false;
+    out.index = int64_t(i_);
+    out.first = i_ == 0;
+    out.last = i_ + 1 == sizes_.size();
+    out.input = frames_of(z_, t0_, sizes_[i_]);
+    for (int t = 0; t < sizes_[i_]; ++t) out.frames.push_back({t0_ + t, t0_ + t, 1});
+    t0_ += sizes_[i_++];
+    return true;
+  }
+
+ private:
+  const Planar& z_;
+  std::vector<int> sizes_;
+  size_t i_ = 0;
+  int t0_ = 0;
+};
+
+class Gather : public wm::sched::SliceSink {
+ public:
+  void write(wm::sched::SliceResult&& r) override { parts.push_back(std::move(r.output)); }
+  std::vector<Planar> parts;
+};
+
+Planar decode_pipeline(std::vector<std::unique_ptr<wm::ModelSession>>& sessions, const Planar& z,
+                       const wm::ModelTraits& traits) {
+  LatentSlices source(z, {4, 5});
+  Gather sink;
+  wm::sched::PipelineOptions options;
+  options.tiles = wm::plan_tiles(z.width, z.height, 6, 6, 4, traits.halo, traits.scale_num,
+                                 traits.scale_den, 1, /*feather=*/true);
+  EXPECT_GT(options.tiles.tiles(), 1);
+  wm::sched::run_pipeline(source, sessions, sink, options);
+  return concat(sink.parts);
+}
+
+TEST(SequenceParallel, PipelineTilesWithRanksEqualOneDevice) {
+  auto model = wm::models::make_wan21_vae(tiny_config(), wm::Device{});
+  const Planar z = to_planar(golden_t9().input);
+  std::vector<std::unique_ptr<wm::ModelSession>> one;
+  one.push_back(model->open_session(wm::Device{}));
+  const Planar expected = decode_pipeline(one, z, model->traits());
+  std::vector<std::unique_ptr<wm::ModelSession>> ranks;
+  ranks.push_back(parallel_session(*model, 3));
+  const double err = max_abs_diff(decode_pipeline(ranks, z, model->traits()), expected);
+  std::cout << "[ ranks    ] float32 pipeline tiles × 3 ranks: max diff " << err << "\n";
+  EXPECT_LE(err, 1e-5);
+}
+
+}  // namespace
