@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/memory_budget.h"
 #include "src/base/error.h"
 #include "src/model.h"
 #include "src/models/seedvr2_layout.h"
@@ -236,7 +237,7 @@ int bench_seedvr2(int argc, char** argv) {
     config.precision = wm::bench::parse_precision(o.dtype);
     auto model = wm::models::make_seedvr2_vae_random(config, arch, device, o.seed);
     auto session = model->open_session(device);
-    wm::models::limit_device_memory(device, o.max_gpu_gib);
+    wm::parallel::limit_device_memory(device, o.max_gpu_gib);
 
     const wm::ModelTraits& traits = model->traits();
     const int in_frames = decode ? (o.frames - 1) / 4 + 1 : o.frames;
@@ -255,7 +256,7 @@ int bench_seedvr2(int argc, char** argv) {
       if (it == o.warmup) wm::models::reset_peak_device_memory(device);
       const auto start = std::chrono::steady_clock::now();
       std::vector<wm::Planar> outs;
-      const int64_t frames = wm::bench::run_slices(*session, std::move(slices), &outs);
+      const int64_t frames = wm::bench::run_slices(device, *session, std::move(slices), &outs);
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (frames != frames_out) {
@@ -300,7 +301,7 @@ int bench_seedvr2(int argc, char** argv) {
       auto ref_model = wm::models::make_seedvr2_vae_random(config, arch, device, o.seed);
       auto ref_session = ref_model->open_session(device);
       std::vector<wm::Planar> ref_outs;
-      wm::bench::run_slices(*ref_session, slices_of(input, decode, o.slice_frames), &ref_outs);
+      wm::bench::run_slices(device, *ref_session, slices_of(input, decode, o.slice_frames), &ref_outs);
       const wm::Planar a = joined(last), b = joined(ref_outs);
       double mse = 0, worst = 0, peak = 0;
       for (size_t i = 0; i < a.data.size(); ++i) {
