@@ -8,6 +8,9 @@ WM_PACKAGES=(
   libtbb-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libsqlite3-dev libgtest-dev libgmock-dev
 )
+# scripts/fuzz.sh only (CI runs it): clang with libFuzzer and the sanitizer runtimes; llvm for
+# llvm-symbolizer (source lines in the reports).
+WM_FUZZ_PACKAGES=(clang libclang-rt-14-dev llvm)
 
 wm_install() {
   local missing=()

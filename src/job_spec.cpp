@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "src/base/error.h"
+#include "src/yaml_load.h"
 
 namespace wm {
 
@@ -840,7 +841,7 @@ class JobParser {
 std::vector<JobSpec> parse_job_text(const std::string& text, const std::string& path) {
   std::vector<YAML::Node> all;
   try {
-    all = YAML::LoadAll(text);
+    all = load_yaml_documents(text);
   } catch (const YAML::Exception& e) {
     throw ConfigError(path, e.mark.is_null() ? 1 : e.mark.line + 1, "", "invalid YAML: " + e.msg);
   }

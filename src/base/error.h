@@ -63,7 +63,27 @@ class ConfigError : public Error {
     if (line > 0) out += ":" + std::to_string(line);
     out += ": ";
     if (!key.empty()) out += key + ": ";
-    return out + problem;
+    return one_line(out + problem);
+  }
+  // The message quotes job text (keys, values, YAML parser messages), which may hold newlines or
+  // other control characters: written as \n, \xNN, so the message stays one line.
+  static std::string one_line(const std::string& text) {
+    static const char kHex[] = "0123456789abcdef";
+    std::string out;
+    out.reserve(text.size());
+    for (const char c : text) {
+      const auto u = static_cast<unsigned char>(c);
+      if ((u >= 0x20 && u != 0x7f) || c == '\t') {
+        out += c;
+      } else if (c == '\n') {
+        out += "\\n";
+      } else {
+        out += "\\x";
+        out += kHex[u >> 4];
+        out += kHex[u & 15];
+      }
+    }
+    return out;
   }
   std::string file_;
   int line_;
