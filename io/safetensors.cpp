@@ -52,7 +52,6 @@ struct FdCloser {
 
 std::string errno_text() { return std::strerror(errno); }
 
-
 }  // namespace
 
 size_t safetensors_dtype_size(const std::string& dtype) {
