@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "io/av_enum.h"
 #include "src/base/error.h"
 
 extern "C" {
@@ -246,11 +247,12 @@ void FrameToPlanar::convert(const AVFrame& frame, Planar& out, Planar* alpha) {
       *alpha = Planar();
     }
   }
-  int range = frame.color_range;
+  int range = known_color_range(frame.color_range);
   const AVPixelFormat format = unjpeg(AVPixelFormat(frame.format), range);
   if (direct_format(format)) return convert_direct(frame, range, out);
   const bool rgb = is_rgb_format(format);
-  const int colorspace = rgb ? AVCOL_SPC_RGB : effective_colorspace(frame.colorspace, frame.height);
+  const int colorspace =
+      rgb ? AVCOL_SPC_RGB : effective_colorspace(known_color_space(frame.colorspace), frame.height);
   if (!sws_ || frame.width != width_ || frame.height != height_ || format != format_ ||
       colorspace != colorspace_ || range != range_) {
     const int src_full = range == AVCOL_RANGE_JPEG || rgb;

@@ -53,14 +53,6 @@ struct FdCloser {
 
 std::string errno_text() { return std::strerror(errno); }
 
-// Error messages are one line; the JSON parser may quote header text that holds newlines.
-std::string one_line(std::string s) {
-  for (char& c : s) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  return s;
-}
-
 }  // namespace
 
 size_t safetensors_dtype_size(const std::string& dtype) {
@@ -105,7 +97,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     try {
       root = json::parse(header, header + header_len);
     } catch (const json::exception& e) {
-      malformed(path, one_line(std::string("header is not valid JSON: ") + e.what()));
+      // The parser quotes header bytes, control characters included.
+      malformed(path, wm::one_line(std::string("header is not valid JSON: ") + e.what()));
     }
     if (!root.is_object()) malformed(path, "header is not a JSON object");
 

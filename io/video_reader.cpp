@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "io/av_enum.h"
 #include "io/av_handles.h"
 #include "io/av_log.h"
 #include "io/pixel_convert.h"
@@ -476,10 +477,10 @@ struct VideoReader::Impl {
     } else if (info.frame_rate.num > 0) {
       info.frames_estimate = std::llround(info.duration_seconds * info.frame_rate.value());
     }
-    info.color_primaries = par->color_primaries;
-    info.color_trc = par->color_trc;
-    info.colorspace = par->color_space;
-    info.color_range = par->color_range;
+    info.color_primaries = known_color_primaries(par->color_primaries);
+    info.color_trc = known_color_trc(par->color_trc);
+    info.colorspace = known_color_space(par->color_space);
+    info.color_range = known_color_range(par->color_range);
     info.sample_aspect_ratio = to_rational(par->sample_aspect_ratio);
     info.display_matrix = stream_side_data(stream, AV_PKT_DATA_DISPLAYMATRIX);
     if (info.display_matrix.size() >= 9 * sizeof(int32_t)) {

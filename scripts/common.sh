@@ -10,6 +10,9 @@ WM_PACKAGES=(
   libsqlite3-dev libgtest-dev libgmock-dev
   libcpp-httplib-dev chromium
 )
+# scripts/fuzz.sh only (CI runs it): clang with libFuzzer and the sanitizer runtimes; llvm for
+# llvm-symbolizer (source lines in the reports).
+WM_FUZZ_PACKAGES=(clang libclang-rt-14-dev llvm)
 
 wm_install() {
   local missing=()

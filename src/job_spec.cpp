@@ -26,6 +26,7 @@
 
 #include "src/base/error.h"
 #include "src/models/registry.h"
+#include "src/yaml_load.h"
 
 namespace wm {
 
@@ -1008,7 +1009,7 @@ std::string canonical_settings(const YAML::Node& doc) {
 std::vector<JobSpec> parse_job_text(const std::string& text, const std::string& path) {
   std::vector<YAML::Node> all;
   try {
-    all = YAML::LoadAll(text);
+    all = load_yaml_documents(text);
   } catch (const YAML::Exception& e) {
     throw ConfigError(path, e.mark.is_null() ? 1 : e.mark.line + 1, "", "invalid YAML: " + e.msg);
   }

@@ -21,6 +21,27 @@ enum ExitCode : int {
   kExitTempFail = 75,   // interrupted; rerunning resumes
 };
 
+// `text` as one printable line: newlines and other control characters (which error messages
+// may quote from a job file or a file header) written as \n, \xNN; tabs and UTF-8 kept.
+inline std::string one_line(const std::string& text) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u >= 0x20 && u != 0x7f) || c == '\t') {
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    }
+  }
+  return out;
+}
+
 class Error : public std::runtime_error {
  public:
   Error(const std::string& message, int exit_code)
@@ -63,8 +84,9 @@ class ConfigError : public Error {
     if (line > 0) out += ":" + std::to_string(line);
     out += ": ";
     if (!key.empty()) out += key + ": ";
-    return out + problem;
+    return one_line(out + problem);
   }
+
   std::string file_;
   int line_;
   std::string key_;

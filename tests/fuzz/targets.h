@@ -1,0 +1,163 @@
+// The bodies of the libFuzzer harnesses (tests/fuzz/fuzz_*.cpp), shared with the unit test that
+// replays the seed corpus and every crasher found so far (tests/unit/test_fuzz_inputs.cpp), so a
+// fixed finding stays fixed in the normal and the sanitizer builds too.
+//
+// Each function feeds one input to the real code and returns "" when it behaved, or what broke
+// the contract: a bad input must end in a wm::Error whose one-line message starts with the file
+// it is about (docs/exit-codes.md). Crashes, leaks and undefined behaviour are for the sanitizers
+// to catch; any other exception escapes to the caller.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "io/video_reader.h"
+#include "src/base/error.h"
+#include "src/job_spec.h"
+
+namespace wm::fuzz {
+
+// WM_FUZZ_LOG=1 prints what each input did (accepted, or the error message).
+inline bool verbose() {
+  static const bool on = std::getenv("WM_FUZZ_LOG") != nullptr;
+  return on;
+}
+
+// A file holding the current input, for the readers that take a path: one per process, on tmpfs
+// when there is one, removed at exit. No extension, so libavformat probes the content alone.
+inline const std::string& scratch_path() {
+  static const std::string path = [] {
+    const char* dir = std::getenv("WM_FUZZ_TMPDIR");
+    std::string base = dir && *dir ? dir : (access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
+    return base + "/wm-fuzz-" + std::to_string(getpid()) + "-input";
+  }();
+  static const bool cleanup = [] { return std::atexit([] { ::unlink(path.c_str()); }) == 0; }();
+  (void)cleanup;
+  return path;
+}
+
+inline void write_scratch(const uint8_t* data, size_t size) {
+  FILE* f = std::fopen(scratch_path().c_str(), "wb");
+  if (!f) std::abort();
+  if (size && std::fwrite(data, 1, size, f) != size) std::abort();
+  if (std::fclose(f) != 0) std::abort();
+}
+
+// "" when `e` keeps the error contract for a file named `path`, else what is wrong.
+inline std::string check_error(const wm::Error& e, const std::string& path) {
+  const std::string what = e.what();
+  if (verbose()) std::fprintf(stderr, "rejected: %s\n", what.c_str());
+  if (what.rfind(path, 0) != 0) return "message does not start with the path: " + what;
+  for (const char c : what) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\t') || u == 0x7f) {
+      return "message is not one printable line: " + what;
+    }
+  }
+  if (e.exit_code() == 0) return "exit code 0 for an error: " + what;
+  return "";
+}
+
+// Job-file text → parse_job_text (YAML and validation), then expand_output on every job accepted.
+inline std::string job_spec(const uint8_t* data, size_t size) {
+  const std::string path = "/fuzz/jobs/job.yaml";
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  std::vector<wm::JobSpec> jobs;
+  try {
+    jobs = wm::parse_job_text(text, path);
+  } catch (const wm::Error& e) {
+    return check_error(e, path);
+  }
+  if (verbose()) std::fprintf(stderr, "accepted: %zu jobs\n", jobs.size());
+  for (const wm::JobSpec& job : jobs) {
+    for (const char* input : {"clips/a.mp4", "/abs/b c.mkv"}) {
+      try {
+        wm::expand_output(job.output, input, job.name, job.dir);
+      } catch (const wm::Error& e) {
+        // Validation accepted the template, so expanding it works or names a problem of this
+        // input (the output would be the input itself).
+        if (e.exit_code() != wm::kExitDataErr) return std::string("expand_output: ") + e.what();
+      }
+    }
+  }
+  return "";
+}
+
+// Bytes as a .safetensors file → SafetensorsFile; every tensor accepted is read in full (ASan
+// catches a TensorInfo pointing outside the mapping) and its size checked.
+inline std::string safetensors(const uint8_t* data, size_t size) {
+  const std::string& path = scratch_path();
+  write_scratch(data, size);
+  try {
+    const wm::io::SafetensorsFile file(path);
+    unsigned sum = 0;
+    for (const std::string& name : file.names()) {
+      const wm::io::TensorInfo& t = file.info(name);
+      size_t expected = wm::io::safetensors_dtype_size(t.dtype);
+      for (int64_t d : t.shape) expected *= size_t(d);  // no overflow: the reader checked
+      if (t.bytes != expected) return "tensor '" + name + "': bytes do not match dtype and shape";
+      const auto* bytes = static_cast<const unsigned char*>(t.data);
+      for (size_t i = 0; i < t.bytes; ++i) sum += bytes[i];
+    }
+    for (const auto& kv : file.metadata()) sum += unsigned(kv.first.size() + kv.second.size());
+    if (verbose()) {
+      std::fprintf(stderr, "accepted: %zu tensors (sum %u)\n", file.names().size(), sum);
+    }
+  } catch (const wm::Error& e) {
+    return check_error(e, path);
+  }
+  return "";
+}
+
+// Frames decoded per input: enough for several packets, GOP boundaries and the end-of-file checks
+// of short inputs, few enough that one input stays far below the per-input timeout.
+constexpr int kMaxFrames = 24;
+// Larger frames are opened but not decoded: an 8K frame is fine for wmbatch, but libFuzzer's
+// memory limit is not the product's.
+constexpr int64_t kMaxPixels = int64_t(4096) * 2304;
+
+// Bytes as a video file → VideoReader (probing, demuxing, decoding, the truncation checks,
+// timestamps, RGB conversion), then a seek (the farm's chunked reads) and a few more frames.
+inline std::string video_reader(const uint8_t* data, size_t size) {
+  const std::string& path = scratch_path();
+  write_scratch(data, size);
+  try {
+    wm::io::ReaderOptions options;
+    options.threads = 1;           // deterministic: libFuzzer expects the same run on a replay
+    options.max_error_rate = 0.5;  // also exercise the tolerated-error path
+    wm::io::VideoReader reader(path, options);
+    const wm::io::VideoInfo& info = reader.info();
+    if (int64_t(info.width) * info.height > kMaxPixels) return "";
+    wm::io::VideoFrame frame;
+    int frames = 0;
+    while (frames < kMaxFrames && reader.read(frame)) ++frames;
+    if (verbose()) {
+      std::fprintf(stderr, "accepted: %s %dx%d, %d frames read, %lld decode errors\n",
+                   reader.decoder_name().c_str(), info.width, info.height, frames,
+                   static_cast<long long>(reader.decode_errors()));
+    }
+    if (frames >= 2) {
+      reader.seek_to_frame(frames / 2);
+      for (int i = 0; i < 3 && reader.read(frame); ++i) {
+      }
+    }
+  } catch (const wm::Error& e) {
+    return check_error(e, path);
+  }
+  return "";
+}
+
+// For the harnesses: a broken contract aborts, so libFuzzer keeps the input.
+inline int require(const std::string& problem) {
+  if (problem.empty()) return 0;
+  std::fprintf(stderr, "contract broken: %s\n", problem.c_str());
+  std::abort();
+}
+
+}  // namespace wm::fuzz
