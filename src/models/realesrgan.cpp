@@ -2,6 +2,8 @@
 // around them. Weights and their layout: realesrgan_weights.cpp.
 #include "src/models/realesrgan.h"
 
+#include <c10/core/InferenceMode.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -265,7 +267,7 @@ Planar RealEsrganSession::run(Planar&& input, const RunContext&) {
                      " channels, expected 3 (RGB)");
   }
   return guarded("realesrgan", [&] {
-    at::NoGradGuard no_grad;
+    c10::InferenceMode inference;
     // [1, C, T, H, W] → frames [T, C, H, W]; the network runs every frame of the slice at once.
     const at::Tensor frames = to_tensor(std::move(input))[0].permute({1, 0, 2, 3});
     const at::Tensor out = model_.upscale(frames.contiguous());
@@ -287,7 +289,7 @@ RealEsrganBench bench_realesrgan(const RealEsrganArch& arch, const Device& devic
                                  Precision precision, int frames, int height, int width, int calls,
                                  int warmup) {
   return guarded("realesrgan bench", [&] {
-    at::NoGradGuard no_grad;
+    c10::InferenceMode inference;
     const bool cuda = device.kind == Device::Kind::kCuda;
 #ifdef WMBATCH_WITH_CUDA
     if (cuda && precision == Precision::kFloat32) at::globalContext().setAllowTF32CuDNN(false);
