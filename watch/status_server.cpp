@@ -1,10 +1,11 @@
 #include "watch/status_server.h"
 
-#include <httplib.h>
-
 #include "src/base/error.h"
 #include "src/base/log.h"
 #include "watch/status.h"
+
+#ifdef WMBATCH_WITH_HTTPLIB
+#include <httplib.h>
 
 namespace wm::watch {
 
@@ -47,3 +48,25 @@ StatusServer::~StatusServer() {
 }
 
 }  // namespace wm::watch
+
+#else  // built without cpp-httplib: no status page
+
+namespace httplib {
+class Server {};
+}  // namespace httplib
+
+namespace wm::watch {
+
+StatusServer::StatusServer(const std::string& host, int port,
+                           std::function<nlohmann::json()> snapshot) {
+  throw Error(
+      "http: this wmbatch was built without cpp-httplib (libcpp-httplib-dev), so it has "
+      "no status page; remove `http:` or rebuild with it",
+      kExitCantCreat);
+}
+
+StatusServer::~StatusServer() = default;
+
+}  // namespace wm::watch
+
+#endif

@@ -25,6 +25,15 @@
 
 namespace wm::test {
 
+// Skips a status-page test where wmbatch was built without cpp-httplib, except under CI.
+#define WM_REQUIRE_HTTP(setup)                                                  \
+  do {                                                                          \
+    if ((setup).without_http()) {                                               \
+      if (std::getenv("CI")) FAIL() << "wmbatch was built without cpp-httplib"; \
+      GTEST_SKIP() << "wmbatch was built without cpp-httplib (no status page)"; \
+    }                                                                           \
+  } while (0)
+
 // A guard against a hang, not a speed requirement: waits fail only after this long.
 constexpr double kPatienceSeconds = 300;
 
@@ -195,6 +204,8 @@ class WatchSetup {
       return count_state(rows, "done") + count_state(rows, "failed") >= n;
     });
   }
+  // True when this wmbatch was built without cpp-httplib (the daemon refused `http:`).
+  bool without_http() const { return log().find("built without cpp-httplib") != std::string::npos; }
   // The status page's port, from the daemon's log.
   int http_port() const {
     std::smatch m;
