@@ -125,11 +125,11 @@ struct KeyTable {
   std::vector<std::string> keys;
 };
 
-const KeyTable kTopKeys{"",
-                        {"job", "task", "input", "output", "on_exists", "model", "precision",
-                         "devices", "tiling", "slice_frames", "tokens", "encode", "fps",
-                         "input_tensor", "max_error_rate", "decode", "offload",
-                         "deinterlace", "parallel"}};
+const KeyTable kTopKeys{
+    "",
+    {"job", "task", "input", "output", "on_exists", "model", "precision", "devices", "tiling",
+     "slice_frames", "tokens", "encode", "fps", "input_tensor", "max_error_rate", "decode",
+     "offload", "deinterlace", "parallel"}};
 // `kind` and every option key of the registry's kinds.
 std::vector<std::string> model_keys() {
   std::vector<std::string> keys = {"kind"};
@@ -886,9 +886,8 @@ class JobParser {
       job_.model.exact_tiles = t.exact;
     }
     // The Wan and SeedVR2 encoders take frames whose sides are multiples of 8.
-    const bool vae_encode =
-        (job_.model.kind == "wan2.1-vae" || job_.model.kind == "seedvr2-vae") &&
-        job_.model.task == "encode";
+    const bool vae_encode = (job_.model.kind == "wan2.1-vae" || job_.model.kind == "seedvr2-vae") &&
+                            job_.model.task == "encode";
     if (vae_encode && (t.tile_width % 8 || t.tile_height % 8)) {
       const Field& bad = tile ? *tile : t.tile_width % 8 ? *width : *height;
       fail(bad, "must be a multiple of 8 for " + job_.model.kind + " encoding (got " +

@@ -301,7 +301,8 @@ int bench_seedvr2(int argc, char** argv) {
       auto ref_model = wm::models::make_seedvr2_vae_random(config, arch, device, o.seed);
       auto ref_session = ref_model->open_session(device);
       std::vector<wm::Planar> ref_outs;
-      wm::bench::run_slices(device, *ref_session, slices_of(input, decode, o.slice_frames), &ref_outs);
+      wm::bench::run_slices(device, *ref_session, slices_of(input, decode, o.slice_frames),
+                            &ref_outs);
       const wm::Planar a = joined(last), b = joined(ref_outs);
       double mse = 0, worst = 0, peak = 0;
       for (size_t i = 0; i < a.data.size(); ++i) {

@@ -227,7 +227,8 @@ TEST(JobSpec, RegistryKindsValidateTheirOwnOptions) {
                            : "task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n";
     yaml += "model: {kind: " + kind.name;
     if (std::find(kind.options.begin(), kind.options.end(), "weights") != kind.options.end()) {
-      yaml += ", weights: " + std::string(kind.name == "realesrgan" || kind.name == "wan2.1-vae"
+      yaml += ", weights: " + std::string(kind.name == "realesrgan" || kind.name == "wan2.1-vae" ||
+                                                  kind.name == "seedvr2-vae"
                                               ? "m.safetensors"
                                           : kind.name == "aoti" ? "m.pt2"
                                                                 : "m.pt");
