@@ -110,9 +110,9 @@ struct LatentRule {
       }
       if (used != it->second.size() || !std::isfinite(v) ||
           (std::string(key) == "latent_scale" && !(v > 0))) {
-        throw InputError(file.path() + ": metadata " + key + " '" + it->second +
-                             "' is not a valid number",
-                         kExitDataErr);
+        throw InputError(
+            file.path() + ": metadata " + key + " '" + it->second + "' is not a valid number",
+            kExitDataErr);
       }
       out = v;
     };
@@ -288,8 +288,8 @@ void LatentRule::add_metadata(std::map<std::string, std::string>& meta) const {
 void check_multiple_of_8(const std::string& path, int width, int height,
                          const std::string& model = "wan2.1-vae") {
   if (width % 8 || height % 8) {
-    throw InputError(path + ": frame size " + std::to_string(width) + "x" +
-                         std::to_string(height) + " is not a multiple of 8, which the " + model +
+    throw InputError(path + ": frame size " + std::to_string(width) + "x" + std::to_string(height) +
+                         " is not a multiple of 8, which the " + model +
                          " encoder needs (resize or crop first)",
                      kExitDataErr);
   }
