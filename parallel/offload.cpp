@@ -7,6 +7,7 @@
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -121,6 +122,7 @@ void make_buffers(std::vector<Buffer>& buffers, int count, int64_t floats, bool 
 
 struct OutputOffload::Impl {
   struct Task {
+    uint64_t seq = 0;  // 1, 2, … in the order queued
     Planar* dst = nullptr;
     bool allocate = false;  // else a chunk
     int c = 0, t = 0, h = 0, w = 0;
@@ -137,6 +139,28 @@ struct OutputOffload::Impl {
     Region region;
     int64_t row0 = 0, rows = 0;
     bool last = false;  // of its chunk
+    uint64_t seq = 0;   // its chunk's
+  };
+  // A mark(): signalled once every task up to `seq` is closed.
+  struct Ticket final : exec::Completion {
+    uint64_t seq = 0;
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool done = false;
+    std::exception_ptr error;
+    void wait() override {
+      std::unique_lock<std::mutex> lock(mutex);
+      cv.wait(lock, [&] { return done; });
+      if (error) std::rethrow_exception(std::exchange(error, nullptr));
+    }
+    void signal(std::exception_ptr e) {
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        done = true;
+        error = std::move(e);
+      }
+      cv.notify_all();
+    }
   };
 
   int64_t pool_bytes;
@@ -161,6 +185,10 @@ struct OutputOffload::Impl {
   bool stop = false;
   std::exception_ptr error;
   int64_t staged = 0, pieces_copied = 0;
+  uint64_t queued = 0;                          // tasks queued so far (the last seq)
+  uint64_t closed_through = 0;                  // every task up to this seq is closed
+  std::set<uint64_t> closed_later;              // closed, after a task still open
+  std::deque<std::shared_ptr<Ticket>> tickets;  // by seq
   std::thread thread;
 
   Impl(int64_t pool, int buffers_, int max_chunks_)
@@ -209,6 +237,7 @@ struct OutputOffload::Impl {
       {
         std::lock_guard<std::mutex> lock(mutex);
         if (!task.allocate && !closed) --open_chunks;
+        if (task.allocate || !closed) close(task.seq);
         more = !queue.empty();
       }
       try {
@@ -252,10 +281,11 @@ struct OutputOffload::Impl {
     {
       std::lock_guard<std::mutex> lock(mutex);
       ++pieces_copied;
-      if (piece.last) --open_chunks;  // closed even when it failed: finish() reports it
+      if (piece.last) --open_chunks;         // closed even when it failed: finish() reports it
+      if (failed && !error) error = failed;  // finish() or the chunk's mark reports it
+      if (piece.last) close(piece.seq);
     }
     if (piece.last) done.notify_all();
-    if (failed) std::rethrow_exception(failed);
   }
   void drain_all() {
     for (size_t k = 0; k < buffers.size(); ++k) drain((next + k) % buffers.size());  // oldest first
@@ -315,13 +345,30 @@ struct OutputOffload::Impl {
         std::memcpy(b.ptr, from, bytes);
       }
       b.busy = true;
-      pieces[k] = Piece{task.chunk, task.dst, r, row0, n, row0 + n >= rows};
+      pieces[k] = Piece{task.chunk, task.dst, r, row0, n, row0 + n >= rows, task.seq};
     }
     return true;
   }
 
   void wait_idle(std::unique_lock<std::mutex>& lock) {
     done.wait(lock, [&] { return idle(); });
+  }
+
+  // Under the lock: task `seq` is closed (landed, failed or discarded); signals the marks it
+  // completes, handing them the error the copies hit so far.
+  void close(uint64_t seq) {
+    closed_later.insert(seq);
+    while (!closed_later.empty() && *closed_later.begin() == closed_through + 1) {
+      closed_later.erase(closed_later.begin());
+      ++closed_through;
+    }
+    signal_tickets();
+  }
+  void signal_tickets() {
+    while (!tickets.empty() && tickets.front()->seq <= closed_through) {
+      tickets.front()->signal(std::exchange(error, nullptr));
+      tickets.pop_front();
+    }
   }
 };
 
@@ -342,6 +389,7 @@ void OutputOffload::allocate(Planar& dst, int c, int t, int h, int w) {
   task.c = c, task.t = t, task.h = h, task.w = w;
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
+    task.seq = ++impl_->queued;
     impl_->queue.push_back(std::move(task));
   }
   impl_->work.notify_one();
@@ -371,6 +419,7 @@ void OutputOffload::push(const at::Tensor& chunk, Planar& dst, int first_frame, 
     std::unique_lock<std::mutex> lock(m.mutex);
     m.done.wait(lock, [&] { return m.open_chunks < m.max_chunks; });
     ++m.open_chunks;
+    task.seq = ++m.queued;
     m.queue.push_back(std::move(task));
   }
   m.work.notify_one();
@@ -386,11 +435,22 @@ void OutputOffload::finish() {
 void OutputOffload::abandon() {
   Impl& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mutex);
+  m.done.wait(lock, [&] { return m.tickets.empty(); });  // marked work lands
   m.discard = true;
   m.work.notify_one();
   m.wait_idle(lock);
   m.discard = false;
   m.error = nullptr;
+}
+
+std::shared_ptr<exec::Completion> OutputOffload::mark() {
+  Impl& m = *impl_;
+  auto ticket = std::make_shared<Impl::Ticket>();
+  std::lock_guard<std::mutex> lock(m.mutex);
+  ticket->seq = m.queued;
+  m.tickets.push_back(ticket);
+  m.signal_tickets();  // nothing open: done at once
+  return ticket;
 }
 
 int64_t OutputOffload::pool_bytes() const { return impl_->pool_bytes; }

@@ -58,6 +58,8 @@ class OutputOffload final : public exec::OutputSink {
   // Waits for the copies in flight and forgets the queued chunks (after an error): destinations
   // get no more writes (allocations still happen).
   void abandon() override;
+  // A Completion for everything allocated and pushed so far (see exec::OutputSink::mark).
+  std::shared_ptr<exec::Completion> mark() override;
 
   int64_t pool_bytes() const;
   // Staging bytes allocated so far (never more than pool_bytes()).

@@ -88,6 +88,7 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
   int first = 0;
   for (int r = 0; r < active; ++r) {
     RunContext rc = ctx;
+    rc.deferred = nullptr;  // the ranks' parts are gathered here
     rc.first_slice = ctx.first_slice && r == 0;
     rc.padded_frames = r == active - 1 ? ctx.padded_frames : 0;
     rc.device = workers_[size_t(r)]->context();

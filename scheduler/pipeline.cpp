@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "parallel/device_worker.h"
 #include "parallel/sequence_parallel.h"
@@ -27,6 +29,9 @@ struct TileJob {
   int tile = 0;
   Planar input;   // the tile's window
   Planar output;  // filled by a worker
+  // Or, when the session returned it deferred (RunContext::deferred), this gives it: the worker
+  // goes on to the next slice while this one's last chunks still copy.
+  std::function<Planar()> deferred;
 };
 using TilePtr = std::shared_ptr<TileJob>;
 
@@ -202,6 +207,7 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
           // A session that runs on workers of its own (sequence parallel) is only waited for.
           job->output = taken.first->run(std::move(job->input), ctx);
         } else {
+          ctx.deferred = &job->deferred;
           job->output =
               device_worker.call([&] { return taken.first->run(std::move(job->input), ctx); });
         }
@@ -222,7 +228,8 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
   using BlenderNode = flow::multifunction_node<TilePtr, std::tuple<ResultPtr>>;
   BlenderNode blender(
       g, flow::serial, [&](const TilePtr& job, BlenderNode::output_ports_type& ports) {
-        StageTimer timer(blend_ns);
+        StageTimer timer(blend_ns);  // (with the wait for a deferred output's last copies)
+        if (job->deferred) job->output = std::exchange(job->deferred, nullptr)();
         const SliceWork& work = *job->slice;
         Pending& p = pending[work.index];
         if (!p.result) {

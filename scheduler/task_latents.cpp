@@ -468,7 +468,9 @@ class ReconstructSession : public ModelSession {
       : encoder_(std::move(encoder)), decoder_(std::move(decoder)), meter_(meter) {}
   Planar run(Planar&& input, const RunContext& ctx) override {
     Planar reference = input.clone();
-    Planar out = decoder_->run(encoder_->run(std::move(input), ctx), ctx);
+    RunContext inner = ctx;
+    inner.deferred = nullptr;  // the output is measured here, at once
+    Planar out = decoder_->run(encoder_->run(std::move(input), inner), inner);
     if (out.frames != reference.frames) {
       throw Error("reconstruct: decoder returned " + std::to_string(out.frames) + " frames for " +
                       std::to_string(reference.frames),

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -119,6 +120,12 @@ struct RunContext {
   // Sequence parallelism (src/exec/halo_exchange.h): this run is rank halo->rank() of a slice
   // split in time; first_slice is set on rank 0 only. nullptr: the whole slice.
   exec::HaloExchange* halo = nullptr;
+  // Where the caller takes a slice's output later: a session that can may return an empty
+  // Planar at once, while the slice's last chunks still copy to the host, and put here a
+  // function that waits for them and returns the output (call it once, from any thread, before
+  // the next slice of the same tile needs it... or never: dropping it waits too). The device
+  // then starts the next slice while the last one lands. Sessions that cannot leave it empty.
+  std::function<Planar()>* deferred = nullptr;
 };
 
 class ModelSession {

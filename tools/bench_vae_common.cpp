@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <stdexcept>
+#include <utility>
 
 #include "parallel/device_worker.h"
 #include "parallel/sequence_parallel.h"
@@ -66,21 +68,35 @@ int64_t run_slices(const Device& device, ModelSession& session, std::vector<Plan
   const bool direct = dynamic_cast<parallel::SequenceParallelSession*>(&session) != nullptr;
   parallel::DeviceWorker& worker = parallel::device_worker(device, 0);
   int64_t frames = 0;
+  // As the pipeline does: a slice's output is taken (deferred) after the next slice has been
+  // started on the device, so its last copies to the host overlap the next slice's work.
+  std::function<Planar()> previous;
+  auto take = [&](Planar out) {
+    frames += out.frames;
+    if (outputs) outputs->push_back(std::move(out));
+  };
   for (size_t i = 0; i < slices.size(); ++i) {
     RunContext ctx;
     ctx.slice_index = int64_t(i);
     ctx.first_slice = i == 0;
     ctx.last_slice = i + 1 == slices.size();
     Planar out;
+    std::function<Planar()> deferred;
     if (direct) {
       out = session.run(std::move(slices[i]), ctx);
     } else {
       ctx.device = worker.context();
+      ctx.deferred = &deferred;
       out = worker.call([&] { return session.run(std::move(slices[i]), ctx); });
     }
-    frames += out.frames;
-    if (outputs) outputs->push_back(std::move(out));
+    if (previous) take(std::exchange(previous, nullptr)());
+    if (deferred) {
+      previous = std::move(deferred);
+    } else {
+      take(std::move(out));
+    }
   }
+  if (previous) take(previous());
   return frames;
 }
 

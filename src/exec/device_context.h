@@ -13,10 +13,47 @@
 #include <c10/core/Stream.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <utility>
 
 #include "src/base/planar.h"
 
 namespace wm::exec {
+
+// A point in an OutputSink's work (OutputSink::mark): wait() returns once everything pushed or
+// allocated before the mark is in place, and throws what those copies hit. Any thread may wait;
+// it outlives the sink (a sink that goes away first lets its marked work land).
+class Completion {
+ public:
+  virtual ~Completion() = default;
+  virtual void wait() = 0;
+};
+
+// A slice's output that is still being copied: RunContext::deferred (src/model.h) receives one of
+// these. Waits for `done` and hands `out` over, once. Dropped uncalled, it still waits (the
+// copier writes into `out` until then).
+inline std::function<Planar()> deferred_output(std::shared_ptr<Planar> out,
+                                               std::shared_ptr<Completion> done) {
+  struct State {
+    std::shared_ptr<Planar> out;
+    std::shared_ptr<Completion> done;
+    ~State() {
+      try {
+        if (done) done->wait();
+      } catch (...) {
+      }
+    }
+  };
+  auto state = std::make_shared<State>();
+  state->out = std::move(out);
+  state->done = std::move(done);
+  return [state]() {
+    const std::shared_ptr<Completion> done = std::exchange(state->done, nullptr);
+    if (done) done->wait();
+    return std::move(*state->out);
+  };
+}
 
 // Device → host: chunks of device tensors copied into host Planars through bounded pinned
 // staging, off the launching thread (parallel::OutputOffload has the full contract).
@@ -31,8 +68,13 @@ class OutputSink {
   virtual void push(const at::Tensor& chunk, Planar& dst, int first_frame, int top, int left) = 0;
   // Waits until every pushed chunk is in place; throws what the copies hit.
   virtual void finish() = 0;
-  // After an error: waits for copies in flight, forgets queued chunks.
+  // After an error: waits for copies in flight, forgets queued chunks (but lets marked work
+  // land first).
   virtual void abandon() = 0;
+  // Marks everything allocated and pushed so far, without waiting: its Completion says when it
+  // is in place. So a session can return a slice while the slice's last chunks still copy, and
+  // the device starts the next slice meanwhile.
+  virtual std::shared_ptr<Completion> mark() = 0;
 };
 
 // Host → device through pinned staging (parallel::InputStaging).

@@ -236,7 +236,7 @@ class Wan21Session final : public ModelSession {
 
  private:
   void check(const Planar& input, const RunContext& ctx) const;
-  Planar run_cuda_decode(Planar&& input, int tile, bool first);
+  Planar run_cuda_decode(Planar&& input, int tile, bool first, std::function<Planar()>* deferred);
   // The input as the network takes it: run dtype and memory format, on the session's device (on
   // CUDA through the worker's pinned staging and a copy stream, ordered before the current
   // stream).
@@ -431,7 +431,8 @@ Planar Wan21Session::run(Planar&& input, const RunContext& ctx) {
       c10::InferenceMode inference;
       Planar y;
       if (device_.is_cuda() && net_->task() == Task::kDecode && context_) {
-        y = run_cuda_decode(std::move(input), ctx.tile_index, ctx.first_slice);
+        y = run_cuda_decode(std::move(input), ctx.tile_index, ctx.first_slice,
+                            halo_ ? nullptr : ctx.deferred);
       } else {
         y = to_planar(net_->forward(upload(std::move(input)), state, ctx.first_slice));
       }
@@ -487,11 +488,13 @@ at::Tensor Wan21Session::upload(Planar&& input) {
   return x;
 }
 
-Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
+Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first,
+                                     std::function<Planar()>* deferred) {
 #ifndef WMBATCH_WITH_CUDA
   (void)input;
   (void)tile;
   (void)first;
+  (void)deferred;
   throw ModelError(traits_.name + ": this build has no CUDA");
 #else
   const c10::DeviceIndex index = device_.index();
@@ -510,7 +513,9 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
   // decode measured 12 % slower; asked for at the first chunk, the copies of the tail's first
   // chunks waited for it, and so did the device, in push().)
   const int64_t out_h = x.size(3) * traits_.scale_num, out_w = x.size(4) * traits_.scale_num;
-  Planar out;
+  // Deferred, the copier may still write `out` after this returns: it lives on the heap.
+  const auto holder = std::make_shared<Planar>();
+  Planar& out = *holder;
   sink.allocate(out, traits_.out_channels, int(total), int(out_h), int(out_w));
   // The tail plan, made when the tail of the sequence's first slice starts: what is allocated
   // then (weights, the state before the tail, the tail input) stays; the rest of the limit (or
@@ -561,8 +566,10 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
     return share(plans_[tile] = plan);
   };
   // Decodes latent frames `part` (the slice, or part of it) into output frames from frame0 on.
-  std::function<void(const at::Tensor&, bool, int64_t)> decode_part;
-  decode_part = [&](const at::Tensor& part, bool part_first, int64_t frame0) {
+  // `last`: the slice's last part; its copies are left to land after this returns when the
+  // caller takes the output deferred.
+  std::function<void(const at::Tensor&, bool, int64_t, bool)> decode_part;
+  decode_part = [&](const at::Tensor& part, bool part_first, int64_t frame0, bool last) {
     const SequenceState start = state;  // slots are replaced, never written: a cheap snapshot
     for (;;) {
       tail_reached = false;
@@ -581,7 +588,8 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
               planar.copy_(y.squeeze(0));
               sink.push(planar, out, int(frame0 + p.frame), int(p.top), int(p.left));
             });
-        sink.finish();  // this part is in `out`: a later part's failure cannot undo it
+        // This part is in `out` (or marked to be): a later part's failure cannot undo it.
+        if (!(last && deferred)) sink.finish();
         return;
       } catch (const c10::OutOfMemoryError&) {
         sink.abandon();
@@ -622,8 +630,9 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
         log::warn(kLogger, traits_.name + ": out of GPU memory; decoding " + std::to_string(n) +
                                " latent frames as " + std::to_string(half) + " + " +
                                std::to_string(n - half));
-        decode_part(part.narrow(2, 0, half), part_first, frame0);
-        decode_part(part.narrow(2, half, n - half), false, frame0 + decoded(half, part_first));
+        decode_part(part.narrow(2, 0, half), part_first, frame0, false);
+        decode_part(part.narrow(2, half, n - half), false, frame0 + decoded(half, part_first),
+                    last);
         return;
       }
     }
@@ -633,11 +642,15 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first) {
     int64_t frame0 = 0;
     for (int64_t f = 0; f < x.size(2); f += most) {
       const int64_t n = std::min(most, x.size(2) - f);
-      decode_part(x.narrow(2, f, n), first && f == 0, frame0);
+      decode_part(x.narrow(2, f, n), first && f == 0, frame0, f + n >= x.size(2));
       frame0 += decoded(n, first && f == 0);
     }
   } else {
-    decode_part(x, first, 0);
+    decode_part(x, first, 0, true);
+  }
+  if (deferred) {
+    *deferred = exec::deferred_output(holder, sink.mark());
+    return Planar();
   }
   return std::move(out);
 #endif

@@ -651,6 +651,35 @@ TEST(OutputOffload, ChunkOutsideItsDestinationFailsAtFinish) {
   EXPECT_THROW(offload.push(at::ones({3, 2, 8, 8}, at::kDouble), dst, 0), wm::ModelError);
 }
 
+// A mark covers what was allocated and pushed before it: after an error in later work (abandon),
+// the marked slice still lands whole and its Completion reports no error; a deferred output
+// hands that slice over; a chunk that fails before a mark is reported by that mark, once.
+TEST(OutputOffload, MarkedWorkLandsWhenLaterWorkIsAbandoned) {
+  wm::parallel::OutputOffload offload(4 * 256 * 4, 4, /*max_chunks=*/2);
+  auto first = std::make_shared<Planar>();
+  offload.allocate(*first, 2, 4, 16, 32);
+  const at::Tensor a = at::rand({2, 2, 16, 32}), b = at::rand({2, 2, 16, 32});
+  offload.push(a, *first, 0);
+  offload.push(b, *first, 2);
+  std::function<Planar()> deferred = wm::exec::deferred_output(first, offload.mark());
+  Planar second;
+  offload.allocate(second, 2, 2, 16, 32);
+  offload.push(at::rand({2, 2, 16, 32}), second, 0);
+  offload.abandon();  // the second slice failed
+  const Planar got = deferred();
+  ASSERT_EQ(got.frames, 4);
+  const at::Tensor t =
+      at::from_blob(const_cast<float*>(got.data.data()), {2, 4, 16, 32}, at::kFloat);
+  EXPECT_TRUE(at::equal(t, at::cat({a, b}, 1)));
+
+  Planar bad(3, 2, 8, 8);
+  offload.push(at::ones({3, 2, 8, 8}), bad, /*first_frame=*/1);  // does not fit
+  const std::shared_ptr<wm::exec::Completion> mark = offload.mark();
+  EXPECT_THROW(mark->wait(), wm::ModelError);
+  EXPECT_NO_THROW(offload.finish());        // reported once, by the mark
+  EXPECT_NO_THROW(offload.mark()->wait());  // nothing open: done at once
+}
+
 TEST(InputStaging, CpuUploadIsACopy) {
   Planar in(2, 3, 4, 5);
   for (size_t i = 0; i < in.data.size(); ++i) in.data[i] = float(i);
