@@ -5,7 +5,11 @@
 //    an abandoned `.part` never
 //  - 200 files at once: each done once, in arrival order, peak RSS flat
 //  - SIGKILL at seeded random points, restart each time: outputs identical to an uninterrupted
-//    run, attempts say nothing was processed twice, nothing partial at a final path
+//    run, attempts say nothing was processed twice, the queue's chunk counts say no finished
+//    chunk was redone (files resume from their last finished chunk), nothing partial at a final
+//    path, no work folder left
+//  - chunked (resumable) outputs carry what a whole-file run carries: the same decoded frames
+//    and pts with a lossless codec, the same audio and subtitle packets
 //  - a corrupt input goes to failed/ with its .error.txt; a retryable failure is retried
 //  - SIGHUP with a bad WATCH.yaml keeps the old one; a good one is taken
 //  - the status page: /api/status JSON, /metrics Prometheus text, HTML escaping
@@ -211,11 +215,13 @@ void expect_outputs_whole(const WatchSetup& s, int frames, std::set<std::string>
 }
 
 TEST(Watch, SigkillAtRandomPointsThenRestartGivesTheUninterruptedOutputsOnce) {
-  // Long enough files that 10 kills land before the queue is done on an idle machine too.
-  constexpr int kFiles = 12, kFrames = 96;
+  // Long enough files that 10 kills land before the queue is done on an idle machine too; each
+  // file is 8 chunks of 12 frames, so kills land between finished chunks of a file.
+  constexpr int kFiles = 12, kFrames = 96, kChunkFrames = 12;
+  const std::string chunks = "chunk_frames: " + std::to_string(kChunkFrames) + "\n";
   WatchSetup ref("kill-ref"), s("kill");
-  ref.write_config();
-  s.write_config("max_parallel: 2\n");  // two files in flight: kills land in both
+  ref.write_config(chunks);
+  s.write_config(chunks + "max_parallel: 2\n");  // two files in flight: kills land in both
   const std::string clip = s.dir().file("clip.mp4");
   make_small_clip(clip, kFrames, 320, 240);
   for (int i = 0; i < kFiles; ++i) {
@@ -229,7 +235,14 @@ TEST(Watch, SigkillAtRandomPointsThenRestartGivesTheUninterruptedOutputsOnce) {
   ASSERT_EQ(ref.stop(), 0) << ref.log();
 
   std::mt19937 rng(20261124);
-  std::uniform_int_distribution<int> delay_ms(30, 500);
+  std::uniform_int_distribution<int> delay_ms(30, 500), coin(0, 1), chunks_first(1, 3);
+  auto chunks_done = [&] {
+    int n = 0;
+    for (const auto& [id, cs] : read_chunks(s.queue_file())) {
+      for (const ChunkRowT& c : cs) n += c.done;
+    }
+    return n;
+  };
   int kills = 0, mid_run = 0;  // kills, and those that hit a file being processed
   std::set<std::string> checked;
   for (;;) {
@@ -239,6 +252,14 @@ TEST(Watch, SigkillAtRandomPointsThenRestartGivesTheUninterruptedOutputsOnce) {
       // Enough kills: let it finish.
       ASSERT_TRUE(s.wait_finished(kFiles)) << s.log();
       break;
+    }
+    // Half the kills at a time from the start, half a time after a few more chunks finished (so
+    // that kills land between finished chunks of a file however fast the machine is).
+    if (coin(rng) == 1) {
+      const int want = chunks_done() + chunks_first(rng);
+      ASSERT_TRUE(wait_until([&] {
+        return chunks_done() >= want || count_state(s.queue(), "done") == kFiles || d.exited();
+      })) << s.log();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
     d.signal(SIGKILL);
@@ -275,8 +296,43 @@ TEST(Watch, SigkillAtRandomPointsThenRestartGivesTheUninterruptedOutputsOnce) {
   }
   EXPECT_LE(reruns, 2 * kills) << "a kill interrupts at most max_parallel (2) files";
   for (const std::string& name : list_dir(s.dir().file("out"))) {
-    EXPECT_NE(name[0], '.') << name << ": a staging file left behind";
+    EXPECT_NE(name[0], '.') << name << ": a staging file or work folder left behind";
   }
+
+  // Resume within a file: every chunk of every file finished, none started again after it had
+  // finished, and the chunks restarted are only those a kill interrupted.
+  const auto chunk_rows = read_chunks(s.queue_file());
+  int restarted = 0, resumed_files = 0;
+  for (const QueueRow& r : rows) {
+    ASSERT_TRUE(chunk_rows.count(r.id)) << r.input << ": no chunks recorded";
+    const auto& cs = chunk_rows.at(r.id);
+    EXPECT_EQ(cs.size(), size_t(kFrames / kChunkFrames)) << r.input;
+    int64_t next = 0;
+    for (const ChunkRowT& c : cs) {
+      const std::string what = r.input + " frames " + std::to_string(c.first_frame) + "-" +
+                               std::to_string(c.last_frame);
+      EXPECT_EQ(c.first_frame, next) << what;
+      next = c.last_frame + 1;
+      EXPECT_TRUE(c.done) << what;
+      EXPECT_EQ(c.frames, kChunkFrames) << what;
+      EXPECT_GE(c.starts, 1) << what;
+      EXPECT_EQ(c.starts, c.starts_at_done) << what << ": started again after it had finished";
+      restarted += c.starts - 1;
+    }
+    // A run that found finished chunks of this file (its work folder is named by the item id).
+    std::istringstream lines(logs);
+    const std::string work = "/.wmwatch-" + std::to_string(r.id) + "-";
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find(work) != std::string::npos && line.find("): already done (") != line.npos) {
+        ++resumed_files;
+        break;
+      }
+    }
+  }
+  std::printf("%d chunk restarts, %d files resumed after a finished chunk\n", restarted,
+              resumed_files);
+  EXPECT_LE(restarted, 2 * kills) << "a kill interrupts at most max_parallel (2) chunks";
+  EXPECT_GE(resumed_files, 1) << "no kill landed after a finished chunk: make the work longer";
 }
 
 TEST(Watch, SigtermStopsTheRunningFileAtASliceBoundaryAndItResumesOnRestart) {
