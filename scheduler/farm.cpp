@@ -983,10 +983,16 @@ InputChunksResult run_input_chunks(ChunkRunners& runners, const std::string& inp
   PlannedInput in;
   in.input = input;
   in.output = output;
-  // Planned without writing first: an input of one chunk needs no work folder.
-  in.plan =
-      Planner(plan.chunk_frames, /*write_cache=*/false, /*need_ranges=*/true, &runners.traits())
-          .plan(plan.jobs.front(), 0, input, output);
+  // Planned without writing first: an input of one chunk needs no work folder. Tensor files
+  // (upscale's .safetensors path) hold no video stream to cut.
+  const auto tensor = [](const std::string& path) { return extension_of(path) == ".safetensors"; };
+  if (tensor(input) || tensor(output)) {
+    in.plan.whole = true;
+  } else {
+    in.plan =
+        Planner(plan.chunk_frames, /*write_cache=*/false, /*need_ranges=*/true, &runners.traits())
+            .plan(plan.jobs.front(), 0, input, output);
+  }
   const bool one_chunk = in.plan.whole || in.plan.rule.causal || in.plan.ranges.size() <= 1;
   InputChunksResult result;
   result.whole = one_chunk;
