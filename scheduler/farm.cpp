@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -970,6 +971,15 @@ TaskRunner& ChunkRunners::get(bool whole) {
 
 std::string chunk_work_folder(const std::string& output) { return farm_dir(output); }
 
+namespace {
+
+// Model traits by job settings, shared by every ChunkRunners of the process (the watch daemon's
+// workers): planning builds a model on the CPU to read them, once per process and job.
+std::mutex g_traits_mutex;
+std::map<std::string, ModelTraits> g_traits;
+
+}  // namespace
+
 InputChunksResult run_input_chunks(ChunkRunners& runners, const std::string& input,
                                    const std::string& output, const FarmOptions& options,
                                    Progress& progress) {
@@ -979,6 +989,13 @@ InputChunksResult run_input_chunks(ChunkRunners& runners, const std::string& inp
   plan.jobs = {runners.job()};
   if (fs::same_file(input, output)) {
     throw Error(output + ": output would overwrite its input", kExitDataErr);
+  }
+  const std::string traits_key = job_settings_text(runners.job());
+  if (runners.traits().empty()) {
+    std::lock_guard<std::mutex> lock(g_traits_mutex);
+    if (auto it = g_traits.find(traits_key); it != g_traits.end()) {
+      runners.traits().emplace(0, it->second);
+    }
   }
   PlannedInput in;
   in.input = input;
@@ -992,6 +1009,10 @@ InputChunksResult run_input_chunks(ChunkRunners& runners, const std::string& inp
     in.plan =
         Planner(plan.chunk_frames, /*write_cache=*/false, /*need_ranges=*/true, &runners.traits())
             .plan(plan.jobs.front(), 0, input, output);
+  }
+  if (auto it = runners.traits().find(0); it != runners.traits().end()) {
+    std::lock_guard<std::mutex> lock(g_traits_mutex);
+    g_traits.emplace(traits_key, it->second);
   }
   const bool one_chunk = in.plan.whole || in.plan.rule.causal || in.plan.ranges.size() <= 1;
   InputChunksResult result;

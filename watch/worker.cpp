@@ -18,6 +18,7 @@
 #include "src/base/error.h"
 #include "src/base/fs.h"
 #include "src/base/log.h"
+#include "watch/device_share.h"
 
 namespace wm::watch {
 namespace {
@@ -233,7 +234,7 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
   JobSpec job = entry.job;
   job.inputs = {item.input};
   job.input_lines = {entry.line};
-  // max_parallel inputs at once are spread over the job's GPUs, one GPU each.
+  // max_parallel inputs at once are spread over the job's GPUs (watch/device_share.h).
   if (spec.max_parallel > 1) {
     std::vector<int> ids = job.device_ids;
     if (job.devices == "auto") {
@@ -242,7 +243,7 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
     }
     if (job.devices != "cpu" && ids.size() > 1) {
       job.devices = "list";
-      job.device_ids = {ids[size_t(index_) % ids.size()]};
+      job.device_ids = worker_devices(ids, index_, spec.max_parallel);
     }
   }
   const std::string output = expand_output(job.output, item.input, job.name, job.dir);
