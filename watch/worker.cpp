@@ -40,8 +40,15 @@ std::string staging_path(const std::string& output, int64_t id) {
   return fs::parent_dir(output) + "/.wmwatch-" + std::to_string(id) + "-" + base_name(output);
 }
 
-// Removes an item's chunk work folder (journal, segments), when there is one.
+// Removes what an item's runs leave beside its staging name once it is complete, given up or
+// dropped: the chunk work folder (journal, segments) and the staging name's output lock
+// (io/output_file.h: ".<name>.wmlock"), which a killed holder leaves behind and which no later
+// run takes again when the file was complete.
 void remove_work_folder(const std::string& staging) {
+  const std::string lock = fs::parent_dir(staging) + "/." + base_name(staging) + ".wmlock";
+  if (::unlink(lock.c_str()) != 0 && errno != ENOENT) {
+    log::get("watch")->warn("{}: cannot remove: {}", lock, std::strerror(errno));
+  }
   const std::string dir = sched::chunk_work_folder(staging);
   std::error_code ec;
   if (!stdfs::exists(dir, ec)) return;
