@@ -12,8 +12,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -350,8 +352,13 @@ InputPlan input_plan_from_json(const nlohmann::json& j) {
 // input's path, size and mtime) and its chunks (keyed by the whole fingerprint and chunk size).
 class Planner {
  public:
-  Planner(int64_t chunk_frames, bool write_cache, bool need_ranges)
-      : chunk_frames_(chunk_frames), write_cache_(write_cache), need_ranges_(need_ranges) {}
+  // `traits` (optional): a cache of the models' traits kept by the caller across planners.
+  Planner(int64_t chunk_frames, bool write_cache, bool need_ranges,
+          std::map<size_t, ModelTraits>* traits = nullptr)
+      : chunk_frames_(chunk_frames),
+        write_cache_(write_cache),
+        need_ranges_(need_ranges),
+        traits_(traits ? *traits : own_traits_) {}
 
   InputPlan plan(const JobSpec& job, size_t job_index, const std::string& input,
                  const std::string& output) {
@@ -416,7 +423,8 @@ class Planner {
   int64_t chunk_frames_;
   bool write_cache_;
   bool need_ranges_;
-  std::map<size_t, ModelTraits> traits_;
+  std::map<size_t, ModelTraits> own_traits_;
+  std::map<size_t, ModelTraits>& traits_;
 };
 
 struct PlannedInput {
@@ -426,6 +434,24 @@ struct PlannedInput {
   InputPlan plan;
   std::vector<size_t> chunks;  // indices into FarmPlan::chunks
 };
+
+// Appends the chunks of a planned input to the plan.
+void add_chunks(FarmPlan& plan, PlannedInput& in) {
+  const std::string ext = extension_of(in.output);
+  for (const ChunkRange& r : in.plan.ranges) {
+    Chunk c;
+    c.index = int64_t(plan.chunks.size());
+    c.job = in.job;
+    c.input = in.input;
+    c.output = in.output;
+    c.input_frames = in.plan.frames;
+    c.range = r;
+    c.whole_input = in.plan.whole;
+    if (!c.whole_input) c.segment = farm_dir(in.output) + "/" + segment_name(r, ext);
+    in.chunks.push_back(plan.chunks.size());
+    plan.chunks.push_back(c);
+  }
+}
 
 FarmPlan build_plan(const std::string& job_file, int64_t chunk_frames, bool write_cache,
                     bool need_ranges, std::vector<PlannedInput>* inputs_out = nullptr) {
@@ -447,20 +473,7 @@ FarmPlan build_plan(const std::string& job_file, int64_t chunk_frames, bool writ
         throw Error(in.output + ": output would overwrite its input", kExitDataErr);
       }
       in.plan = planner.plan(job, j, input, in.output);
-      const std::string ext = extension_of(in.output);
-      for (const ChunkRange& r : in.plan.ranges) {
-        Chunk c;
-        c.index = int64_t(plan.chunks.size());
-        c.job = j;
-        c.input = input;
-        c.output = in.output;
-        c.input_frames = in.plan.frames;
-        c.range = r;
-        c.whole_input = in.plan.whole;
-        if (!c.whole_input) c.segment = farm_dir(in.output) + "/" + segment_name(r, ext);
-        in.chunks.push_back(plan.chunks.size());
-        plan.chunks.push_back(c);
-      }
+      add_chunks(plan, in);
       inputs.push_back(std::move(in));
     }
   }
@@ -475,23 +488,15 @@ FarmPlan build_plan(const std::string& job_file, int64_t chunk_frames, bool writ
 class Runners {
  public:
   explicit Runners(const FarmPlan& plan) : plan_(plan) {}
-  TaskRunner& get(size_t job, bool whole) {
-    auto& slot = whole ? whole_[job] : segment_[job];
-    if (!slot) {
-      JobSpec spec = plan_.jobs[job];
-      if (!whole) {
-        // Segments hold video only; assemble muxes audio and subtitles once from the source.
-        spec.encode.copy_audio = false;
-        spec.encode.copy_subtitles = false;
-      }
-      slot = make_task_runner(spec);
-    }
+  ChunkRunners& of(size_t job) {
+    auto& slot = jobs_[job];
+    if (!slot) slot = std::make_unique<ChunkRunners>(plan_.jobs[job]);
     return *slot;
   }
 
  private:
   const FarmPlan& plan_;
-  std::map<size_t, std::unique_ptr<TaskRunner>> whole_, segment_;
+  std::map<size_t, std::unique_ptr<ChunkRunners>> jobs_;
 };
 
 std::string chunk_label(const Chunk& c) {
@@ -534,7 +539,7 @@ bool output_needs_work(const JobSpec& job, Journal* journal, const std::string& 
 
 // Runs one chunk to its segment (or a whole-input chunk to its output). Throws wm::Error.
 void run_chunk(const FarmPlan& plan, const Chunk& c, const FarmOptions& options, Progress& progress,
-               Runners& runners) {
+               ChunkRunners& runners) {
   auto log = log::get("farm");
   const JobSpec& job = plan.jobs[c.job];
   const std::string label = chunk_label(c);
@@ -553,6 +558,7 @@ void run_chunk(const FarmPlan& plan, const Chunk& c, const FarmOptions& options,
   if (auto rec = journal.chunk(c.range.first_frame, c.range.last_frame)) {
     if (rec->fingerprint == fp && (c.whole_input || segment_intact(dir, *rec))) {
       log->info("{}: already done ({} frames)", label, rec->frames);
+      if (options.on_chunk_done) options.on_chunk_done(c, rec->frames);
       return;
     }
   }
@@ -575,12 +581,13 @@ void run_chunk(const FarmPlan& plan, const Chunk& c, const FarmOptions& options,
   const auto start = Clock::now();
   RunOptions run;
   run.cancel = options.cancel;
-  TaskRunner& runner = runners.get(c.job, c.whole_input);
+  TaskRunner& runner = runners.get(c.whole_input);
   if (c.whole_input) {
     // Written straight to its output: the output's own lock too, as a plain run takes it.
     io::OutputLock output_lock(c.output, options.cancel);
     if (!output_needs_work(job, &journal, c.output, fp, label)) return;
     fs::remove_stale_temps(c.output);
+    if (options.on_chunk_start) options.on_chunk_start(c);
     int64_t frames = 0;
     try {
       frames = runner.process(c.input, c.output, run, progress);
@@ -603,6 +610,7 @@ void run_chunk(const FarmPlan& plan, const Chunk& c, const FarmOptions& options,
     out.mtime_ns = stamp ? stamp->mtime_ns : 0;
     journal.put_output(out);
     log->info("{}: done, {} frames in {:.1f} s", label, frames, rec.seconds);
+    if (options.on_chunk_done) options.on_chunk_done(c, frames);
     return;
   }
 
@@ -615,10 +623,13 @@ void run_chunk(const FarmPlan& plan, const Chunk& c, const FarmOptions& options,
   run.end_frame = last ? -1 : c.range.last_frame + 1 + c.range.context_after;
   const int64_t first = c.range.first_frame, last_frame = c.range.last_frame;
   int64_t frames_done = 0;
-  run.on_slice = [&journal, &frames_done, first, last_frame](int64_t slice, int64_t written) {
+  run.on_slice = [&journal, &frames_done, &options, first, last_frame](int64_t slice,
+                                                                       int64_t written) {
     frames_done = written;
     journal.put_slice({first, last_frame, slice, written});
+    if (options.on_slice) options.on_slice(written);
   };
+  if (options.on_chunk_start) options.on_chunk_start(c);
   int64_t written = 0;
   try {
     written = runner.process(c.input, c.segment, run, progress);
@@ -652,6 +663,7 @@ void run_chunk(const FarmPlan& plan, const Chunk& c, const FarmOptions& options,
   rec.host = host_name();
   journal.put_chunk(rec);  // after the segment's rename: the journal never lists a partial file
   log->info("{}: done, {} frames in {:.1f} s", label, written, rec.seconds);
+  if (options.on_chunk_done) options.on_chunk_done(c, written);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -876,7 +888,7 @@ int run_farm(const std::string& job_file, const ChunkSelection& selection,
       c.range = range_chunk(selection.frames->first, selection.frames->second, in.plan.frames,
                             in.plan.rule);
       c.segment = farm_dir(c.output) + "/" + segment_name(c.range, extension_of(c.output));
-      run_chunk(plan, c, options, progress, runners);
+      run_chunk(plan, c, options, progress, runners.of(c.job));
       return kExitOk;
     }
     if (selection.chunk) {
@@ -887,7 +899,8 @@ int run_farm(const std::string& job_file, const ChunkSelection& selection,
                         std::to_string(int64_t(plan.chunks.size()) - 1) + ")",
                     kExitDataErr);
       }
-      run_chunk(plan, plan.chunks[size_t(n)], options, progress, runners);
+      run_chunk(plan, plan.chunks[size_t(n)], options, progress,
+                runners.of(plan.chunks[size_t(n)].job));
       return kExitOk;
     }
     // Everything, in order, then assemble: the single-process run of a farm job.
@@ -896,7 +909,8 @@ int run_farm(const std::string& job_file, const ChunkSelection& selection,
       int input_rc = kExitOk;
       for (size_t index : in.chunks) {
         try {
-          run_chunk(plan, plan.chunks[index], options, progress, runners);
+          run_chunk(plan, plan.chunks[index], options, progress,
+                    runners.of(plan.chunks[index].job));
         } catch (const Error& e) {
           if (e.exit_code() == kExitTempFail) throw;
           input_rc = report(e);
@@ -937,5 +951,103 @@ int assemble_farm(const std::string& job_file, const FarmOptions& options) {
 }
 
 std::string job_settings_hash(const JobSpec& job) { return stable_hash(job_settings_text(job)); }
+
+ChunkRunners::ChunkRunners(JobSpec job) : job_(std::move(job)) {}
+ChunkRunners::~ChunkRunners() = default;
+
+TaskRunner& ChunkRunners::get(bool whole) {
+  auto& slot = whole ? whole_ : segment_;
+  if (!slot) {
+    JobSpec spec = job_;
+    if (!whole) {
+      // Segments hold video only; assemble muxes audio and subtitles once from the source.
+      spec.encode.copy_audio = false;
+      spec.encode.copy_subtitles = false;
+    }
+    slot = make_task_runner(spec);
+  }
+  return *slot;
+}
+
+std::string chunk_work_folder(const std::string& output) { return farm_dir(output); }
+
+namespace {
+
+// Model traits by job settings, shared by every ChunkRunners of the process (the watch daemon's
+// workers): planning builds a model on the CPU to read them, once per process and job.
+std::mutex g_traits_mutex;
+std::map<std::string, ModelTraits> g_traits;
+
+}  // namespace
+
+InputChunksResult run_input_chunks(ChunkRunners& runners, const std::string& input,
+                                   const std::string& output, const FarmOptions& options,
+                                   Progress& progress) {
+  FarmPlan plan;
+  plan.job_file = input;
+  plan.chunk_frames = options.chunk_frames > 0 ? options.chunk_frames : kDefaultChunkFrames;
+  plan.jobs = {runners.job()};
+  if (fs::same_file(input, output)) {
+    throw Error(output + ": output would overwrite its input", kExitDataErr);
+  }
+  const std::string traits_key = job_settings_text(runners.job());
+  if (runners.traits().empty()) {
+    std::lock_guard<std::mutex> lock(g_traits_mutex);
+    if (auto it = g_traits.find(traits_key); it != g_traits.end()) {
+      runners.traits().emplace(0, it->second);
+    }
+  }
+  PlannedInput in;
+  in.input = input;
+  in.output = output;
+  // Planned without writing first: an input of one chunk needs no work folder. Tensor files
+  // (upscale's .safetensors path) hold no video stream to cut.
+  const auto tensor = [](const std::string& path) { return extension_of(path) == ".safetensors"; };
+  if (tensor(input) || tensor(output)) {
+    in.plan.whole = true;
+  } else {
+    in.plan =
+        Planner(plan.chunk_frames, /*write_cache=*/false, /*need_ranges=*/true, &runners.traits())
+            .plan(plan.jobs.front(), 0, input, output);
+  }
+  if (auto it = runners.traits().find(0); it != runners.traits().end()) {
+    std::lock_guard<std::mutex> lock(g_traits_mutex);
+    g_traits.emplace(traits_key, it->second);
+  }
+  const bool one_chunk = in.plan.whole || in.plan.rule.causal || in.plan.ranges.size() <= 1;
+  InputChunksResult result;
+  result.whole = one_chunk;
+  result.chunks = one_chunk ? 1 : int64_t(in.plan.ranges.size());
+  const std::string dir = farm_dir(output);
+  if (one_chunk) {
+    // Nothing to resume within it: the plain run's way, straight to `output`. (A chunk of a
+    // causal model decodes and runs every frame before it: chunking would multiply the work.)
+    RunOptions run;
+    run.cancel = options.cancel;
+    run.on_slice = [&options](int64_t, int64_t written) {
+      if (options.on_slice) options.on_slice(written);
+    };
+    fs::remove_stale_temps(output);
+    result.frames = runners.get(/*whole=*/true).process(input, output, run, progress);
+  } else {
+    in.plan =
+        Planner(plan.chunk_frames, /*write_cache=*/true, /*need_ranges=*/true, &runners.traits())
+            .plan(plan.jobs.front(), 0, input, output);
+    add_chunks(plan, in);
+    for (size_t index : in.chunks) {
+      run_chunk(plan, plan.chunks[index], options, progress, runners);
+    }
+    assemble_output(plan, in, options);
+    Journal journal(journal_path(output), false);
+    if (auto out = journal.output()) result.frames = out->frames;
+  }
+  if (!options.keep_segments && stamp_file(dir)) {
+    // The output is complete and in place: the journal, locks and segments have served.
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    if (ec) log::get("farm")->warn("{}: cannot remove: {}", dir, ec.message());
+  }
+  return result;
+}
 
 }  // namespace wm::sched

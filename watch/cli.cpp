@@ -19,6 +19,8 @@ const char* kWatchFooter = R"(WATCH.yaml (docs/watch.md has every key):
   poll_seconds: 30                 # rescan period (network file systems: inotify sees nothing)
   settle_seconds: 5                # size and mtime unchanged this long, and not open for writing
   max_parallel: 1                  # inputs at once, spread over the job's GPUs
+  chunk_frames: 240                # files run as chunks: a stopped or killed daemon resumes a
+                                   # file from its last finished chunk (0: whole files)
   retry: {max_attempts: 3, backoff_seconds: 30, backoff_max_seconds: 3600}
   http: {listen: 127.0.0.1:8611}   # status page, /api/status, /metrics (off when absent)
   watch:
@@ -29,8 +31,9 @@ const char* kWatchFooter = R"(WATCH.yaml (docs/watch.md has every key):
       done_folder: /srv/incoming-done
       failed_folder: /srv/failed   # failed inputs + <name>.error.txt (default: stay)
 
-Signals: SIGTERM/SIGINT stop at the next slice boundary and exit 0 (running files start over
-on the next run); SIGHUP reloads WATCH.yaml (a bad file is logged, the old one kept).
+Signals: SIGTERM/SIGINT stop at the next slice boundary and exit 0 (running files resume from
+their last finished chunk on the next run, as after SIGKILL); SIGHUP reloads WATCH.yaml (a bad
+file is logged, the old one kept).
 Exit codes: 0 stopped cleanly, 64 bad command line, 65 bad WATCH.yaml or job, 66 WATCH.yaml
 missing, 73/74 queue file or status address unavailable.)";
 

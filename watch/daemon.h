@@ -4,10 +4,10 @@
 // (watch/status_server.h). The user guide is docs/watch.md.
 //
 // Signals (handled here, not by the CLI): SIGTERM/SIGINT stop taking files and stop the running
-// ones at their next slice boundary (they are queued again and start over on the next run); the
-// daemon then exits 0. A second SIGTERM/SIGINT ends it at once (the queue stays consistent: a
-// killed daemon resumes too). SIGHUP reloads WATCH.yaml; a file that does not validate is
-// logged and the running configuration kept.
+// ones at their next slice boundary (they are queued again and resume from their last finished
+// chunk on the next run); the daemon then exits 0. A second SIGTERM/SIGINT ends it at once (the
+// queue stays consistent: a killed daemon resumes too). SIGHUP reloads WATCH.yaml; a file that
+// does not validate is logged and the running configuration kept.
 #pragma once
 
 #include <string>

@@ -39,6 +39,11 @@ CREATE TABLE IF NOT EXISTS items(
   finished_at REAL NOT NULL DEFAULT 0, next_attempt_at REAL NOT NULL DEFAULT 0,
   UNIQUE(input, size, mtime_ns, settings));
 CREATE INDEX IF NOT EXISTS items_state ON items(state, id);
+CREATE TABLE IF NOT EXISTS chunks(
+  item INTEGER NOT NULL, first_frame INTEGER NOT NULL, last_frame INTEGER NOT NULL,
+  starts INTEGER NOT NULL DEFAULT 0, done INTEGER NOT NULL DEFAULT 0,
+  starts_at_done INTEGER NOT NULL DEFAULT 0, frames INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY(item, first_frame, last_frame));
 )SQL";
 
 const char* kColumns =
@@ -237,6 +242,49 @@ void Queue::set_progress(int64_t id, int64_t frames, int64_t frames_total) {
   Statement s(db_, path_, "UPDATE items SET frames = ?2, frames_total = ?3 WHERE id = ?1", kWhat);
   s.bind(1, id).bind(2, frames).bind(3, frames_total);
   s.step();
+}
+
+void Queue::chunk_started(int64_t id, int64_t first_frame, int64_t last_frame) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Statement s(db_, path_,
+              "INSERT INTO chunks(item, first_frame, last_frame, starts) VALUES(?1, ?2, ?3, 1) "
+              "ON CONFLICT(item, first_frame, last_frame) DO UPDATE SET starts = starts + 1",
+              kWhat);
+  s.bind(1, id).bind(2, first_frame).bind(3, last_frame);
+  s.step();
+}
+
+void Queue::chunk_done(int64_t id, int64_t first_frame, int64_t last_frame, int64_t frames) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // The first time only: starts_at_done then says whether a start came after it.
+  Statement s(db_, path_,
+              "INSERT INTO chunks(item, first_frame, last_frame, done, frames) "
+              "VALUES(?1, ?2, ?3, 1, ?4) ON CONFLICT(item, first_frame, last_frame) DO UPDATE "
+              "SET done = 1, starts_at_done = starts, frames = ?4 WHERE done = 0",
+              kWhat);
+  s.bind(1, id).bind(2, first_frame).bind(3, last_frame).bind(4, frames);
+  s.step();
+}
+
+std::vector<ChunkRow> Queue::chunks(int64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Statement s(db_, path_,
+              "SELECT first_frame, last_frame, starts, done, starts_at_done, frames FROM chunks "
+              "WHERE item = ?1 ORDER BY first_frame",
+              kWhat);
+  s.bind(1, id);
+  std::vector<ChunkRow> out;
+  while (s.step()) {
+    ChunkRow r;
+    r.first_frame = s.integer(0);
+    r.last_frame = s.integer(1);
+    r.starts = int(s.integer(2));
+    r.done = s.integer(3) != 0;
+    r.starts_at_done = int(s.integer(4));
+    r.frames = s.integer(5);
+    out.push_back(r);
+  }
+  return out;
 }
 
 void Queue::set_committing(int64_t id) {

@@ -58,6 +58,18 @@ struct Item {
   double queued_at = 0, started_at = 0, finished_at = 0, next_attempt_at = 0;
 };
 
+// A chunk of a running or finished item (resume within a file, watch/worker.h): how often its
+// work started, and whether (and after how many starts) it was finished. starts_at_done ==
+// starts means no work on it started after it was finished.
+struct ChunkRow {
+  int64_t first_frame = 0;
+  int64_t last_frame = 0;  // -1: to the end of the input
+  int starts = 0;
+  bool done = false;
+  int starts_at_done = 0;
+  int64_t frames = 0;
+};
+
 struct Totals {
   int64_t done = 0, failed = 0, frames = 0;
   double seconds = 0;
@@ -85,6 +97,11 @@ class Queue {
 
   void begin_attempt(int64_t id, const std::string& output);  // attempts + 1
   void set_progress(int64_t id, int64_t frames, int64_t frames_total);
+  // Chunks of an item (ChunkRow): its work on a chunk started; a chunk is finished (recorded the
+  // first time only; a chunk found finished by a later run changes nothing).
+  void chunk_started(int64_t id, int64_t first_frame, int64_t last_frame);
+  void chunk_done(int64_t id, int64_t first_frame, int64_t last_frame, int64_t frames);
+  std::vector<ChunkRow> chunks(int64_t id);
   void set_committing(int64_t id);
   void set_done(int64_t id, int64_t frames, double seconds);
   // A failure that may pass: queued again, due at `next_attempt_at`.

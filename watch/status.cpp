@@ -18,7 +18,8 @@ constexpr int kHistoryShown = 50;
 constexpr int kFailuresShown = 20;
 
 json running_json(const LiveItem& l, int attempts) {
-  const double fps = l.seconds > 0 ? double(l.frames) / l.seconds : 0.0;
+  // Frames an earlier run finished (resumed chunks) are not this run's speed.
+  const double fps = l.seconds > 0 ? double(l.frames - l.frames_resumed) / l.seconds : 0.0;
   json j = {{"id", l.id},
             {"input", l.input},
             {"output", l.output},
@@ -26,7 +27,8 @@ json running_json(const LiveItem& l, int attempts) {
             {"frames_total", l.frames_total},
             {"seconds", l.seconds},
             {"fps", fps},
-            {"attempts", attempts}};
+            {"attempts", attempts},
+            {"chunks_done", l.chunks_done}};
   j["eta_seconds"] = (fps > 0 && l.frames_total > l.frames)
                          ? json(double(l.frames_total - l.frames) / fps)
                          : json(nullptr);
@@ -140,6 +142,7 @@ json status_json(Queue& queue, const std::vector<LiveItem>& live, const std::str
                it.frames,
                it.frames_total,
                it.started_at > 0 ? unix_now() - it.started_at : 0.0};
+    for (const ChunkRow& c : queue.chunks(it.id)) l.chunks_done += c.done;
     for (const LiveItem& w : live) {
       if (w.id == it.id) l = w;
     }
@@ -284,6 +287,8 @@ std::string status_text(const json& s) {
     else
       o << " frames";
     o << ", " << fixed(r.value("fps", 0.0), 1) << " fps";
+    if (r.value("chunks_done", int64_t(0)) > 0)
+      o << ", " << r.value("chunks_done", int64_t(0)) << " chunk(s) done";
     if (!r["eta_seconds"].is_null())
       o << ", ETA " << fixed(r["eta_seconds"].get<double>(), 0) << " s";
     o << "\n";

@@ -23,8 +23,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kTopKeys = {
-    "queue", "poll_seconds", "settle_seconds", "max_parallel", "retry", "http", "watch"};
+const std::vector<std::string> kTopKeys = {"queue",        "poll_seconds", "settle_seconds",
+                                           "max_parallel", "chunk_frames", "retry",
+                                           "http",         "watch"};
 const std::vector<std::string> kEntryKeys = {"folder", "recursive", "patterns",    "job",
                                              "output", "on_done",   "done_folder", "failed_folder"};
 const std::vector<std::string> kRetryKeys = {"max_attempts", "backoff_seconds",
@@ -347,6 +348,7 @@ WatchSpec parse_watch_text(const std::string& text, const std::string& path) {
   if (const Value* v = map.find("poll_seconds")) spec.poll_seconds = v->number(0.1, 86400);
   if (const Value* v = map.find("settle_seconds")) spec.settle_seconds = v->number(0, 86400);
   if (const Value* v = map.find("max_parallel")) spec.max_parallel = v->integer(1, 256);
+  if (const Value* v = map.find("chunk_frames")) spec.chunk_frames = v->integer(0, 100000000);
   if (const Value* v = map.find("retry")) {
     const Map retry(*v, kRetryKeys);
     if (const Value* r = retry.find("max_attempts")) spec.retry.max_attempts = r->integer(1, 1000);

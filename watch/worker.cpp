@@ -18,6 +18,7 @@
 #include "src/base/error.h"
 #include "src/base/fs.h"
 #include "src/base/log.h"
+#include "watch/device_share.h"
 
 namespace wm::watch {
 namespace {
@@ -37,6 +38,22 @@ std::string base_name(const std::string& path) {
 // The hidden name the job writes to, beside the output.
 std::string staging_path(const std::string& output, int64_t id) {
   return fs::parent_dir(output) + "/.wmwatch-" + std::to_string(id) + "-" + base_name(output);
+}
+
+// Removes what an item's runs leave beside its staging name once it is complete, given up or
+// dropped: the chunk work folder (journal, segments) and the staging name's output lock
+// (io/output_file.h: ".<name>.wmlock"), which a killed holder leaves behind and which no later
+// run takes again when the file was complete.
+void remove_work_folder(const std::string& staging) {
+  const std::string lock = fs::parent_dir(staging) + "/." + base_name(staging) + ".wmlock";
+  if (::unlink(lock.c_str()) != 0 && errno != ENOENT) {
+    log::get("watch")->warn("{}: cannot remove: {}", lock, std::strerror(errno));
+  }
+  const std::string dir = sched::chunk_work_folder(staging);
+  std::error_code ec;
+  if (!stdfs::exists(dir, ec)) return;
+  stdfs::remove_all(dir, ec);
+  if (ec) log::get("watch")->warn("{}: cannot remove: {}", dir, ec.message());
 }
 
 // rename(2) that does not replace an existing `to` unless `replace`. OutputError(73) when `to`
@@ -152,18 +169,18 @@ std::optional<LiveItem> Worker::live() const {
   std::lock_guard<std::mutex> lock(live_mutex_);
   if (!live_) return std::nullopt;
   LiveItem out = *live_;
-  out.frames = progress_.frames();
-  out.frames_total = progress_.frames_total();
+  out.frames = live_base_ + (live_counting_ ? progress_.frames() : 0);
+  out.frames_total = live_total_ > 0 ? live_total_ : progress_.frames_total();
   out.seconds = seconds_since(live_start_);
   return out;
 }
 
-sched::TaskRunner& Worker::runner_for(const WatchEntry& entry, const JobSpec& job) {
+sched::ChunkRunners& Worker::runners_for(const WatchEntry& entry, const JobSpec& job) {
   std::string key = entry.settings + " " + job.devices;
   for (int id : job.device_ids) key += " " + std::to_string(id);
-  auto& runner = runners_[key];
-  if (!runner) runner = sched::make_task_runner(job);
-  return *runner;
+  auto& runners = runners_[key];
+  if (!runners) runners = std::make_unique<sched::ChunkRunners>(job);
+  return *runners;
 }
 
 void Worker::run(const Item& item, const WatchEntry& entry, const WatchSpec& spec) {
@@ -190,7 +207,11 @@ void Worker::run(const Item& item, const WatchEntry& entry, const WatchSpec& spe
     } else {
       queue_.set_failed(item.id, code, message);
       log->error("failed: {} (exit {})", message, code);
-      if (auto now = queue_.item(item.id)) dispose_failed(queue_, *now, entry);
+      if (auto now = queue_.item(item.id)) {
+        // Its finished chunks serve no retry now.
+        if (!now->output.empty()) remove_work_folder(staging_path(now->output, item.id));
+        dispose_failed(queue_, *now, entry);
+      }
     }
   }
 }
@@ -210,6 +231,7 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
   const bool finished_before = item.committing && !item.output.empty();
   if (!finished_before &&
       (!stamp || stamp->size != item.size || stamp->mtime_ns != item.mtime_ns)) {
+    if (!item.output.empty()) remove_work_folder(staging_path(item.output, item.id));
     queue_.remove(item.id);
     log->info("{}: {} before it was processed; dropped from the queue", item.input,
               stamp ? "changed" : "gone");
@@ -219,7 +241,7 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
   JobSpec job = entry.job;
   job.inputs = {item.input};
   job.input_lines = {entry.line};
-  // max_parallel inputs at once are spread over the job's GPUs, one GPU each.
+  // max_parallel inputs at once are spread over the job's GPUs (watch/device_share.h).
   if (spec.max_parallel > 1) {
     std::vector<int> ids = job.device_ids;
     if (job.devices == "auto") {
@@ -228,7 +250,7 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
     }
     if (job.devices != "cpu" && ids.size() > 1) {
       job.devices = "list";
-      job.device_ids = {ids[size_t(index_) % ids.size()]};
+      job.device_ids = worker_devices(ids, index_, spec.max_parallel);
     }
   }
   const std::string output = expand_output(job.output, item.input, job.name, job.dir);
@@ -248,6 +270,7 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
 
   // 2. Work a killed run finished: renamed already, or complete under the staging name.
   if (finished_before && !exists(staging) && exists(output)) {
+    remove_work_folder(staging);
     queue_.set_done(item.id, item.frames, item.seconds);
     log->info("done: {} -> {} (finished before a restart)", item.input, output);
     if (auto now = queue_.item(item.id)) dispose_done(queue_, *now, entry);
@@ -255,6 +278,7 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
   }
   if (exists(staging)) {
     log->info("{}: its output was complete before a restart; committing it", item.input);
+    remove_work_folder(staging);  // assembled: its chunks have served
     commit(item.frames, item.seconds);
     return;
   }
@@ -279,6 +303,9 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
     std::lock_guard<std::mutex> lock(live_mutex_);
     live_ = LiveItem{index_, item.id, item.input, output, 0, 0, 0};
     live_start_ = Clock::now();
+    live_base_ = 0;
+    live_total_ = 0;
+    live_counting_ = true;
   }
   log->info("{}: started (attempt {}) -> {}", item.input, item.attempts + 1, output);
   const auto start = Clock::now();
@@ -286,20 +313,66 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
   options.progress = sched::ProgressStyle::kNone;
   options.cancel = &cancel_;
   auto last_update = Clock::now();
-  options.on_slice = [&](int64_t, int64_t frames_written) {
+  auto report_progress = [&](int64_t frames_written) {
     // The queue holds the progress for `wmbatch status` (another process), once a second.
     if (seconds_since(last_update) < 1.0) return;
     last_update = Clock::now();
+    int64_t base = 0, total = 0;
+    {
+      std::lock_guard<std::mutex> lock(live_mutex_);
+      base = live_base_;
+      total = live_total_;
+    }
     try {
-      queue_.set_progress(item.id, frames_written, progress_.frames_total());
+      queue_.set_progress(item.id, base + frames_written,
+                          total > 0 ? total : progress_.frames_total());
     } catch (const Error& e) {
       log->warn("{}", e.what());
     }
   };
-  sched::TaskRunner& runner = runner_for(entry, job);
+  options.on_slice = [&](int64_t, int64_t frames_written) { report_progress(frames_written); };
+  sched::ChunkRunners& runners = runners_for(entry, job);
   fs::remove_stale_temps(staging);  // a killed run's leftovers (only this item writes here)
-  const int64_t frames = runner.process(item.input, staging, options, progress_);
-  commit(frames, seconds_since(start));
+  if (spec.chunk_frames <= 0) {
+    const int64_t frames =
+        runners.get(/*whole=*/true).process(item.input, staging, options, progress_);
+    commit(frames, seconds_since(start));
+    return;
+  }
+
+  // In chunks, resumable (the work folder beside the staging name).
+  sched::FarmOptions chunked;
+  chunked.chunk_frames = spec.chunk_frames;
+  chunked.progress = sched::ProgressStyle::kNone;
+  chunked.cancel = &cancel_;
+  bool started_one = false;
+  chunked.on_chunk_start = [&](const sched::Chunk& c) {
+    started_one = true;
+    queue_.chunk_started(item.id, c.range.first_frame, c.range.last_frame);
+    std::lock_guard<std::mutex> lock(live_mutex_);
+    live_base_ = c.range.first_frame;
+    live_total_ = c.input_frames;
+    live_counting_ = true;
+  };
+  chunked.on_slice = report_progress;
+  chunked.on_chunk_done = [&](const sched::Chunk& c, int64_t frames) {
+    queue_.chunk_done(item.id, c.range.first_frame, c.range.last_frame, frames);
+    std::lock_guard<std::mutex> lock(live_mutex_);
+    live_total_ = c.input_frames;
+    if (live_) {
+      ++live_->chunks_done;
+      if (!started_one) live_->frames_resumed += frames;  // found done, before any work here
+    }
+    live_base_ = c.range.last_frame < 0 ? live_base_ + frames : c.range.last_frame + 1;
+    live_counting_ = false;  // until the next chunk's frames
+  };
+  const sched::InputChunksResult result =
+      sched::run_input_chunks(runners, item.input, staging, chunked, progress_);
+  if (!exists(staging)) {
+    // on_exists: skip, or a chunk's check found the output done: nothing of ours to commit.
+    throw Error(staging + ": the chunks were assembled, yet the file is missing", kExitSoftware);
+  }
+  commit(result.frames, seconds_since(start));
 }
 
 }  // namespace wm::watch

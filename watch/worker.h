@@ -6,14 +6,21 @@
 //      version is an item of its own);
 //   2. the job writes to a hidden name beside the output, ".wmwatch-<id>-<name>" (through the
 //      runner's own "<name>.<pid>.partial" → verify → fsync → rename), so a complete file there is
-//      this item's finished work: a rerun after a kill takes it instead of redoing it;
+//      this item's finished work: a rerun after a kill takes it instead of redoing it. With
+//      chunk_frames (WATCH.yaml, default 240) the file runs as chunks of frames, each encoded
+//      to a segment in the work folder ".wmwatch-<id>-<name>.wmfarm/" and recorded in its
+//      journal, then assembled by stream copy into the hidden name (scheduler/farm.h
+//      run_input_chunks): a rerun after a kill or SIGTERM keeps the finished chunks and redoes
+//      only the others. The queue counts each chunk's starts (Queue::chunks). The work folder is
+//      removed once the hidden file is complete, and when the item is dropped or fails for good;
 //   3. commit: the queue records `committing`, the file is renamed to the output (not over an
 //      existing one unless on_exists: overwrite), the folder fsynced, the item marked done;
 //   4. the source is kept, moved to the done folder or deleted (recorded as `disposed`).
 // Failures: exit codes 65/66 (bad or missing input) fail at once; others are retried after
 // backoff_seconds × 2^(failures-1) (capped) until retry.max_attempts failures. A failed input
 // goes to the failed folder (or stays) with "<name>.error.txt" beside it. SIGTERM/SIGINT: the
-// runner stops at its next slice boundary (RunOptions::cancel) and the item is queued again.
+// runner stops at its next slice boundary (RunOptions::cancel) and the item is queued again; the
+// next run resumes it from its finished chunks.
 //
 // Threading: a Worker is used by one thread; live() may be called from any thread.
 #pragma once
@@ -26,6 +33,7 @@
 #include <optional>
 #include <string>
 
+#include "scheduler/farm.h"
 #include "scheduler/progress.h"
 #include "scheduler/tasks.h"
 #include "watch/queue.h"
@@ -40,8 +48,10 @@ struct LiveItem {
   std::string input;
   std::string output;
   int64_t frames = 0;
-  int64_t frames_total = 0;  // 0 when unknown
-  double seconds = 0;        // since the item started
+  int64_t frames_total = 0;    // 0 when unknown
+  double seconds = 0;          // since the item started
+  int64_t frames_resumed = 0;  // of `frames`, finished by an earlier run (not counted for fps)
+  int64_t chunks_done = 0;     // chunks finished (by this run or an earlier one)
 };
 
 class Worker {
@@ -56,17 +66,20 @@ class Worker {
   std::optional<LiveItem> live() const;
 
  private:
-  sched::TaskRunner& runner_for(const WatchEntry& entry, const JobSpec& job);
+  sched::ChunkRunners& runners_for(const WatchEntry& entry, const JobSpec& job);
   void process(const Item& item, const WatchEntry& entry, const WatchSpec& spec);
 
   int index_;
   Queue& queue_;
   const std::atomic<bool>& cancel_;
-  std::map<std::string, std::unique_ptr<sched::TaskRunner>> runners_;  // by settings + devices
+  std::map<std::string, std::unique_ptr<sched::ChunkRunners>> runners_;  // by settings + devices
   sched::Progress progress_{sched::ProgressStyle::kNone};
   mutable std::mutex live_mutex_;
   std::optional<LiveItem> live_;
   std::chrono::steady_clock::time_point live_start_;
+  int64_t live_base_ = 0;      // frames before the running chunk
+  int64_t live_total_ = 0;     // frames of the input, when known from its plan
+  bool live_counting_ = true;  // progress_ counts the running chunk's frames
 };
 
 // Puts the source of a finished item where its entry says (keep, move, delete) and records it.

@@ -5,7 +5,11 @@
 //    an abandoned `.part` never
 //  - 200 files at once: each done once, in arrival order, peak RSS flat
 //  - SIGKILL at seeded random points, restart each time: outputs identical to an uninterrupted
-//    run, attempts say nothing was processed twice, nothing partial at a final path
+//    run, attempts say nothing was processed twice, the queue's chunk counts say no finished
+//    chunk was redone (files resume from their last finished chunk), nothing partial at a final
+//    path, no work folder left
+//  - chunked (resumable) outputs carry what a whole-file run carries: the same decoded frames
+//    and pts with a lossless codec, the same audio and subtitle packets
 //  - a corrupt input goes to failed/ with its .error.txt; a retryable failure is retried
 //  - SIGHUP with a bad WATCH.yaml keeps the old one; a good one is taken
 //  - the status page: /api/status JSON, /metrics Prometheus text, HTML escaping
@@ -211,11 +215,13 @@ void expect_outputs_whole(const WatchSetup& s, int frames, std::set<std::string>
 }
 
 TEST(Watch, SigkillAtRandomPointsThenRestartGivesTheUninterruptedOutputsOnce) {
-  // Long enough files that 10 kills land before the queue is done on an idle machine too.
-  constexpr int kFiles = 12, kFrames = 96;
+  // Long enough files that 10 kills land before the queue is done on an idle machine too; each
+  // file is 8 chunks of 12 frames, so kills land between finished chunks of a file.
+  constexpr int kFiles = 12, kFrames = 96, kChunkFrames = 12;
+  const std::string chunks = "chunk_frames: " + std::to_string(kChunkFrames) + "\n";
   WatchSetup ref("kill-ref"), s("kill");
-  ref.write_config();
-  s.write_config("max_parallel: 2\n");  // two files in flight: kills land in both
+  ref.write_config(chunks);
+  s.write_config(chunks + "max_parallel: 2\n");  // two files in flight: kills land in both
   const std::string clip = s.dir().file("clip.mp4");
   make_small_clip(clip, kFrames, 320, 240);
   for (int i = 0; i < kFiles; ++i) {
@@ -229,7 +235,14 @@ TEST(Watch, SigkillAtRandomPointsThenRestartGivesTheUninterruptedOutputsOnce) {
   ASSERT_EQ(ref.stop(), 0) << ref.log();
 
   std::mt19937 rng(20261124);
-  std::uniform_int_distribution<int> delay_ms(30, 500);
+  std::uniform_int_distribution<int> delay_ms(30, 500), coin(0, 1), chunks_first(1, 3);
+  auto chunks_done = [&] {
+    int n = 0;
+    for (const auto& [id, cs] : read_chunks(s.queue_file())) {
+      for (const ChunkRowT& c : cs) n += c.done;
+    }
+    return n;
+  };
   int kills = 0, mid_run = 0;  // kills, and those that hit a file being processed
   std::set<std::string> checked;
   for (;;) {
@@ -239,6 +252,14 @@ TEST(Watch, SigkillAtRandomPointsThenRestartGivesTheUninterruptedOutputsOnce) {
       // Enough kills: let it finish.
       ASSERT_TRUE(s.wait_finished(kFiles)) << s.log();
       break;
+    }
+    // Half the kills at a time from the start, half a time after a few more chunks finished (so
+    // that kills land between finished chunks of a file however fast the machine is).
+    if (coin(rng) == 1) {
+      const int want = chunks_done() + chunks_first(rng);
+      ASSERT_TRUE(wait_until([&] {
+        return chunks_done() >= want || count_state(s.queue(), "done") == kFiles || d.exited();
+      })) << s.log();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
     d.signal(SIGKILL);
@@ -275,14 +296,50 @@ TEST(Watch, SigkillAtRandomPointsThenRestartGivesTheUninterruptedOutputsOnce) {
   }
   EXPECT_LE(reruns, 2 * kills) << "a kill interrupts at most max_parallel (2) files";
   for (const std::string& name : list_dir(s.dir().file("out"))) {
-    EXPECT_NE(name[0], '.') << name << ": a staging file left behind";
+    EXPECT_NE(name[0], '.') << name << ": a staging file or work folder left behind";
   }
+
+  // Resume within a file: every chunk of every file finished, none started again after it had
+  // finished, and the chunks restarted are only those a kill interrupted.
+  const auto chunk_rows = read_chunks(s.queue_file());
+  int restarted = 0, resumed_files = 0;
+  for (const QueueRow& r : rows) {
+    ASSERT_TRUE(chunk_rows.count(r.id)) << r.input << ": no chunks recorded";
+    const auto& cs = chunk_rows.at(r.id);
+    EXPECT_EQ(cs.size(), size_t(kFrames / kChunkFrames)) << r.input;
+    int64_t next = 0;
+    for (const ChunkRowT& c : cs) {
+      const std::string what =
+          r.input + " frames " + std::to_string(c.first_frame) + "-" + std::to_string(c.last_frame);
+      EXPECT_EQ(c.first_frame, next) << what;
+      next = c.last_frame + 1;
+      EXPECT_TRUE(c.done) << what;
+      EXPECT_EQ(c.frames, kChunkFrames) << what;
+      EXPECT_GE(c.starts, 1) << what;
+      EXPECT_EQ(c.starts, c.starts_at_done) << what << ": started again after it had finished";
+      restarted += c.starts - 1;
+    }
+    // A run that found finished chunks of this file (its work folder is named by the item id).
+    std::istringstream lines(logs);
+    const std::string work = "/.wmwatch-" + std::to_string(r.id) + "-";
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find(work) != std::string::npos && line.find("): already done (") != line.npos) {
+        ++resumed_files;
+        break;
+      }
+    }
+  }
+  std::printf("%d chunk restarts, %d files resumed after a finished chunk\n", restarted,
+              resumed_files);
+  EXPECT_LE(restarted, 2 * kills) << "a kill interrupts at most max_parallel (2) chunks";
+  EXPECT_GE(resumed_files, 1) << "no kill landed after a finished chunk: make the work longer";
 }
 
 TEST(Watch, SigtermStopsTheRunningFileAtASliceBoundaryAndItResumesOnRestart) {
-  constexpr int kFrames = 240;
+  constexpr int kFrames = 240, kChunkFrames = 48;  // 5 chunks
   WatchSetup s("term");
-  s.write_config("http: {listen: 127.0.0.1:0}\n");
+  s.write_config("http: {listen: 127.0.0.1:0}\nchunk_frames: " + std::to_string(kChunkFrames) +
+                 "\n");
   const std::string clip = s.dir().file("clip.mp4");
   make_small_clip(clip, kFrames, 320, 240);
   Background& daemon = s.start();
@@ -296,12 +353,20 @@ TEST(Watch, SigtermStopsTheRunningFileAtASliceBoundaryAndItResumesOnRestart) {
     const auto [code, body] = http_get(s.http_port(), "/api/status");
     if (code != 200) return false;
     running = nlohmann::json::parse(body)["running"];
-    return running.size() == 1 && running[0]["frames"].get<int64_t>() > 0;
+    // Stopped after a chunk finished, so that the restart has something to resume.
+    return running.size() == 1 && running[0]["frames"].get<int64_t>() > 0 &&
+           running[0]["chunks_done"].get<int64_t>() >= 1;
   })) << s.log();
   EXPECT_EQ(running[0]["input"], s.in("long.mp4"));
   EXPECT_EQ(running[0]["frames_total"], kFrames);
   EXPECT_GT(running[0]["fps"].get<double>(), 0);
   EXPECT_TRUE(running[0]["eta_seconds"].is_number()) << running.dump();
+  // `wmbatch status` (reading the queue) shows the file's progress too.
+  const CommandResult status = run_command({wmbatch_path(), "status", s.watch_file()});
+  EXPECT_EQ(status.exit_code, 0) << status.output;
+  EXPECT_NE(status.output.find("long.mp4  "), std::string::npos) << status.output;
+  EXPECT_NE(status.output.find("/240 frames ("), std::string::npos) << status.output;
+  EXPECT_NE(status.output.find("chunk(s) done"), std::string::npos) << status.output;
   const auto term = std::chrono::steady_clock::now();
   daemon.signal(SIGTERM);
   EXPECT_EQ(daemon.wait(), 0) << s.log();
@@ -327,6 +392,83 @@ TEST(Watch, SigtermStopsTheRunningFileAtASliceBoundaryAndItResumesOnRestart) {
   EXPECT_EQ(probe(s.out("long_x2.mp4")).video_frames, kFrames);
   for (const std::string& name : list_dir(s.dir().file("out"))) {
     EXPECT_NE(name[0], '.') << name << ": left behind";
+  }
+  // The restart resumed: the chunks finished before SIGTERM ran once, only the one it stopped
+  // ran twice.
+  EXPECT_NE(s.log().find("): already done ("), std::string::npos) << s.log();
+  const auto chunks = read_chunks(s.queue_file())[rows[0].id];
+  ASSERT_EQ(chunks.size(), size_t(kFrames / kChunkFrames));
+  EXPECT_EQ(chunks.front().starts, 1) << "the first chunk finished before SIGTERM";
+  int restarted = 0;
+  for (const ChunkRowT& c : chunks) {
+    EXPECT_TRUE(c.done) << c.first_frame;
+    EXPECT_EQ(c.starts, c.starts_at_done) << c.first_frame << ": started again after it finished";
+    restarted += c.starts - 1;
+  }
+  EXPECT_LE(restarted, 1) << "only the chunk SIGTERM stopped is redone";
+}
+
+// The resumable (chunked) output against a whole-file run of the same job: with a lossless codec
+// the same decoded frames and pts; the same audio and subtitle packets, streams and tags. (Not
+// the same bytes: every chunk starts with a keyframe of its own encoder.)
+TEST(Watch, ChunkedOutputCarriesWhatAWholeFileRunCarries) {
+  constexpr int kFrames = 30;
+  WatchSetup chunked("chunked"), whole("whole");
+  auto config = [](const std::string& chunk_frames) {
+    return "settle_seconds: 0.3\npoll_seconds: 1\nchunk_frames: " + chunk_frames +
+           "\n"
+           "watch:\n"
+           "  - folder: in\n"
+           "    job:\n"
+           "      task: upscale\n"
+           "      model: {kind: lanczos, scale: 2}\n"
+           "      encode: {codec: ffv1, pix_fmt: yuv444p}\n"
+           "    output: out/{stem}_x2.mkv\n";
+  };
+  write_text(chunked.watch_file(), config("10"));
+  write_text(whole.watch_file(), config("0"));
+  ClipSpec spec;
+  spec.frames = kFrames;
+  spec.subtitles = true;
+  spec.container_ext = ".mkv";
+  spec.gop = 7;  // source keyframes that do not line up with the chunks
+  make_clip(chunked.in("c.mkv"), spec);
+  stdfs::copy_file(chunked.in("c.mkv"), whole.in("c.mkv"));
+  for (WatchSetup* s : {&chunked, &whole}) {
+    s->start();
+    ASSERT_TRUE(s->wait_finished(1)) << s->log();
+    ASSERT_EQ(s->stop(), 0) << s->log();
+    ASSERT_EQ(s->queue().at(0).state, "done") << s->queue().at(0).last_error;
+  }
+  const auto chunk_rows = read_chunks(chunked.queue_file());
+  ASSERT_EQ(chunk_rows.size(), 1u);
+  EXPECT_EQ(chunk_rows.begin()->second.size(), 3u) << "three chunks of 10 frames";
+  EXPECT_TRUE(read_chunks(whole.queue_file()).empty()) << "chunk_frames: 0 runs whole files";
+
+  const std::string a = chunked.out("c_x2.mkv"), b = whole.out("c_x2.mkv");
+  const auto fa = read_all(a), fb = read_all(b);
+  ASSERT_EQ(fa.size(), size_t(kFrames));
+  ASSERT_EQ(fa.size(), fb.size());
+  for (size_t i = 0; i < fa.size(); ++i) {
+    EXPECT_EQ(fa[i].pts, fb[i].pts) << "frame " << i;
+    EXPECT_TRUE(fa[i].image.data == fb[i].image.data) << "frame " << i;
+  }
+  const Probe pa = probe(a), pb = probe(b);
+  EXPECT_EQ(pa.width, 128);
+  EXPECT_EQ(pa.width, pb.width);
+  EXPECT_EQ(pa.video_time_base.num, pb.video_time_base.num);
+  EXPECT_EQ(pa.video_time_base.den, pb.video_time_base.den);
+  EXPECT_EQ(pa.audio_streams, pb.audio_streams);
+  EXPECT_EQ(pa.audio_language, "eng");
+  EXPECT_EQ(pa.audio_language, pb.audio_language);
+  EXPECT_EQ(pa.subtitle_streams, 1);
+  EXPECT_EQ(pa.subtitle_packets, pb.subtitle_packets);
+  const auto audio = dump_packets(a, AVMEDIA_TYPE_AUDIO);
+  ASSERT_FALSE(audio.empty());
+  EXPECT_TRUE(audio == dump_packets(b, AVMEDIA_TYPE_AUDIO)) << "audio copied once, unchanged";
+  EXPECT_TRUE(dump_packets(a, AVMEDIA_TYPE_SUBTITLE) == dump_packets(b, AVMEDIA_TYPE_SUBTITLE));
+  for (const std::string& name : list_dir(chunked.dir().file("out"))) {
+    EXPECT_NE(name[0], '.') << name << ": work folder left behind";
   }
 }
 

@@ -107,6 +107,45 @@ inline std::vector<QueueRow> read_queue(const std::string& path) {
   return rows;
 }
 
+// One chunk of an item (resume within a file): how often its work started, whether it finished
+// and how many starts it had then (starts == starts_at_done: no work on it after it finished).
+struct ChunkRowT {
+  int64_t first_frame = 0, last_frame = 0, frames = 0;
+  int starts = 0, starts_at_done = 0;
+  bool done = false;
+};
+
+// The queue's chunk rows by item id.
+inline std::map<int64_t, std::vector<ChunkRowT>> read_chunks(const std::string& path) {
+  std::map<int64_t, std::vector<ChunkRowT>> out;
+  sqlite3* db = nullptr;
+  if (!exists(path) ||
+      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    sqlite3_close(db);
+    return out;
+  }
+  sqlite3_busy_timeout(db, 10000);
+  sqlite3_stmt* s = nullptr;
+  const char* sql =
+      "SELECT item, first_frame, last_frame, frames, starts, starts_at_done, done FROM chunks "
+      "ORDER BY item, first_frame";
+  if (sqlite3_prepare_v2(db, sql, -1, &s, nullptr) == SQLITE_OK) {
+    while (sqlite3_step(s) == SQLITE_ROW) {
+      ChunkRowT c;
+      c.first_frame = sqlite3_column_int64(s, 1);
+      c.last_frame = sqlite3_column_int64(s, 2);
+      c.frames = sqlite3_column_int64(s, 3);
+      c.starts = sqlite3_column_int(s, 4);
+      c.starts_at_done = sqlite3_column_int(s, 5);
+      c.done = sqlite3_column_int(s, 6) != 0;
+      out[sqlite3_column_int64(s, 0)].push_back(c);
+    }
+  }
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return out;
+}
+
 inline int count_state(const std::vector<QueueRow>& rows, const std::string& state) {
   int n = 0;
   for (const auto& r : rows) n += r.state == state;
