@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <functional>
 
 #ifdef WMBATCH_WITH_CUDA
@@ -411,6 +412,9 @@ class RealEsrganSession : public ModelSession {
   Planar run(Planar&& input, const RunContext& ctx) override;
 
  private:
+#ifdef WMBATCH_WITH_CUDA
+  Planar run_cuda(Planar&& input, const RunContext& ctx);
+#endif
   const RealEsrganModel& model_;
 };
 
@@ -419,6 +423,7 @@ class RealEsrganModel : public Model {
   RealEsrganModel(RealEsrganWeights weights, const ModelConfig& config, const Device& device)
       : device_(device), precision_(config.precision) {
     auto_tiles_ = config.auto_tiles;
+    pinned_pool_bytes_ = config.pinned_pool_bytes;
     const RealEsrganTuning tuning = RealEsrganTuning::parse(config.tuning);
     const auto* options = dynamic_cast<const RealEsrganOptions*>(config.options.get());
     const RealEsrganArch arch = weights.arch;
@@ -588,9 +593,16 @@ class RealEsrganModel : public Model {
   // One call of the network (one frame at a time on the CPU): frames [T, 3, H, W] float32 on
   // the host → [T, 3, H·o, W·o] float32 on the host.
   at::Tensor upscale_whole(const at::Tensor& frames) const {
+    return upscale_on_device(frames.to(to_device(device_))).to(at::kCPU).contiguous();
+  }
+
+ public:
+  // frames [T, 3, H, W] float32 on the model's device → [T, 3, H·o, W·o] float32 there: one
+  // call of the network (the CPU: one frame at a time).
+  at::Tensor upscale_on_device(const at::Tensor& frames) const {
     const RealEsrganArch& arch = network_->arch();
     const int64_t h = frames.size(2), w = frames.size(3);
-    at::Tensor x = frames.to(to_device(device_), to_scalar_type(precision_));
+    at::Tensor x = frames.to(to_scalar_type(precision_));
     // The unshuffle needs sizes divisible by its factor: pad right/bottom by reflection and
     // crop afterwards, as the official wrapper's mod-pad does.
     const int unshuffle = arch.family == RealEsrganArch::Family::kRrdb ? (arch.scale == 2   ? 2
@@ -614,19 +626,32 @@ class RealEsrganModel : public Model {
     } else {
       std::vector<at::Tensor> outs;
       for (int64_t i = 0; i < x.size(0); ++i)
-        outs.push_back(network_->forward(x.slice(0, i, i + 1)));
+        outs.push_back(network_->forward(x.slice(0, i, i + 1), /*out_float=*/true));
       y = at::cat(outs, 0);
     }
     if (pad_h || pad_w) {
       y = y.slice(2, 0, h * arch.scale).slice(3, 0, w * arch.scale);
     }
     if (out_scale_ != arch.scale) y = lanczos_resize(y, int(h * out_scale_), int(w * out_scale_));
-    return y.to(at::kCPU, at::kFloat).contiguous();
+    return y;
   }
 
+  bool auto_tiles() const { return auto_tiles_; }
+  int out_scale() const { return out_scale_; }
+  int64_t pinned_pool_bytes() const { return pinned_pool_bytes_; }
+  // Frames per call that fit `budget` (0: what the device has free) under `tiling: auto`.
+  int64_t frames_per_call(int64_t frames, int64_t h, int64_t w, int64_t budget) const {
+    const int64_t avail = available_bytes(budget);
+    if (avail <= 0) return frames;
+    return std::clamp<int64_t>(avail / std::max<int64_t>(bytes_per_input_pixel() * h * w, 1), 1,
+                               frames);
+  }
+
+ private:
   static constexpr int kMinAutoTile = 64;
   Device device_;
   bool auto_tiles_ = false;
+  int64_t pinned_pool_bytes_ = 0;
   Precision precision_;
   int out_scale_ = 4;
   std::unique_ptr<Network> network_;
@@ -641,6 +666,9 @@ Planar RealEsrganSession::run(Planar&& input, const RunContext& ctx) {
   }
   return guarded("realesrgan", [&] {
     c10::InferenceMode inference;
+#ifdef WMBATCH_WITH_CUDA
+    if (ctx.device && ctx.device->device().is_cuda()) return run_cuda(std::move(input), ctx);
+#endif
     // [1, C, T, H, W] → frames [T, C, H, W]; the network runs every frame of the slice at once.
     const at::Tensor frames = to_tensor(std::move(input))[0].permute({1, 0, 2, 3});
     const at::Tensor out =
@@ -648,6 +676,64 @@ Planar RealEsrganSession::run(Planar&& input, const RunContext& ctx) {
     return to_planar(out.permute({1, 0, 2, 3}));
   });
 }
+
+#ifdef WMBATCH_WITH_CUDA
+// On a device worker: one upload through its pinned staging, the frames permuted and converted
+// on the GPU, the output pushed through its pinned offload straight into the slice's Planar
+// (the copies overlap the next call). Under `tiling: auto` the frames go in calls that fit the
+// memory budget, a call that runs out of memory is halved, and a single frame that still does not
+// fit falls back to the host path's tiles.
+Planar RealEsrganSession::run_cuda(Planar&& input, const RunContext& ctx) {
+  exec::DeviceContext& dc = *ctx.device;
+  c10::cuda::CUDAGuard device_guard(dc.device().index());
+  exec::OutputSink& sink = dc.output_sink(model_.pinned_pool_bytes());
+  const int64_t t_all = input.frames, h = input.height, w = input.width;
+  const int o = model_.out_scale();
+  const at::Tensor staged = dc.input_stager(model_.pinned_pool_bytes()).upload(input, dc.device());
+  const at::Tensor frames = staged[0].permute({1, 0, 2, 3});  // [T, 3, H, W] on the device
+  Planar out;
+  sink.allocate(out, 3, int(t_all), int(h * o), int(w * o));
+  int64_t per_call =
+      model_.auto_tiles() ? model_.frames_per_call(t_all, h, w, dc.memory_budget()) : t_all;
+  std::vector<std::pair<int64_t, at::Tensor>> host_frames;  // tiled on the host after OOM
+  try {
+    for (int64_t f0 = 0; f0 < t_all;) {
+      const int64_t n = std::min(per_call, t_all - f0);
+      try {
+        const at::Tensor y = model_.upscale_on_device(frames.narrow(0, f0, n));
+        sink.push(y.permute({1, 0, 2, 3}).contiguous(), out, int(f0), 0, 0);
+        f0 += n;
+      } catch (const c10::OutOfMemoryError&) {
+        if (!model_.auto_tiles()) throw;
+        c10::cuda::CUDACachingAllocator::emptyCache();
+        if (n > 1) {
+          per_call = (n + 1) / 2;
+          log::warn(kLogger, model_.traits().name + ": out of device memory; " +
+                                 std::to_string(per_call) + " frame(s) per call from frame " +
+                                 std::to_string(f0));
+          continue;
+        }
+        // One frame that does not fit: the host path's tiles (it retries smaller ones).
+        host_frames.emplace_back(
+            f0,
+            model_.upscale(frames.narrow(0, f0, 1).to(at::kCPU).contiguous(), dc.memory_budget()));
+        f0 += 1;
+      }
+    }
+    sink.finish();
+  } catch (...) {
+    sink.abandon();
+    throw;
+  }
+  for (const auto& [f, y] : host_frames) {
+    for (int c = 0; c < 3; ++c) {
+      std::memcpy(out.plane(c, int(f)), y[0][c].contiguous().data_ptr<float>(),
+                  out.plane_size() * sizeof(float));
+    }
+  }
+  return out;
+}
+#endif
 
 void synchronize(const Device& device) {
 #ifdef WMBATCH_WITH_CUDA

@@ -100,15 +100,23 @@ Planar test_picture(int width, int height) {
   return p;
 }
 
-// Clamped to 0..1, as written to images and video.
-Planar clamped(Planar p) {
-  for (float& v : p.data) v = std::clamp(v, 0.f, 1.f);
-  return p;
+// PSNR of `got` against `want` with the peak = the reference's value range (the random-weight
+// full-size networks' raw outputs are not in 0..1; clamped, x4plus's would saturate).
+double range_psnr(const Planar& got, const Planar& want) {
+  const auto [lo, hi] = std::minmax_element(want.data.begin(), want.data.end());
+  const double range = std::max(double(*hi - *lo), 1e-12);
+  double se = 0;
+  for (size_t i = 0; i < want.data.size(); ++i) {
+    const double d = double(got.data[i]) - want.data[i];
+    se += d * d;
+  }
+  return 10 * std::log10(range * range * double(want.data.size()) / std::max(se, 1e-30));
 }
 
-// The full-size architectures (random weights) on real-looking content: fp16 / bf16 against fp32,
-// through the fused kernels and through ATen (tuning fused=0); the PSNR floors of
-// docs/models.md. The fused passes must agree with ATen's ops to the run dtype's rounding.
+// The full-size architectures (random weights) on real-looking content: fp16 / bf16 against fp32
+// (raw outputs, PSNR over the reference's range), through the fused kernels and through ATen
+// (tuning fused=0); the floors of docs/models.md. The fused passes must agree with ATen's ops
+// to the run dtype's rounding.
 TEST(RealEsrganGpu, HalfPrecisionPsnrFullSize) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const Device gpu{Device::Kind::kCuda, 0};
@@ -117,9 +125,9 @@ TEST(RealEsrganGpu, HalfPrecisionPsnrFullSize) {
     int width, height;
     double floor_fp16, floor_bf16;
   };
-  const Net nets[] = {{"realesr-animevideov3", 192, 128, 40, 30},
-                      {"RealESRGAN_x4plus", 96, 64, 40, 30},
-                      {"RealESRGAN_x2plus", 96, 64, 40, 30}};
+  const Net nets[] = {{"realesr-animevideov3", 192, 128, 45, 30},
+                      {"RealESRGAN_x4plus", 96, 64, 40, 28},
+                      {"RealESRGAN_x2plus", 96, 64, 40, 28}};
   for (const Net& n : nets) {
     const RealEsrganArch arch = realesrgan_preset(n.name);
     auto run = [&](Precision precision, const std::string& tuning) {
@@ -128,23 +136,26 @@ TEST(RealEsrganGpu, HalfPrecisionPsnrFullSize) {
       config.precision = precision;
       config.tuning = tuning;
       const auto model = make_realesrgan_random(arch, config, gpu, 1234);
-      return clamped(model->open_session(gpu)->run(test_picture(n.width, n.height), RunContext{}));
+      return model->open_session(gpu)->run(test_picture(n.width, n.height), RunContext{});
     };
     const Planar ref = run(Precision::kFloat32, "");
     for (const Precision precision : {Precision::kFloat16, Precision::kBFloat16}) {
       const Planar fused = run(precision, "fused=1");
       const Planar aten = run(precision, "fused=0");
-      const Gap g_fused = compare(fused, ref), g_aten = compare(aten, ref);
-      const Gap between = compare(fused, aten);
+      ASSERT_EQ(fused.data.size(), ref.data.size());
+      ASSERT_EQ(aten.data.size(), ref.data.size());
+      const double p_fused = range_psnr(fused, ref), p_aten = range_psnr(aten, ref);
+      const double between = range_psnr(fused, aten);
+      const auto [lo, hi] = std::minmax_element(ref.data.begin(), ref.data.end());
       std::cout << "[realesrgan gpu] " << n.name << " " << n.width << "x" << n.height << " "
-                << to_string(precision) << " vs fp32: fused psnr " << g_fused.psnr << " dB (max "
-                << g_fused.max_abs << "), aten psnr " << g_aten.psnr << " dB (max "
-                << g_aten.max_abs << "); fused vs aten psnr " << between.psnr << " dB\n";
+                << to_string(precision) << " vs fp32 (range " << *lo << ".." << *hi
+                << "): fused psnr " << p_fused << " dB, aten psnr " << p_aten
+                << " dB; fused vs aten " << between << " dB\n";
       const double floor = precision == Precision::kFloat16 ? n.floor_fp16 : n.floor_bf16;
-      EXPECT_GE(g_fused.psnr, floor) << n.name << " " << to_string(precision);
-      EXPECT_GE(g_aten.psnr, floor) << n.name << " " << to_string(precision);
+      EXPECT_GE(p_fused, floor) << n.name << " " << to_string(precision);
+      EXPECT_GE(p_aten, floor) << n.name << " " << to_string(precision);
       // The fused path may round differently, never worse than the precision itself allows.
-      EXPECT_GE(between.psnr, floor) << n.name << " " << to_string(precision);
+      EXPECT_GE(between, floor) << n.name << " " << to_string(precision);
     }
   }
 }
