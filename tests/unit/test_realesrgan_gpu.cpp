@@ -125,9 +125,10 @@ TEST(RealEsrganGpu, HalfPrecisionPsnrFullSize) {
     int width, height;
     double floor_fp16, floor_bf16;
   };
-  const Net nets[] = {{"realesr-animevideov3", 192, 128, 45, 30},
-                      {"RealESRGAN_x4plus", 96, 64, 40, 28},
-                      {"RealESRGAN_x2plus", 96, 64, 40, 28}};
+  // Measured on an H200 (docs/models.md): fp16 71.6 / 72.0 / 78.2 dB, bf16 55.0 / 54.6 / 62.2.
+  const Net nets[] = {{"realesr-animevideov3", 192, 128, 60, 45},
+                      {"RealESRGAN_x4plus", 96, 64, 60, 45},
+                      {"RealESRGAN_x2plus", 96, 64, 60, 45}};
   for (const Net& n : nets) {
     const RealEsrganArch arch = realesrgan_preset(n.name);
     auto run = [&](Precision precision, const std::string& tuning) {
