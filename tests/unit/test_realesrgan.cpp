@@ -155,6 +155,19 @@ TEST(LanczosResize, KeepsConstantsAndLinearRampsAwayFromBorders) {
   EXPECT_TRUE(at::equal(lanczos_resize(flat, 20, 30), flat));
 }
 
+TEST(RealEsrgan, TuningParsesItsKeysAndRefusesOthers) {
+  const RealEsrganTuning defaults = RealEsrganTuning::parse("");
+  EXPECT_EQ(defaults.str(), "fused=1,benchmark=1,graph=0");
+  EXPECT_EQ(RealEsrganTuning::parse("fused=0,graph=1").str(), "fused=0,benchmark=1,graph=1");
+  EXPECT_THROW(RealEsrganTuning::parse("fusion=1"), ModelError);
+  EXPECT_THROW(RealEsrganTuning::parse("fused=2"), ModelError);
+  ModelConfig config;
+  config.kind = "realesrgan";
+  config.weights = kGolden + std::string("srvgg-tiny/model.pth");
+  config.tuning = "graph=yes";
+  EXPECT_THROW(make_realesrgan(config, Device{}), ModelError);
+}
+
 // `frames` distinct random frames as a [3, frames, h, w] Planar (a lost or repeated frame shows).
 Planar random_frames(int frames, int h, int w) {
   at::manual_seed(frames * 1000 + h);
