@@ -849,6 +849,7 @@ class JobParser {
     if (f.node.IsScalar() && f.node.Scalar() == "none") return;
     if (f.node.IsScalar() && f.node.Scalar() == "auto") {
       t.enabled = t.automatic = true;
+      job_.model.auto_tiles = true;
       return;
     }
     if (!f.node.IsMap()) {

@@ -72,6 +72,10 @@ struct ModelConfig {
   // Run setting (the job's `tiling.exact`): tiles must reproduce the untiled output, so a model
   // whose default halo is approximate declares its exact one (RRDBNet).
   bool exact_tiles = false;
+  // Run setting (the job's `tiling: auto`): a model that can sizes its calls (frames per call,
+  // tiles) from the device's memory budget and retries a call that runs out of memory with
+  // smaller ones (realesrgan); others run whole frames.
+  bool auto_tiles = false;
   // Wan2.1 execution choices, "key=value,..." (wan21::Tuning; the job's `model.tuning`, wmbench
   // --tuning): they change rounding only, never the function computed. Empty: the defaults.
   std::string tuning;

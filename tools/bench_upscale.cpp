@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "io/video_reader.h"
+#include "io/video_writer.h"
 #include "scheduler/runner.h"
 #include "src/models/realesrgan.h"
 #include "tools/bench.h"
@@ -60,8 +62,52 @@ const char* kModelUsage =
     "  --baseline: runs the PyTorch eager script (python3, same size, one frame per call) and\n"
     "  reports its fps and the ratio. Sizes default to 1920x1080 (SRVGG) and 960x540 (RRDB).\n";
 
-// Creates (once) a WxH clip of `seconds` in `workdir` with the ffmpeg CLI; returns its path or
-// an empty string.
+// A WxH clip of `seconds` at 25 fps written with io::VideoWriter (libx264 veryfast crf 20, no
+// audio): a moving colour gradient with bars and per-pixel noise, for hosts without the ffmpeg
+// CLI. Returns false on failure.
+bool write_clip_with_libav(const std::string& path, int width, int height, int seconds) {
+  try {
+    wm::io::WriterConfig config;
+    config.path = path;
+    config.width = width;
+    config.height = height;
+    config.time_base = {1, 25};
+    config.frame_rate = {25, 1};
+    config.encode.preset = "veryfast";
+    config.encode.crf = 20;
+    wm::io::VideoWriter writer(config);
+    uint32_t seed = 12345;
+    for (int t = 0; t < seconds * 25; ++t) {
+      wm::io::VideoFrame frame;
+      frame.index = frame.pts = t;
+      frame.duration = 1;
+      frame.image = wm::Planar(3, 1, height, width);
+      for (int c = 0; c < 3; ++c) {
+        float* p = frame.image.plane(c, 0);
+        for (int y = 0; y < height; ++y) {
+          for (int x = 0; x < width; ++x) {
+            seed = seed * 1664525u + 1013904223u;
+            const float noise = float(seed >> 24) / 255.f - 0.5f;
+            const int bar = ((x + 8 * t) / 97 + y / 61 + c) % 3;
+            p[size_t(y) * width + x] = std::clamp(
+                0.15f + 0.5f * float((x + 3 * t) % width) / float(width) * (c + 1) / 3.f +
+                    0.2f * float(y) / float(height) + 0.15f * float(bar) + 0.05f * noise,
+                0.f, 1.f);
+          }
+        }
+      }
+      writer.write(frame);
+    }
+    writer.finish();
+    return true;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wmbench: writing %s: %s\n", path.c_str(), e.what());
+    return false;
+  }
+}
+
+// Creates (once) a WxH clip of `seconds` in `workdir` with the ffmpeg CLI, or io::VideoWriter
+// where there is none; returns its path or an empty string.
 std::string generated_clip(const std::string& workdir, const std::string& size,
                            const std::string& seconds) {
   const std::string input = workdir + "/clip_" + size + "_" + seconds + "s.mp4";
@@ -91,7 +137,10 @@ std::string generated_clip(const std::string& workdir, const std::string& size,
            "aac",
            "-shortest",
            input});
-  return rc == 0 ? input : "";
+  if (rc == 0) return input;
+  const int width = std::stoi(size.substr(0, size.find('x')));
+  const int height = std::stoi(size.substr(size.find('x') + 1));
+  return write_clip_with_libav(input, width, height, std::stoi(seconds)) ? input : "";
 }
 
 // Runs `command` and returns its stdout.
@@ -111,7 +160,7 @@ std::string capture(const std::string& command, int& status) {
 
 int bench_upscale_model(int argc, char** argv) {
   std::string model, device_text = "cuda:0", precision_text = "fp16", size, baseline;
-  std::string workdir = "/tmp/wmbench", e2e;
+  std::string workdir = "/tmp/wmbench", e2e, tuning;
   int frames = 4, calls = -1, warmup = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -142,6 +191,8 @@ int bench_upscale_model(int argc, char** argv) {
       baseline = value();
     else if (a == "--workdir")
       workdir = value();
+    else if (a == "--tuning")
+      tuning = value();
     else {
       std::fputs(kModelUsage, stderr);
       return a == "--help" ? 0 : 64;
@@ -182,10 +233,11 @@ int bench_upscale_model(int argc, char** argv) {
                            {"height", height},
                            {"scale", arch.scale},
                            {"frames_per_call", frames},
-                           {"calls", calls}};
+                           {"calls", calls},
+                           {"tuning", tuning}};
   try {
-    const wm::models::RealEsrganBench b =
-        wm::models::bench_realesrgan(arch, device, precision, frames, height, width, calls, warmup);
+    const wm::models::RealEsrganBench b = wm::models::bench_realesrgan(
+        arch, device, precision, frames, height, width, calls, warmup, tuning);
     result["model_fps"] = b.fps;
     result["model_seconds"] = b.seconds;
     result["model_tflops"] = b.tflops;
@@ -216,6 +268,7 @@ int bench_upscale_model(int argc, char** argv) {
     job.model.kind = "realesrgan";
     job.model.weights = weights;
     job.model.precision = precision;
+    job.model.tuning = tuning;
     job.slice_frames = frames;
     if (cuda) {
       job.devices = "list";

@@ -5,20 +5,37 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <functional>
 
 #ifdef WMBATCH_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+
+#include "src/models/realesrgan_launch.h"
 #endif
 
 #include "src/base/error.h"
+#include "src/base/log_text.h"
+#include "src/exec/device_context.h"
+#include "src/geometry.h"
 #include "src/models/lanczos_resize.h"
 #include "src/models/realesrgan_weights.h"
 #include "src/models/tensor.h"
 #include "src/models/wan21_bench_support.h"
 
 namespace wm::models {
+
+namespace {
+constexpr const char* kLogger = "realesrgan";
+}  // namespace
 
 std::string RealEsrganArch::describe() const {
   if (family == Family::kSrvgg) {
@@ -50,6 +67,40 @@ double RealEsrganArch::flops_per_input_pixel() const {
   const double body = (3 * u * u * f + blocks * 3 * rdb + f * f) / (u * u);
   const double tail = (f * f * 4 + (f * f + f * f + f * 3) * 16) / (u * u);
   return 2 * k * (body + tail);
+}
+
+RealEsrganTuning RealEsrganTuning::parse(const std::string& text) {
+  RealEsrganTuning t;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(at, end - at);
+    at = end + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    if (value != "0" && value != "1") {
+      throw ModelError("realesrgan: tuning '" + item + "': expected " + key + "=0 or " + key +
+                       "=1");
+    }
+    const bool on = value == "1";
+    if (key == "fused")
+      t.fused = on;
+    else if (key == "benchmark")
+      t.benchmark = on;
+    else if (key == "graph")
+      t.graph = on;
+    else
+      throw ModelError("realesrgan: unknown tuning key '" + key + "' (fused, benchmark, graph)");
+  }
+  return t;
+}
+
+std::string RealEsrganTuning::str() const {
+  return std::string("fused=") + (fused ? "1" : "0") + ",benchmark=" + (benchmark ? "1" : "0") +
+         ",graph=" + (graph ? "1" : "0");
 }
 
 RealEsrganArch realesrgan_preset(const std::string& name) {
@@ -88,22 +139,146 @@ at::Tensor nearest(const at::Tensor& x, int k) {
   return x.view({n, c, h, 1, w, 1}).expand({n, c, h, k, w, k}).reshape({n, c, h * k, w * k});
 }
 
+#ifdef WMBATCH_WITH_CUDA
+// A contiguous channels_last [N, C, H, W] tensor (pixel-major: channel innermost).
+bool pixel_major(const at::Tensor& t) {
+  return t.dim() == 4 && t.is_contiguous(at::MemoryFormat::ChannelsLast);
+}
+
+bool kernel_dtype(const at::Tensor& t, cuda::EsrganDType& out) {
+  if (t.scalar_type() == at::kHalf) {
+    out = cuda::EsrganDType::kFloat16;
+    return true;
+  }
+  if (t.scalar_type() == at::kBFloat16) {
+    out = cuda::EsrganDType::kBFloat16;
+    return true;
+  }
+  return false;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+void check_launch(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw ModelError(std::string(what) + ": " + cudaGetErrorString(e));
+}
+#endif
+
+// A channel range [offset, offset + channels) of a pixel-major tensor: where a fused pass reads
+// or writes.
+struct ChannelSlot {
+  at::Tensor t;
+  int64_t offset = 0;
+};
+
+// The fused pass (realesrgan_launch.h: EsrganMixArgs): v = a (+ beta·b); with c: c + gamma·v;
+// leaky ReLU when slope >= 0; written to every slot. Returns false (nothing done) when the
+// kernels cannot take the tensors: the caller then runs ATen.
+bool fused_mix(const at::Tensor& a, const at::Tensor& b, float beta, const at::Tensor& c,
+               float gamma, float slope, const std::vector<ChannelSlot>& outs) {
+#ifdef WMBATCH_WITH_CUDA
+  cuda::EsrganDType dtype;
+  if (!a.is_cuda() || !kernel_dtype(a, dtype) || !pixel_major(a)) return false;
+  const int64_t channels = a.size(1);
+  if (channels % 8 || outs.empty() || int(outs.size()) > cuda::EsrganMixArgs::kMaxOutputs) {
+    return false;
+  }
+  auto fits = [&](const at::Tensor& t, int64_t offset) {
+    return t.device() == a.device() && t.scalar_type() == a.scalar_type() && pixel_major(t) &&
+           t.size(0) == a.size(0) && t.size(2) == a.size(2) && t.size(3) == a.size(3) &&
+           t.size(1) % 8 == 0 && offset % 8 == 0 && offset + channels <= t.size(1) &&
+           aligned16(t.data_ptr());
+  };
+  if (!aligned16(a.data_ptr())) return false;
+  cuda::EsrganMixArgs args;
+  args.a = a.data_ptr();
+  args.a_stride = channels;
+  if (b.defined()) {
+    if (!fits(b, 0) || b.size(1) != channels) return false;
+    args.b = b.data_ptr();
+    args.b_stride = channels;
+    args.beta = beta;
+  }
+  if (c.defined()) {
+    if (!fits(c, 0) || c.size(1) != channels) return false;
+    args.c = c.data_ptr();
+    args.c_stride = channels;
+    args.gamma = gamma;
+  }
+  for (const ChannelSlot& o : outs) {
+    if (!fits(o.t, o.offset)) return false;
+    args.out[args.outputs] = static_cast<char*>(o.t.data_ptr()) + o.offset * o.t.element_size();
+    args.out_stride[args.outputs] = o.t.size(1);
+    ++args.outputs;
+  }
+  args.slope = slope;
+  args.pixels = a.size(0) * a.size(2) * a.size(3);
+  args.channels = int(channels);
+  check_launch(cuda::launch_esrgan_mix(dtype, args, at::cuda::getCurrentCUDAStream()),
+               "realesrgan mix kernel");
+  return true;
+#else
+  (void)a, (void)b, (void)beta, (void)c, (void)gamma, (void)slope, (void)outs;
+  return false;
+#endif
+}
+
+// SRVGG's tail in one pass (EsrganShuffleAddArgs); an undefined tensor when the kernel cannot
+// take the tensors.
+at::Tensor fused_shuffle_add(const at::Tensor& t, const at::Tensor& x, int scale, bool out_float) {
+#ifdef WMBATCH_WITH_CUDA
+  cuda::EsrganDType dtype;
+  if (!t.is_cuda() || !kernel_dtype(t, dtype) || !pixel_major(t) || x.device() != t.device() ||
+      x.scalar_type() != t.scalar_type() || x.dim() != 4 || x.size(1) != 3 ||
+      t.size(1) != 3 * scale * scale || x.size(0) != t.size(0) || x.size(2) != t.size(2) ||
+      x.size(3) != t.size(3)) {
+    return {};
+  }
+  const int64_t n = t.size(0), h = t.size(2), w = t.size(3);
+  at::Tensor out = at::empty({n, 3, h * scale, w * scale},
+                             t.options().dtype(out_float ? at::kFloat : t.scalar_type()));
+  cuda::EsrganShuffleAddArgs args;
+  args.t = t.data_ptr();
+  args.x = x.data_ptr();
+  for (int d = 0; d < 4; ++d) args.x_strides[d] = x.stride(d);
+  args.out = out.data_ptr();
+  args.out_float = out_float;
+  args.frames = int(n);
+  args.height = int(h);
+  args.width = int(w);
+  args.scale = scale;
+  check_launch(cuda::launch_esrgan_shuffle_add(dtype, args, at::cuda::getCurrentCUDAStream()),
+               "realesrgan shuffle kernel");
+  return out;
+#else
+  (void)t, (void)x, (void)scale, (void)out_float;
+  return {};
+#endif
+}
+
 // The weights of one network on its device, in its dtype and memory format.
 class Network {
  public:
-  Network(RealEsrganWeights weights, at::Device device, at::ScalarType dtype, bool channels_last)
-      : arch_(weights.arch), channels_last_(channels_last) {
+  Network(RealEsrganWeights weights, at::Device device, at::ScalarType dtype, bool channels_last,
+          const RealEsrganTuning& tuning = {})
+      : arch_(weights.arch), channels_last_(channels_last), tuning_(tuning) {
     for (auto& [name, t] : weights.tensors) {
       at::Tensor w = t.to(device, dtype);
       if (channels_last && w.dim() == 4) w = w.contiguous(at::MemoryFormat::ChannelsLast);
       tensors_[name] = w;
     }
+    // The fused kernels take half types in channels_last (GPU runs); fp32 stays on ATen so it
+    // matches the golden vectors op for op.
+    fused_ = tuning.fused && device.is_cuda() && channels_last &&
+             (dtype == at::kHalf || dtype == at::kBFloat16) && arch_.features % 8 == 0 &&
+             arch_.growth % 8 == 0;
   }
   const RealEsrganArch& arch() const { return arch_; }
 
-  // x [N, 3, H, W] → [N, 3, H·s, W·s] (raw values).
-  at::Tensor forward(const at::Tensor& x) const {
-    return arch_.family == RealEsrganArch::Family::kSrvgg ? srvgg(x) : rrdb(x);
+  // x [N, 3, H, W] → [N, 3, H·s, W·s] (raw values); float32 when `out_float`, else x's dtype.
+  at::Tensor forward(const at::Tensor& x, bool out_float = false) const {
+    at::Tensor y = arch_.family == RealEsrganArch::Family::kSrvgg ? srvgg(x, out_float) : rrdb(x);
+    return out_float ? y.to(at::kFloat) : y;
   }
 
  private:
@@ -112,13 +287,17 @@ class Network {
     return conv(x, w(name + ".weight"), w(name + ".bias"));
   }
 
-  at::Tensor srvgg(const at::Tensor& x) const {
+  at::Tensor srvgg(const at::Tensor& x, bool out_float) const {
     at::Tensor t = x;
     for (int i = 0; i <= arch_.convs; ++i) {
       t = conv_named(t, "body." + std::to_string(2 * i));
       t = at::prelu(t, w("body." + std::to_string(2 * i + 1) + ".weight"));
     }
     t = conv_named(t, "body." + std::to_string(2 * arch_.convs + 2));
+    if (fused_) {
+      at::Tensor y = fused_shuffle_add(t, x, arch_.scale, out_float);
+      if (y.defined()) return y;
+    }
     return at::pixel_shuffle(t, arch_.scale) + nearest(x, arch_.scale);
   }
 
@@ -131,19 +310,64 @@ class Network {
     return x5 * 0.2 + x;
   }
 
+  // The RRDB trunk with preallocated dense-block buffers instead of torch.cat: buffer k holds
+  // the block input and the first k+1 activations ([F + (k+1)·G] channels), each activation is
+  // written by one fused pass (bias is in the conv, leaky ReLU in the pass) into every buffer
+  // that holds it, and each residual sum is one pass that writes the next block's input into
+  // all of them. Same math as rdb() (one rounding per stored value). Returns undefined when the
+  // kernels cannot take the tensors (then nothing was changed).
+  at::Tensor trunk_fused(const at::Tensor& f) const {
+    const int64_t n = f.size(0), h = f.size(2), wd = f.size(3);
+    const int64_t F = arch_.features, G = arch_.growth;
+    const auto options = f.options().memory_format(at::MemoryFormat::ChannelsLast);
+    at::Tensor buf[4];
+    for (int k = 0; k < 4; ++k) buf[k] = at::empty({n, F + (k + 1) * G, h, wd}, options);
+    const at::Tensor x = at::empty({n, F, h, wd}, options);  // the dense block's input
+    const at::Tensor t = at::empty({n, F, h, wd}, options);  // the RRDB's input
+    const std::vector<ChannelSlot> inputs = {{x, 0},      {buf[0], 0}, {buf[1], 0},
+                                             {buf[2], 0}, {buf[3], 0}, {t, 0}};
+    if (!fused_mix(f, {}, 0, {}, 0, -1, inputs)) return {};
+    const std::vector<ChannelSlot> block_inputs(inputs.begin(), inputs.end() - 1);
+    for (int i = 0; i < arch_.blocks; ++i) {
+      const std::string b = "body." + std::to_string(i) + ".";
+      for (int r = 1; r <= 3; ++r) {
+        const std::string p = b + "rdb" + std::to_string(r) + ".";
+        for (int k = 0; k < 4; ++k) {
+          const at::Tensor y =
+              conv_named(k == 0 ? x : buf[k - 1], p + "conv" + std::to_string(k + 1));
+          std::vector<ChannelSlot> slots;
+          for (int j = k; j < 4; ++j) slots.push_back({buf[j], F + k * G});
+          if (!fused_mix(y, {}, 0, {}, 0, 0.2f, slots))
+            throw ModelError("realesrgan: fused pass refused");
+        }
+        const at::Tensor x5 = conv_named(buf[3], p + "conv5");
+        // x ← x + 0.2·x5; the RRDB's last one: t ← t + 0.2·(x + 0.2·x5), also the next input.
+        const bool last = r == 3;
+        if (!fused_mix(x, x5, 0.2f, last ? t : at::Tensor(), 0.2f, -1,
+                       last ? inputs : block_inputs)) {
+          throw ModelError("realesrgan: fused pass refused");
+        }
+      }
+    }
+    return t;
+  }
+
   at::Tensor rrdb(const at::Tensor& x) const {
     at::Tensor f = x;
     const int unshuffle = arch_.scale == 2 ? 2 : arch_.scale == 1 ? 4 : 1;
     if (unshuffle > 1) f = at::pixel_unshuffle(x, unshuffle);
     if (channels_last_) f = f.contiguous(at::MemoryFormat::ChannelsLast);
     f = conv_named(f, "conv_first");
-    at::Tensor t = f;
-    for (int i = 0; i < arch_.blocks; ++i) {
-      const std::string b = "body." + std::to_string(i) + ".";
-      at::Tensor r = rdb(t, b + "rdb1.");
-      r = rdb(r, b + "rdb2.");
-      r = rdb(r, b + "rdb3.");
-      t = r * 0.2 + t;
+    at::Tensor t = fused_ ? trunk_fused(f) : at::Tensor();
+    if (!t.defined()) {
+      t = f;
+      for (int i = 0; i < arch_.blocks; ++i) {
+        const std::string b = "body." + std::to_string(i) + ".";
+        at::Tensor r = rdb(t, b + "rdb1.");
+        r = rdb(r, b + "rdb2.");
+        r = rdb(r, b + "rdb3.");
+        t = r * 0.2 + t;
+      }
     }
     f = f + conv_named(t, "conv_body");
     f = lrelu(conv_named(upsample2(f), "conv_up1"));
@@ -160,8 +384,25 @@ class Network {
 
   RealEsrganArch arch_;
   bool channels_last_;
+  RealEsrganTuning tuning_;
+  bool fused_ = false;
   std::map<std::string, at::Tensor> tensors_;
 };
+
+// The test-only out-of-memory fault (realesrgan_oom_fault_for_test).
+std::atomic<int64_t> g_fault_call{-1};
+std::atomic<int64_t> g_fault_pixels{0};
+std::atomic<int64_t> g_calls{0};
+
+void inject_oom_for_test(int64_t pixels) {
+  const int64_t call = g_calls.fetch_add(1);
+  const int64_t most = g_fault_pixels.load();
+  if (call == g_fault_call.load() || (most > 0 && pixels > most)) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false,
+                     "realesrgan: injected out of memory (test fault) at call ", call, ", ", pixels,
+                     " pixels");
+  }
+}
 
 class RealEsrganModel;
 
@@ -171,6 +412,9 @@ class RealEsrganSession : public ModelSession {
   Planar run(Planar&& input, const RunContext& ctx) override;
 
  private:
+#ifdef WMBATCH_WITH_CUDA
+  Planar run_cuda(Planar&& input, const RunContext& ctx);
+#endif
   const RealEsrganModel& model_;
 };
 
@@ -178,6 +422,9 @@ class RealEsrganModel : public Model {
  public:
   RealEsrganModel(RealEsrganWeights weights, const ModelConfig& config, const Device& device)
       : device_(device), precision_(config.precision) {
+    auto_tiles_ = config.auto_tiles;
+    pinned_pool_bytes_ = config.pinned_pool_bytes;
+    const RealEsrganTuning tuning = RealEsrganTuning::parse(config.tuning);
     const auto* options = dynamic_cast<const RealEsrganOptions*>(config.options.get());
     const RealEsrganArch arch = weights.arch;
     out_scale_ = options && options->scale > 0 ? options->scale : arch.scale;
@@ -189,10 +436,12 @@ class RealEsrganModel : public Model {
 #ifdef WMBATCH_WITH_CUDA
     // fp32 means fp32: cuDNN's TF32 convolutions are ~1e-3 off the reference (spec).
     if (cuda && precision_ == Precision::kFloat32) at::globalContext().setAllowTF32CuDNN(false);
+    // Tiles and the last slice bring a few new shapes; each is searched once.
+    if (cuda && tuning.benchmark) at::globalContext().setBenchmarkCuDNN(true);
 #endif
     network_ = guarded("realesrgan: loading weights", [&] {
       return std::make_unique<Network>(std::move(weights), to_device(device),
-                                       to_scalar_type(precision_), /*channels_last=*/cuda);
+                                       to_scalar_type(precision_), /*channels_last=*/cuda, tuning);
     });
     traits_.name = "realesrgan " + arch.describe();
     traits_.scale_num = out_scale_;
@@ -215,11 +464,145 @@ class RealEsrganModel : public Model {
     return std::make_unique<RealEsrganSession>(*this);
   }
 
-  // frames [T, 3, H, W] float32 on the host → [T, 3, H·o, W·o] float32 on the host.
-  at::Tensor upscale(const at::Tensor& frames) const {
+  // frames [T, 3, H, W] float32 on the host → [T, 3, H·o, W·o] float32 on the host. With
+  // `tiling: auto`, frames per call and tiles come from `budget` bytes (0: what the device has
+  // free), and a call that runs out of device memory is retried with fewer frames, then
+  // smaller tiles (see upscale_auto).
+  at::Tensor upscale(const at::Tensor& frames, int64_t budget) const {
+    if (!auto_tiles_) return upscale_whole(frames);
+    return upscale_auto(frames, budget);
+  }
+
+ private:
+  // Device bytes one call needs per input pixel (of all its frames), estimated on the large
+  // side: RRDB's dense-block buffers and its tail at 4× and 16× the pixels, SRVGG's two live
+  // 64-channel activations and its output; float32 outputs on the device and for the copy out.
+  int64_t bytes_per_input_pixel() const {
+    const RealEsrganArch& arch = network_->arch();
+    const int64_t e = precision_ == Precision::kFloat32 ? 4 : 2;
+    const int64_t s = arch.scale, out = int64_t(3) * out_scale_ * out_scale_ * 4 * 2;
+    if (arch.family == RealEsrganArch::Family::kSrvgg) {
+      return e * (3 * arch.features + 3 * s * s) + out;
+    }
+    const int64_t u = arch.scale == 2 ? 2 : arch.scale == 1 ? 4 : 1;
+    const int64_t trunk = 3 * arch.features + 4 * arch.features + 10 * arch.growth;
+    return e * (trunk + 3 * arch.features * 16) / (u * u) + out;
+  }
+
+  // What a call may use on the device: the budget, else the allocator's free memory (what it
+  // holds unused plus what the device has free), less a tenth and cuDNN's workspaces. 0 when
+  // unknown (the CPU without a budget: no limit).
+  int64_t available_bytes(int64_t budget) const {
+#ifdef WMBATCH_WITH_CUDA
+    if (device_.kind == Device::Kind::kCuda) {
+      const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index);
+      const int64_t allocated = stats.allocated_bytes[0].current;
+      const int64_t reserved = stats.reserved_bytes[0].current;
+      size_t free_bytes = 0, total_bytes = 0;
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      const int64_t cap = budget > 0 ? budget : reserved + int64_t(free_bytes);
+      return std::max<int64_t>(cap - allocated - cap / 10 - (int64_t(512) << 20), 1);
+    }
+#endif
+    return budget;
+  }
+
+  at::Tensor upscale_auto(const at::Tensor& frames, int64_t budget) const {
+    const int64_t t_all = frames.size(0), h = frames.size(2), w = frames.size(3);
+    const int64_t avail = available_bytes(budget);
+    const int64_t per_frame = bytes_per_input_pixel() * h * w;
+    int64_t per_call = t_all;
+    int tile = 0;  // input pixels per tile side; 0: whole frames
+    if (avail > 0) {
+      per_call = std::clamp<int64_t>(avail / std::max<int64_t>(per_frame, 1), 1, t_all);
+      if (avail < per_frame) {
+        const double side = std::sqrt(double(avail) / double(bytes_per_input_pixel()));
+        tile = std::max(kMinAutoTile, int(side) / 16 * 16);
+      }
+    }
+    at::Tensor out = at::empty({t_all, 3, h * out_scale_, w * out_scale_}, at::kFloat);
+    for (int64_t f0 = 0; f0 < t_all;) {
+      const int64_t n = std::min(per_call, t_all - f0);
+      try {
+        // A chunk's output goes into `out` only once the whole chunk is done: a retry redoes
+        // exactly that chunk, so no frame is lost or written twice.
+        out.narrow(0, f0, n).copy_(upscale_tiled(frames.narrow(0, f0, n), tile));
+        f0 += n;
+      } catch (const c10::OutOfMemoryError&) {
+#ifdef WMBATCH_WITH_CUDA
+        if (device_.kind == Device::Kind::kCuda) {
+          c10::cuda::device_synchronize();
+          c10::cuda::CUDACachingAllocator::emptyCache();
+        }
+#endif
+        const int longest = int(std::max(h, w));
+        if (n > 1) {
+          per_call = (n + 1) / 2;
+        } else if (tile == 0 || tile > kMinAutoTile) {
+          const int from = tile == 0 ? longest : tile;
+          tile = std::max(kMinAutoTile, (from / 2 + 15) / 16 * 16);
+          if (tile >= longest && from == longest) tile = std::max(kMinAutoTile, longest / 2);
+        } else {
+          throw;
+        }
+        log::warn(kLogger, traits_.name + ": out of device memory; retrying frames " +
+                               std::to_string(f0) + ".. with " + std::to_string(per_call) +
+                               " frame(s) per call" +
+                               (tile ? ", tiles of " + std::to_string(tile) + " px" : ""));
+      }
+    }
+    return out;
+  }
+
+  // `frames` cut into tiles of `tile` input pixels (0: whole frames), each grown by the halo,
+  // run and blended (weights 0/1 for an exact halo, feathered over the overlap otherwise).
+  at::Tensor upscale_tiled(const at::Tensor& frames, int tile) const {
+    const int64_t h = frames.size(2), w = frames.size(3);
+    if (tile <= 0 || (tile >= h && tile >= w)) return upscale_whole(frames);
+    const int overlap = traits_.halo_exact ? 0 : std::min(traits_.halo, tile / 2);
+    TilePlan plan;
+    try {
+      plan = plan_tiles(int(w), int(h), std::min<int>(tile, int(w)), std::min<int>(tile, int(h)),
+                        overlap, traits_.halo, out_scale_, 1, traits_.size_multiple,
+                        /*feather=*/!traits_.halo_exact);
+    } catch (const std::invalid_argument& e) {
+      throw ModelError(traits_.name + ": automatic tiles: " + e.what());
+    }
+    at::Tensor out = at::zeros({frames.size(0), 3, h * out_scale_, w * out_scale_}, at::kFloat);
+    for (int i = 0; i < plan.tiles(); ++i) {
+      const TileRect r = plan.tile(i);
+      const at::Tensor y = upscale_whole(frames.narrow(2, r.y_window.begin, r.y_window.size())
+                                             .narrow(3, r.x_window.begin, r.x_window.size())
+                                             .contiguous());
+      const int64_t top = int64_t(r.y_region.begin - r.y_window.begin) * out_scale_;
+      const int64_t left = int64_t(r.x_region.begin - r.x_window.begin) * out_scale_;
+      const int64_t rows = int64_t(r.y_region.size()) * out_scale_;
+      const int64_t cols = int64_t(r.x_region.size()) * out_scale_;
+      const auto& wy = plan.row_weights[r.row];
+      const auto& wx = plan.column_weights[r.column];
+      const at::Tensor weight =
+          at::from_blob(const_cast<float*>(wy.data()), {rows, 1}, at::kFloat) *
+          at::from_blob(const_cast<float*>(wx.data()), {1, cols}, at::kFloat);
+      out.narrow(2, int64_t(r.y_region.begin) * out_scale_, rows)
+          .narrow(3, int64_t(r.x_region.begin) * out_scale_, cols)
+          .add_(y.narrow(2, top, rows).narrow(3, left, cols) * weight);
+    }
+    return out;
+  }
+
+  // One call of the network (one frame at a time on the CPU): frames [T, 3, H, W] float32 on
+  // the host → [T, 3, H·o, W·o] float32 on the host.
+  at::Tensor upscale_whole(const at::Tensor& frames) const {
+    return upscale_on_device(frames.to(to_device(device_))).to(at::kCPU).contiguous();
+  }
+
+ public:
+  // frames [T, 3, H, W] float32 on the model's device → [T, 3, H·o, W·o] float32 there: one
+  // call of the network (the CPU: one frame at a time).
+  at::Tensor upscale_on_device(const at::Tensor& frames) const {
     const RealEsrganArch& arch = network_->arch();
     const int64_t h = frames.size(2), w = frames.size(3);
-    at::Tensor x = frames.to(to_device(device_), to_scalar_type(precision_));
+    at::Tensor x = frames.to(to_scalar_type(precision_));
     // The unshuffle needs sizes divisible by its factor: pad right/bottom by reflection and
     // crop afterwards, as the official wrapper's mod-pad does.
     const int unshuffle = arch.family == RealEsrganArch::Family::kRrdb ? (arch.scale == 2   ? 2
@@ -233,34 +616,49 @@ class RealEsrganModel : public Model {
                                  : at::replication_pad2d(x, {0, pad_w, 0, pad_h});
     }
     if (device_.kind == Device::Kind::kCuda) x = x.contiguous(at::MemoryFormat::ChannelsLast);
+    inject_oom_for_test(x.size(0) * x.size(2) * x.size(3));
     // On the CPU one frame at a time: RRDB's concatenated features of a 1080p frame take
     // ~1 GiB in fp32, and a batch gains nothing there. On the GPU the slice's frames go in one
     // call (fewer, larger kernels).
     at::Tensor y;
     if (device_.kind == Device::Kind::kCuda || x.size(0) == 1) {
-      y = network_->forward(x);
+      y = network_->forward(x, /*out_float=*/true);
     } else {
       std::vector<at::Tensor> outs;
       for (int64_t i = 0; i < x.size(0); ++i)
-        outs.push_back(network_->forward(x.slice(0, i, i + 1)));
+        outs.push_back(network_->forward(x.slice(0, i, i + 1), /*out_float=*/true));
       y = at::cat(outs, 0);
     }
     if (pad_h || pad_w) {
       y = y.slice(2, 0, h * arch.scale).slice(3, 0, w * arch.scale);
     }
     if (out_scale_ != arch.scale) y = lanczos_resize(y, int(h * out_scale_), int(w * out_scale_));
-    return y.to(at::kCPU, at::kFloat).contiguous();
+    return y;
+  }
+
+  bool auto_tiles() const { return auto_tiles_; }
+  int out_scale() const { return out_scale_; }
+  int64_t pinned_pool_bytes() const { return pinned_pool_bytes_; }
+  // Frames per call that fit `budget` (0: what the device has free) under `tiling: auto`.
+  int64_t frames_per_call(int64_t frames, int64_t h, int64_t w, int64_t budget) const {
+    const int64_t avail = available_bytes(budget);
+    if (avail <= 0) return frames;
+    return std::clamp<int64_t>(avail / std::max<int64_t>(bytes_per_input_pixel() * h * w, 1), 1,
+                               frames);
   }
 
  private:
+  static constexpr int kMinAutoTile = 64;
   Device device_;
+  bool auto_tiles_ = false;
+  int64_t pinned_pool_bytes_ = 0;
   Precision precision_;
   int out_scale_ = 4;
   std::unique_ptr<Network> network_;
   ModelTraits traits_;
 };
 
-Planar RealEsrganSession::run(Planar&& input, const RunContext&) {
+Planar RealEsrganSession::run(Planar&& input, const RunContext& ctx) {
   const ModelTraits& traits = model_.traits();
   if (input.channels != 3) {
     throw ModelError(traits.name + ": input has " + std::to_string(input.channels) +
@@ -268,12 +666,74 @@ Planar RealEsrganSession::run(Planar&& input, const RunContext&) {
   }
   return guarded("realesrgan", [&] {
     c10::InferenceMode inference;
+#ifdef WMBATCH_WITH_CUDA
+    if (ctx.device && ctx.device->device().is_cuda()) return run_cuda(std::move(input), ctx);
+#endif
     // [1, C, T, H, W] → frames [T, C, H, W]; the network runs every frame of the slice at once.
     const at::Tensor frames = to_tensor(std::move(input))[0].permute({1, 0, 2, 3});
-    const at::Tensor out = model_.upscale(frames.contiguous());
+    const at::Tensor out =
+        model_.upscale(frames.contiguous(), ctx.device ? ctx.device->memory_budget() : 0);
     return to_planar(out.permute({1, 0, 2, 3}));
   });
 }
+
+#ifdef WMBATCH_WITH_CUDA
+// On a device worker: one upload through its pinned staging, the frames permuted and converted
+// on the GPU, the output pushed through its pinned offload straight into the slice's Planar
+// (the copies overlap the next call). Under `tiling: auto` the frames go in calls that fit the
+// memory budget, a call that runs out of memory is halved, and a single frame that still does not
+// fit falls back to the host path's tiles.
+Planar RealEsrganSession::run_cuda(Planar&& input, const RunContext& ctx) {
+  exec::DeviceContext& dc = *ctx.device;
+  c10::cuda::CUDAGuard device_guard(dc.device().index());
+  exec::OutputSink& sink = dc.output_sink(model_.pinned_pool_bytes());
+  const int64_t t_all = input.frames, h = input.height, w = input.width;
+  const int o = model_.out_scale();
+  const at::Tensor staged = dc.input_stager(model_.pinned_pool_bytes()).upload(input, dc.device());
+  const at::Tensor frames = staged[0].permute({1, 0, 2, 3});  // [T, 3, H, W] on the device
+  Planar out;
+  sink.allocate(out, 3, int(t_all), int(h * o), int(w * o));
+  int64_t per_call =
+      model_.auto_tiles() ? model_.frames_per_call(t_all, h, w, dc.memory_budget()) : t_all;
+  std::vector<std::pair<int64_t, at::Tensor>> host_frames;  // tiled on the host after OOM
+  try {
+    for (int64_t f0 = 0; f0 < t_all;) {
+      const int64_t n = std::min(per_call, t_all - f0);
+      try {
+        const at::Tensor y = model_.upscale_on_device(frames.narrow(0, f0, n));
+        sink.push(y.permute({1, 0, 2, 3}).contiguous(), out, int(f0), 0, 0);
+        f0 += n;
+      } catch (const c10::OutOfMemoryError&) {
+        if (!model_.auto_tiles()) throw;
+        c10::cuda::CUDACachingAllocator::emptyCache();
+        if (n > 1) {
+          per_call = (n + 1) / 2;
+          log::warn(kLogger, model_.traits().name + ": out of device memory; " +
+                                 std::to_string(per_call) + " frame(s) per call from frame " +
+                                 std::to_string(f0));
+          continue;
+        }
+        // One frame that does not fit: the host path's tiles (it retries smaller ones).
+        host_frames.emplace_back(
+            f0,
+            model_.upscale(frames.narrow(0, f0, 1).to(at::kCPU).contiguous(), dc.memory_budget()));
+        f0 += 1;
+      }
+    }
+    sink.finish();
+  } catch (...) {
+    sink.abandon();
+    throw;
+  }
+  for (const auto& [f, y] : host_frames) {
+    for (int c = 0; c < 3; ++c) {
+      std::memcpy(out.plane(c, int(f)), y[0][c].contiguous().data_ptr<float>(),
+                  out.plane_size() * sizeof(float));
+    }
+  }
+  return out;
+}
+#endif
 
 void synchronize(const Device& device) {
 #ifdef WMBATCH_WITH_CUDA
@@ -287,23 +747,51 @@ void synchronize(const Device& device) {
 
 RealEsrganBench bench_realesrgan(const RealEsrganArch& arch, const Device& device,
                                  Precision precision, int frames, int height, int width, int calls,
-                                 int warmup) {
+                                 int warmup, const std::string& tuning_text) {
+  const RealEsrganTuning tuning = RealEsrganTuning::parse(tuning_text);
   return guarded("realesrgan bench", [&] {
     c10::InferenceMode inference;
     const bool cuda = device.kind == Device::Kind::kCuda;
 #ifdef WMBATCH_WITH_CUDA
     if (cuda && precision == Precision::kFloat32) at::globalContext().setAllowTF32CuDNN(false);
+    if (cuda) at::globalContext().setBenchmarkCuDNN(tuning.benchmark);
 #endif
     const at::ScalarType dtype = to_scalar_type(precision);
-    const Network net(random_realesrgan_weights(arch, 1234), to_device(device), dtype, cuda);
+    const Network net(random_realesrgan_weights(arch, 1234), to_device(device), dtype, cuda,
+                      tuning);
     at::Tensor x = at::rand({frames, 3, height, width}, at::kFloat).to(to_device(device), dtype);
     if (cuda) x = x.contiguous(at::MemoryFormat::ChannelsLast);
     at::Tensor y;
-    for (int i = 0; i < warmup; ++i) y = net.forward(x);
+    for (int i = 0; i < std::max(warmup, 1); ++i) y = net.forward(x);
     synchronize(device);
+    std::function<at::Tensor()> step = [&] { return net.forward(x); };
+#ifdef WMBATCH_WITH_CUDA
+    // CUDA graph: the forward pass captured once on a side stream (after the warm-up calls,
+    // so cuDNN's algorithm search is done) and replayed; input and output stay where the
+    // capture put them.
+    std::unique_ptr<at::cuda::CUDAGraph> graph;
+    at::Tensor graph_out;
+    if (cuda && tuning.graph) {
+      graph = std::make_unique<at::cuda::CUDAGraph>();
+      at::cuda::CUDAStream side = at::cuda::getStreamFromPool(false, device.index);
+      {
+        at::cuda::CUDAStreamGuard guard(side);
+        graph->capture_begin();
+        graph_out = net.forward(x);
+        graph->capture_end();
+      }
+      synchronize(device);
+      step = [&] {
+        graph->replay();
+        return graph_out;
+      };
+      y = step();
+      synchronize(device);
+    }
+#endif
     reset_peak_device_memory(device);
     const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < calls; ++i) y = net.forward(x);
+    for (int i = 0; i < calls; ++i) y = step();
     synchronize(device);
     RealEsrganBench b;
     b.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -313,6 +801,12 @@ RealEsrganBench bench_realesrgan(const RealEsrganArch& arch, const Device& devic
     b.output_mean = y.to(at::kFloat).mean().item<double>();
     return b;
   });
+}
+
+void realesrgan_oom_fault_for_test(int64_t call, int64_t max_pixels) {
+  g_calls = 0;
+  g_fault_call = call;
+  g_fault_pixels = max_pixels;
 }
 
 std::unique_ptr<Model> make_realesrgan(const ModelConfig& config, const Device& device) {

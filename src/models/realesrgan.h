@@ -31,6 +31,21 @@ struct RealEsrganOptions : ModelOptions {
   std::string text() const override { return "scale " + std::to_string(scale) + "\n"; }
 };
 
+// Execution choices of the GPU path, "key=value,..." (the job's `model.tuning`, wmbench
+// --tuning): speed only, never the function computed (half-precision rounding aside).
+//   fused=1      own CUDA kernels for the memory-bound passes (RRDB dense-block concat +
+//                activation + residuals, SRVGG pixel shuffle + upsampled add); fp16/bf16 only
+//   benchmark=1  cuDNN benchmark mode (an algorithm search per new shape; process-wide)
+//   graph=0      (wmbench only) replay the timed forward pass as a CUDA graph
+struct RealEsrganTuning {
+  bool fused = true;
+  bool benchmark = true;
+  bool graph = false;
+  // Throws ModelError naming an unknown key or a bad value.
+  static RealEsrganTuning parse(const std::string& text);
+  std::string str() const;
+};
+
 // One network's architecture, as inferred from a file or named by a preset.
 struct RealEsrganArch {
   enum class Family { kSrvgg, kRrdb } family = Family::kSrvgg;
@@ -63,6 +78,13 @@ std::unique_ptr<Model> make_realesrgan_random(const RealEsrganArch& arch, const 
 // end-to-end benchmark job loads).
 void write_random_realesrgan(const RealEsrganArch& arch, const std::string& path, uint64_t seed);
 
+// TEST ONLY (tests/unit/test_realesrgan.cpp, on the CPU): from now on, network call number `call`
+// (0-based, counted from this call over the whole process; < 0: none) and every call with more
+// than `max_pixels` input pixels (frames × height × width; 0: no limit) throw
+// c10::OutOfMemoryError, the error LibTorch's CUDA allocator throws, so the out-of-memory retry
+// of `tiling: auto` can be tested without a GPU. realesrgan_oom_fault_for_test(-1, 0) turns it off.
+void realesrgan_oom_fault_for_test(int64_t call, int64_t max_pixels = 0);
+
 // Model-only speed: the network of `arch` (random weights) on device-resident random frames,
 // `frames` per call of height × width, after `warmup` calls; no host transfers, no tiles.
 struct RealEsrganBench {
@@ -74,6 +96,6 @@ struct RealEsrganBench {
 };
 RealEsrganBench bench_realesrgan(const RealEsrganArch& arch, const Device& device,
                                  Precision precision, int frames, int height, int width, int calls,
-                                 int warmup);
+                                 int warmup, const std::string& tuning = "");
 
 }  // namespace wm::models

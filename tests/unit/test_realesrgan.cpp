@@ -4,11 +4,13 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "io/safetensors.h"
 #include "src/base/error.h"
+#include "src/model.h"
 #include "src/models/lanczos_resize.h"
 #include "src/models/realesrgan.h"
 #include "src/models/realesrgan_weights.h"
@@ -151,6 +153,91 @@ TEST(LanczosResize, KeepsConstantsAndLinearRampsAwayFromBorders) {
     EXPECT_NEAR(half[0][0][3][x].item<float>(), centre / w, 1e-5) << x;
   }
   EXPECT_TRUE(at::equal(lanczos_resize(flat, 20, 30), flat));
+}
+
+TEST(RealEsrgan, TuningParsesItsKeysAndRefusesOthers) {
+  const RealEsrganTuning defaults = RealEsrganTuning::parse("");
+  EXPECT_EQ(defaults.str(), "fused=1,benchmark=1,graph=0");
+  EXPECT_EQ(RealEsrganTuning::parse("fused=0,graph=1").str(), "fused=0,benchmark=1,graph=1");
+  EXPECT_THROW(RealEsrganTuning::parse("fusion=1"), ModelError);
+  EXPECT_THROW(RealEsrganTuning::parse("fused=2"), ModelError);
+  ModelConfig config;
+  config.kind = "realesrgan";
+  config.weights = kGolden + std::string("srvgg-tiny/model.pth");
+  config.tuning = "graph=yes";
+  EXPECT_THROW(make_realesrgan(config, Device{}), ModelError);
+}
+
+// `frames` distinct random frames as a [3, frames, h, w] Planar (a lost or repeated frame shows).
+Planar random_frames(int frames, int h, int w) {
+  at::manual_seed(frames * 1000 + h);
+  const at::Tensor t = at::rand({3, frames, h, w}, at::kFloat);
+  Planar p(3, frames, h, w);
+  std::memcpy(p.data.data(), t.data_ptr<float>(), p.data.size() * sizeof(float));
+  return p;
+}
+
+at::Tensor as_tensor(const Planar& p) {
+  return at::from_blob(const_cast<float*>(p.data.data()), {p.channels, p.frames, p.height, p.width},
+                       at::kFloat)
+      .clone();
+}
+
+// Turns the test fault off whatever the test's outcome.
+struct FaultGuard {
+  ~FaultGuard() { realesrgan_oom_fault_for_test(-1, 0); }
+};
+
+// `tiling: auto` on the CPU with the test-only fault (a real c10::OutOfMemoryError): a slice whose
+// call runs out of memory is retried with fewer frames per call, then with smaller tiles, and the
+// output equals the untiled run's (exact halos: SRVGG, RRDB with tiling.exact) with every frame
+// in its place.
+TEST(RealEsrgan, AutoTilesRetryOutOfMemoryWithSmallerCallsAndMatchTheUntiledOutput) {
+  FaultGuard guard;
+  const Device cpu;
+  struct Case {
+    const char* model;
+    int frames, height, width;
+    bool exact;
+  };
+  for (const Case& c :
+       {Case{"srvgg-tiny", 3, 120, 160, false}, Case{"rrdb-tiny", 2, 200, 256, true},
+        Case{"rrdb-x2-tiny", 2, 400, 512, true}}) {
+    SCOPED_TRACE(c.model);
+    ModelConfig config;
+    config.kind = "realesrgan";
+    config.weights = kGolden + c.model + "/model.pth";
+    config.exact_tiles = c.exact;
+    const at::Tensor whole =
+        as_tensor(make_realesrgan(config, cpu)
+                      ->open_session(cpu)
+                      ->run(random_frames(c.frames, c.height, c.width), RunContext{}));
+    config.auto_tiles = true;
+    const auto model = make_realesrgan(config, cpu);
+    ASSERT_TRUE(model->traits().halo_exact);
+    const int64_t pixels = int64_t(c.height) * c.width;
+    // The first call (the whole slice) fails once: frames are then split over calls.
+    realesrgan_oom_fault_for_test(0, 0);
+    const at::Tensor split = as_tensor(
+        model->open_session(cpu)->run(random_frames(c.frames, c.height, c.width), RunContext{}));
+    ASSERT_EQ(split.sizes(), whole.sizes());
+    EXPECT_LE((split - whole).abs().max().item<float>(), 1e-5f);
+    // Every call above 3/4 of a frame fails: one frame per call, then tiles.
+    realesrgan_oom_fault_for_test(-1, pixels * 3 / 4);
+    const at::Tensor tiled = as_tensor(
+        model->open_session(cpu)->run(random_frames(c.frames, c.height, c.width), RunContext{}));
+    ASSERT_EQ(tiled.sizes(), whole.sizes());
+    EXPECT_LE((tiled - whole).abs().max().item<float>(), 1e-5f);
+    // Nothing fits: the error is the out-of-memory one, after the smallest tiles.
+    realesrgan_oom_fault_for_test(-1, 100);
+    try {
+      model->open_session(cpu)->run(random_frames(1, c.height, c.width), RunContext{});
+      ADD_FAILURE() << "expected out of memory";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
+    }
+    realesrgan_oom_fault_for_test(-1, 0);
+  }
 }
 
 }  // namespace
