@@ -246,6 +246,45 @@ TEST(SeedVR2Golden, ChannelsLastLayoutMatchesTheReference) {
   }
 }
 
+// The stage-by-stage path with time chunks (what CUDA runs, sized from the memory budget): a
+// budget of one byte cuts every stage's input into single frames (encoder: whole downsampling
+// windows), each taken through all later stages; the chunks together equal the whole pass.
+TEST(SeedVR2Slicing, TimeChunksInsideASliceEqualTheWholePass) {
+  wm::io::SafetensorsFile weights(kGolden + "weights.safetensors");
+  auto getter = [&](const std::string& key) {
+    const auto& info = weights.info(key);
+    at::Tensor t = at::empty(info.shape, at::kFloat);
+    std::memcpy(t.data_ptr(), info.data, info.bytes);
+    return t.dim() == 5 ? t.contiguous(at::MemoryFormat::ChannelsLast3d) : t;
+  };
+  seedvr2::Architecture arch;
+  arch.channels = {16, 32, 64, 64};
+  arch.norm_groups = 4;
+  auto tensor = [](const Planar& p) {
+    return at::from_blob(const_cast<float*>(p.data.data()),
+                         {1, p.channels, p.frames, p.height, p.width}, at::kFloat)
+        .clone();
+  };
+  for (bool decoder : {true, false}) {
+    const seedvr2::Network net(arch, decoder, getter, at::MemoryFormat::ChannelsLast3d);
+    const at::Tensor x =
+        decoder ? tensor(golden("decode_t3", "latent")) : tensor(golden("encode_t9", "video"));
+    seedvr2::StreamState whole_state;
+    const at::Tensor whole = net.forward(x, whole_state, true);
+    seedvr2::StreamState state;
+    std::vector<at::Tensor> parts;
+    net.forward_chunks(x, state, true, 1, [&](const at::Tensor& y) { parts.push_back(y); });
+    // One output frame per chunk: every stage was cut.
+    EXPECT_EQ(int64_t(parts.size()), whole.size(2));
+    const at::Tensor got = at::cat(parts, 2);
+    ASSERT_EQ(got.sizes(), whole.sizes());
+    const double err = (got - whole).abs().max().item<double>();
+    std::cout << "[ chunks   ] " << (decoder ? "decode" : "encode") << ": " << parts.size()
+              << " chunks, max abs difference " << err << "\n";
+    EXPECT_LE(err, 1e-5);
+  }
+}
+
 // --- causal slicing ----------------------------------------------------------------------------
 
 TEST(SeedVR2Slicing, DecodeSlicesOfAnyLengthEqualTheWholeSequence) {
