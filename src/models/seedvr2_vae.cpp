@@ -25,6 +25,7 @@
 #endif
 
 #include "io/safetensors.h"
+#include "io/torch_pickle.h"
 #include "src/base/error.h"
 #include "src/exec/device_context.h"
 #include "src/models/seedvr2_blocks.h"
@@ -71,20 +72,33 @@ at::ScalarType file_dtype(const std::string& dtype) {
 // Host float32 parameters by key.
 using ParamMap = std::map<std::string, at::Tensor>;
 
-// The tensors of a checkpoint file: name → dtype, shape, bytes.
-//
-// Hook for the release `.pth` file (a PyTorch zip pickle): the restricted pickle reader written
-// for the upscalers (branch `upscalers`, ../shared/upscalers-spec.md) is to fill a name →
-// io::TensorInfo map here, exactly as the safetensors reader does; nothing else changes.
+// The tensors of a checkpoint file: name → dtype, shape, bytes. `.safetensors`, or the release
+// `.pth` (torch.save zip) through the restricted pickle reader (io/torch_pickle.h: nothing in the
+// file runs): a bare state dict, or one nested under "state_dict". Its tensors must be stored
+// contiguously (state dicts are); another layout is named.
 class Checkpoint {
  public:
   explicit Checkpoint(const std::string& path) : path_(path) {
-    if (ends_with(path, ".pth") || ends_with(path, ".pt")) {
-      throw ModelError(path +
-                       ": .pth checkpoints are not readable in this build yet; convert to "
-                       ".safetensors (the official key layout) first");
-    }
     try {
+      if (ends_with(path, ".pth") || ends_with(path, ".pt")) {
+        torch_.emplace(path);
+        const std::map<std::string, io::TorchTensor>* dict = &torch_->tensors();
+        if (dict->empty()) dict = &torch_->dict("state_dict");
+        for (const auto& [name, t] : *dict) {
+          if (!t.contiguous()) {
+            throw ModelError(path + ": tensor " + name + " is not stored contiguously");
+          }
+          size_t n = 1;
+          for (int64_t d : t.shape) n *= size_t(d);
+          io::TensorInfo info;
+          info.dtype = t.dtype;
+          info.shape = t.shape;
+          info.data = t.data;
+          info.bytes = n * t.element_size;
+          tensors_.emplace(name, std::move(info));
+        }
+        return;
+      }
       file_.emplace(path);
     } catch (const InputError& e) {
       throw ModelError(e.what(), e.exit_code());
@@ -101,6 +115,7 @@ class Checkpoint {
  private:
   std::string path_;
   std::optional<io::SafetensorsFile> file_;
+  std::optional<io::TorchCheckpoint> torch_;
   std::map<std::string, io::TensorInfo> tensors_;
 };
 
@@ -110,7 +125,7 @@ class Checkpoint {
 // named (with a count of the others).
 ParamMap load_params(const ModelConfig& config, bool decoder, Architecture& arch) {
   if (config.weights.empty()) {
-    throw ModelError("seedvr2-vae: model.weights (a .safetensors file) is required");
+    throw ModelError("seedvr2-vae: model.weights (a .safetensors or .pth file) is required");
   }
   const Checkpoint file(config.weights);
   arch = seedvr2::infer_architecture(
