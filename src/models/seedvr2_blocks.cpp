@@ -249,7 +249,25 @@ Network::Network(const Architecture& arch, bool decoder, const ParamGetter& para
   }
 }
 
+// Sequence parallelism: a rank after the first takes the conv's memory (the last kt − st frames
+// of the previous rank's time-extended input) from the previous rank; `like` has the conv's
+// channels and frame size.
+void Network::receive_memory(const Conv& c, const at::Tensor& like, StreamState& s) const {
+  if (!s.halo || s.halo->rank() == 0 || c.slot < 0) return;
+  at::Tensor history = at::empty({1, like.size(1), c.kt - c.st, like.size(3), like.size(4)},
+                                 like.options().memory_format(format_));
+  s.halo->recv(s.halo->rank() - 1, history);
+  s.memory[size_t(c.slot)] = history;
+}
+
+void Network::send_memory(const Conv& c, StreamState& s) const {
+  if (s.halo && c.slot >= 0 && s.halo->rank() + 1 < s.halo->ranks()) {
+    s.halo->send(s.halo->rank() + 1, s.memory[size_t(c.slot)].contiguous(format_));
+  }
+}
+
 at::Tensor Network::conv(const Conv& c, at::Tensor x, StreamState& s, bool first) const {
+  receive_memory(c, x, s);
   if (c.causal && c.kt > 1) {
     // Time padding: kt − 1 copies of the sequence's first frame, or what the previous slice left.
     at::Tensor head;
@@ -264,6 +282,7 @@ at::Tensor Network::conv(const Conv& c, at::Tensor x, StreamState& s, bool first
     const int64_t keep = c.kt - c.st;
     s.memory[size_t(c.slot)] = x.narrow(2, x.size(2) - keep, keep).clone();
   }
+  send_memory(c, s);
   if (c.down) x = at::constant_pad_nd(x, {0, 1, 0, 1}, 0).contiguous(format_);
   if (x.is_cpu() && x.scalar_type() == at::kFloat && format_ == at::MemoryFormat::Contiguous &&
       at::hasMKLDNN()) {
@@ -422,6 +441,7 @@ at::Tensor Network::conv_buffer(const Conv& c, int64_t channels, int64_t frames,
 at::Tensor Network::conv_buffered(const Conv& c, at::Tensor buffer, StreamState& s,
                                   bool first) const {
   const int64_t head = head_frames(c);
+  receive_memory(c, buffer, s);
   if (head > 0) {
     at::Tensor pad = buffer.narrow(2, 0, head);
     if (first || c.slot < 0) {
@@ -434,6 +454,7 @@ at::Tensor Network::conv_buffered(const Conv& c, at::Tensor buffer, StreamState&
     const int64_t keep = c.kt - c.st;
     s.memory[size_t(c.slot)] = buffer.narrow(2, buffer.size(2) - keep, keep).clone(format_);
   }
+  send_memory(c, s);
 #ifdef WMBATCH_WITH_CUDA
   if (buffer.is_cuda() && c.st == 1 && c.ss == 1) {
     const int64_t kt = c.w.size(2), kh = c.w.size(3), kw = c.w.size(4);

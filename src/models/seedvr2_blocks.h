@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "src/exec/halo_exchange.h"
 #include "src/models/seedvr2_layout.h"
 
 namespace wm::models::seedvr2 {
@@ -25,6 +26,11 @@ namespace wm::models::seedvr2 {
 // never written in place, so a copy of a StreamState is a snapshot.
 struct StreamState {
   std::vector<at::Tensor> memory;  // undefined: nothing seen yet
+  // Sequence parallelism (spec §5), for the current call: rank r > 0 takes every causal conv's
+  // memory from rank r − 1 and every rank but the last sends its own on; only the sequence's
+  // first slice on rank 0 pads by replication and drops the Upsample3D head frame (`first`).
+  // Run the network without time chunks (forward_chunks with work_bytes 0) on ranks.
+  exec::HaloExchange* halo = nullptr;
 };
 
 // Execution choices (ModelConfig::tuning, "key=value,..."): they change rounding only, never the
@@ -87,6 +93,8 @@ class Network {
 
  private:
   at::Tensor conv(const Conv& c, at::Tensor x, StreamState& s, bool first) const;
+  void receive_memory(const Conv& c, const at::Tensor& like, StreamState& s) const;
+  void send_memory(const Conv& c, StreamState& s) const;
   at::Tensor resnet(const Resnet& r, const at::Tensor& x, StreamState& s, bool first) const;
   at::Tensor attention(const Attention& a, const at::Tensor& x) const;
   at::Tensor upsample(const Upsample& u, const at::Tensor& x, StreamState& s, bool first) const;

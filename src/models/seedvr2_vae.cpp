@@ -216,10 +216,13 @@ class SeedVR2Session final : public ModelSession {
 
   Planar run(Planar&& input, const RunContext& ctx) override {
     check(input, ctx);
-    if (ctx.first_slice) tiles_[ctx.tile_index] = StreamState{};
+    // A sequence-parallel rank after the first takes every memory from the rank before it.
+    const bool follower = ctx.halo && ctx.halo->rank() > 0;
+    if (ctx.first_slice || follower) tiles_[ctx.tile_index] = StreamState{};
     StreamState& state = tiles_[ctx.tile_index];
+    state.halo = ctx.halo;
     try {
-      return guarded(traits_.name.c_str(), [&] {
+      Planar out = guarded(traits_.name.c_str(), [&] {
         c10::InferenceMode inference;
 #ifdef WMBATCH_WITH_CUDA
         if (device_.is_cuda()) {
@@ -230,14 +233,19 @@ class SeedVR2Session final : public ModelSession {
             if (!stream_) stream_ = c10::cuda::getStreamFromPool(false, device_.index());
             stream_guard.emplace(*stream_);
           }
-          return run_cuda(std::move(input), state, ctx);
+          Planar y = run_cuda(std::move(input), state, ctx);
+          if (ctx.halo) hand_over_state(state, *ctx.halo);
+          return y;
         }
 #endif
         const at::Tensor x = to_tensor(std::move(input)).to(device_, dtype_);
         at::Tensor y = net_->forward(x, state, ctx.first_slice);
         if (!net_->decoder() && !logvar_) y = y.narrow(1, 0, net_->arch().latent_channels);
+        if (ctx.halo) hand_over_state(state, *ctx.halo);
         return to_planar(y);
       });
+      state.halo = nullptr;
+      return out;
     } catch (...) {
       tiles_.erase(ctx.tile_index);  // half-updated state must not feed a later slice
       throw;
@@ -245,12 +253,31 @@ class SeedVR2Session final : public ModelSession {
   }
 
  private:
+  // Sequence parallelism, after a rank's run: the last rank's memory replaces rank 0's, for the
+  // next slice (every causal conv ran on every rank, so both hold the same slots).
+  static void hand_over_state(StreamState& state, exec::HaloExchange& halo) {
+    const int last = halo.ranks() - 1;
+    if (last == 0 || (halo.rank() != 0 && halo.rank() != last)) return;
+    for (at::Tensor& m : state.memory) {
+      if (!m.defined()) continue;
+      if (halo.rank() == last) {
+        halo.send(0, m);
+      } else {
+        at::Tensor t = at::empty_like(m);
+        halo.recv(last, t);
+        m = t;
+      }
+    }
+  }
+
 #ifdef WMBATCH_WITH_CUDA
   // Working memory per stage chunk (Tuning::work_mib): a third of what the memory budget (or the
   // device) leaves after what is allocated now, less a margin for cuDNN workspaces and
   // fragmentation, at most kMostWork (larger chunks measured no faster; GPU memory then stays flat
   // in the video's length and grows with the frame size only).
   int64_t work_bytes(const RunContext& ctx) const {
+    // Ranks run whole stages: a later rank's conv waits for the earlier rank's whole input to it.
+    if (ctx.halo) return 0;
     if (net_->tuning().work_mib > 0) return net_->tuning().work_mib << 20;
     constexpr int64_t kMostWork = int64_t(4) << 30, kLeastWork = int64_t(256) << 20;
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index());
@@ -349,7 +376,10 @@ class SeedVR2Session final : public ModelSession {
                          "is exact only on a window boundary)");
       }
     }
-    if (!ctx.first_slice && !tiles_.count(ctx.tile_index)) {
+    if (ctx.halo && !net_->decoder()) {
+      throw ModelError(where + "sequence parallelism is for decoding only");
+    }
+    if (!ctx.first_slice && !tiles_.count(ctx.tile_index) && !(ctx.halo && ctx.halo->rank() > 0)) {
       throw ModelError(where + "slice " + std::to_string(ctx.slice_index) + " of tile " +
                        std::to_string(ctx.tile_index) +
                        " is not the first slice, but no earlier slice of it ran on this session");
@@ -390,6 +420,7 @@ class SeedVR2Model final : public Model {
       t.scale_num = s;
       t.scale_den = 1;
       t.halo = kHaloLatent;
+      t.sequence_parallel = true;
     } else {
       t.name = "seedvr2-vae encode";
       t.in_channels = arch_.in_channels;

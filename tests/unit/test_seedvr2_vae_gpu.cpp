@@ -12,6 +12,7 @@
 
 #include "io/safetensors.h"
 #include "parallel/device_worker.h"
+#include "parallel/sequence_parallel.h"
 #include "src/models/seedvr2_vae.h"
 
 using wm::Planar;
@@ -181,6 +182,48 @@ TEST(SeedVR2Gpu, ChunkedAndFusedEqualTheWholePass) {
   std::cout << "[ chunks   ] bf16 chunked vs whole: max abs " << max_abs_diff(bf_chunked, bf_whole)
             << ", PSNR " << bf_psnr << " dB\n";
   EXPECT_GT(bf_psnr, 40.0);
+}
+
+// Sequence parallelism with 2 ranks on one GPU (two device workers, in-process exchange): the
+// ranks' outputs together equal one session's, over two slices (the state passes from the last
+// rank to rank 0).
+TEST(SeedVR2Gpu, TwoRanksOnOneGpuEqualOneSession) {
+  REQUIRE_GPU();
+  auto model = tiny_model("decode", wm::Precision::kFloat32);
+  const Planar z = golden("decode_t5", "latent");
+  const Planar whole = run_slices(*model, z, {5}, /*worker=*/true);
+  std::vector<std::unique_ptr<wm::ModelSession>> sessions;
+  std::vector<wm::parallel::DeviceWorker*> workers;
+  for (int r = 0; r < 2; ++r) {
+    sessions.push_back(model->open_session(kCuda));
+    workers.push_back(&wm::parallel::device_worker(kCuda, r));
+  }
+  wm::parallel::SequenceParallelSession session(std::move(sessions), std::move(workers));
+  std::vector<Planar> outs;
+  int t0 = 0;
+  const std::vector<int> slices = {3, 2};
+  for (size_t i = 0; i < slices.size(); ++i) {
+    wm::RunContext ctx;
+    ctx.slice_index = int64_t(i);
+    ctx.first_slice = i == 0;
+    ctx.last_slice = i + 1 == slices.size();
+    outs.push_back(session.run(frames(z, t0, slices[i]), ctx));
+    t0 += slices[i];
+  }
+  Planar got(outs[0].channels, whole.frames, whole.height, whole.width);
+  int t = 0;
+  for (const Planar& p : outs) {
+    for (int c = 0; c < p.channels; ++c) {
+      std::memcpy(got.plane(c, t), p.plane(c, 0), size_t(p.frames) * p.plane_size() * 4);
+    }
+    t += p.frames;
+  }
+  ASSERT_EQ(t, whole.frames);
+  const double err = max_abs_diff(got, whole);
+  std::cout << "[ ranks    ] cuda fp32 2 ranks on one GPU: max diff " << err << ", exchanged "
+            << session.exchange_stats().bytes << " bytes\n";
+  EXPECT_LE(err, 1e-5);
+  EXPECT_GT(session.exchange_stats().messages, 0);
 }
 
 TEST(SeedVR2Gpu, HalfPrecisionAgainstFloat32) {
