@@ -6,6 +6,7 @@
 //                   [--dtype fp32|bf16|fp16] [--device cpu|cuda:N] [--warmup N] [--iters N]
 //                   [--slice-frames S] [--threads N] [--seed N] [--max-gpu-gib N]
 //                   [--channels 128,256,512,512] [--norm-groups 32] [--compare-fp32 0|1]
+//                   [--tuning KEY=V,...]
 //
 // H and W are video pixels (multiples of 8); --frames counts video frames (1 + 4k; default 81,
 // i.e. 21 latent frames). --slice-frames S cuts the input as the job runner does: decode S latent
@@ -66,7 +67,7 @@ const char* kUsage =
     "                       [--dtype fp32|bf16|fp16] [--device cpu|cuda:N] [--warmup N]\n"
     "                       [--iters N] [--slice-frames S] [--threads N] [--seed N]\n"
     "                       [--max-gpu-gib N] [--channels A,B,C,D] [--norm-groups G]\n"
-    "                       [--compare-fp32 0|1]\n";
+    "                       [--compare-fp32 0|1] [--tuning KEY=V,...]\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -235,6 +236,7 @@ int bench_seedvr2(int argc, char** argv) {
     config.kind = "seedvr2-vae";
     config.task = decode ? "decode" : "encode";
     config.precision = wm::bench::parse_precision(o.dtype);
+    config.tuning = o.tuning;
     auto model = wm::models::make_seedvr2_vae_random(config, arch, device, o.seed);
     auto session = model->open_session(device);
     wm::parallel::limit_device_memory(device, o.max_gpu_gib);
@@ -283,6 +285,7 @@ int bench_seedvr2(int argc, char** argv) {
     out["frames"] = o.frames;
     out["latent_frames"] = (o.frames - 1) / 4 + 1;
     out["slice_frames"] = o.slice_frames;
+    out["tuning"] = o.tuning;
     out["iters"] = o.iters;
     out["seconds"] = seconds;
     out["best_seconds"] = best;

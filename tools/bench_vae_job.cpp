@@ -60,6 +60,7 @@
 #include "src/base/error.h"
 #include "src/geometry.h"
 #include "src/model.h"
+#include "src/models/seedvr2_layout.h"
 #include "src/models/wan21_bench_support.h"
 #include "src/models/wan21_vae.h"
 #include "tools/bench.h"
@@ -72,6 +73,7 @@ using Clock = std::chrono::steady_clock;
 using Json = nlohmann::ordered_json;
 
 struct Options {
+  std::string kind = "wan2.1-vae";  // or seedvr2-vae (full official architecture)
   int dim = 96;
   int latent_frames = 5;
   int height = 256;
@@ -100,7 +102,8 @@ struct Options {
 };
 
 const char* kUsage =
-    "usage: wmbench vae-job [--dim 96] [--latent-frames T] [--height H] [--width W]\n"
+    "usage: wmbench vae-job [--kind wan2.1-vae|seedvr2-vae] [--dim 96] [--latent-frames T]\n"
+    "                       [--height H] [--width W]\n"
     "                       [--dtype fp32|bf16|fp16] [--device cpu|cuda:N] [--slice-frames S]\n"
     "                       [--tokens N] [--preset veryfast] [--crf 18] [--encode-threads N]\n"
     "                       [--encode-options KEY=V,...]\n"
@@ -121,7 +124,12 @@ Options parse(int argc, char** argv) {
     if (i + 1 >= argc) throw std::invalid_argument(flag + ": missing value");
     const std::string v = argv[++i];
     if (wm::bench::parse_shared_flag(flag, v, o)) continue;
-    if (flag == "--tokens") {
+    if (flag == "--kind") {
+      if (v != "wan2.1-vae" && v != "seedvr2-vae") {
+        throw std::invalid_argument("--kind: wan2.1-vae or seedvr2-vae, not '" + v + "'");
+      }
+      o.kind = v;
+    } else if (flag == "--tokens") {
       o.tokens = integer(flag, v, 1);
     } else if (flag == "--preset") {
       o.preset = v;
@@ -194,7 +202,16 @@ uint16_t to_bf16(float f) {  // round to nearest even (values here are finite)
 // it; gammas are 1.
 void write_random_weights(const std::string& path, const wm::ModelConfig& config, bool bf16,
                           uint64_t seed) {
-  const std::vector<wm::models::Wan21Param> layout = wm::models::wan21_vae_layout(config);
+  std::vector<wm::models::Wan21Param> layout;
+  if (config.kind == "seedvr2-vae") {
+    // The official decoder's keys (seedvr2::layout); GroupNorm weights 1 (their biases then
+    // take the bound of the weight before them, as any bias here).
+    for (const wm::models::seedvr2::ParamSpec& p : wm::models::seedvr2::layout({})) {
+      if (p.decoder) layout.push_back({p.key, p.shape, true});
+    }
+  } else {
+    layout = wm::models::wan21_vae_layout(config);
+  }
   Random rng{seed * 0x2545f4914f6cdd1dull + 1};
   std::vector<std::vector<float>> f32(layout.size());
   std::vector<std::vector<uint16_t>> b16(layout.size());
@@ -204,7 +221,9 @@ void write_random_weights(const std::string& path, const wm::ModelConfig& config
     const wm::models::Wan21Param& p = layout[i];
     int64_t n = 1;
     for (int64_t d : p.shape) n *= d;
-    const bool gamma = p.key.size() > 6 && p.key.compare(p.key.size() - 6, 6, ".gamma") == 0;
+    const bool gamma = (p.key.size() > 6 && p.key.compare(p.key.size() - 6, 6, ".gamma") == 0) ||
+                       (p.shape.size() == 1 && p.key.find("norm") != std::string::npos &&
+                        p.key.compare(p.key.size() - 7, 7, ".weight") == 0);
     if (!gamma && p.shape.size() > 1) {
       fan_in = 1;
       for (size_t d = 1; d < p.shape.size(); ++d) fan_in *= p.shape[d];
@@ -257,7 +276,8 @@ std::string job_yaml(const Options& o, const wm::Device& device, const std::stri
                      const std::string& output) {
   std::string y = "job: vae-job\ntask: decode_latents\n";
   y += "input: " + input + "\noutput: " + output + "\non_exists: overwrite\n";
-  y += "model: {kind: wan2.1-vae, weights: weights.safetensors, dim: " + std::to_string(o.dim) +
+  y += "model: {kind: " + o.kind + ", weights: weights.safetensors" +
+       (o.kind == "wan2.1-vae" ? ", dim: " + std::to_string(o.dim) : "") +
        (o.tuning.empty() ? "" : ", tuning: '" + o.tuning + "'") + "}\n";
   y += "precision: " + o.dtype + "\n";
   y += "devices: " +
@@ -453,7 +473,7 @@ int bench_vae_job(int argc, char** argv) {
     wm::models::set_cpu_threads(o.threads);
 
     wm::ModelConfig config;
-    config.kind = "wan2.1-vae";
+    config.kind = o.kind;
     config.task = "decode";
     config.dim = o.dim;
     config.precision = wm::bench::parse_precision(o.dtype);
@@ -516,7 +536,8 @@ int bench_vae_job(int argc, char** argv) {
     std::string args;
     for (int i = 0; i < argc; ++i) args += (i ? " " : "") + std::string(argv[i]);
     out["args"] = "wmbench " + args;
-    out["dim"] = o.dim;
+    out["kind"] = o.kind;
+    if (o.kind == "wan2.1-vae") out["dim"] = o.dim;
     out["dtype"] = o.dtype;
     out["weights_dtype"] = o.weights_dtype;
     out["device"] = device.str();
@@ -534,7 +555,7 @@ int bench_vae_job(int argc, char** argv) {
     out["iters"] = o.iters;
     out["cpu_threads"] = wm::models::cpu_threads();
     out["cores"] = int(std::thread::hardware_concurrency());
-    out["tuning"] = wm::models::wan21_tuning(o.tuning);
+    out["tuning"] = o.kind == "wan2.1-vae" ? wm::models::wan21_tuning(o.tuning) : o.tuning;
     out["frames"] = frames_want;
     out["setup_seconds"] = setup_seconds;
     out["decode_only_seconds"] = decode.seconds;

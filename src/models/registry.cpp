@@ -74,6 +74,7 @@ void parse_seedvr2_vae(const OptionReader& r, ModelConfig& m) {
   if (r.has("latent_scale")) m.latent_scale = r.get_number("latent_scale", 0, 1e6, true);
   if (r.has("latent_shift")) m.latent_shift = r.get_number("latent_shift", -1e6, 1e6);
   if (r.has("logvar")) m.logvar = r.get_bool("logvar");
+  if (r.has("tuning")) m.tuning = r.get_string("tuning");
 }
 
 void parse_realesrgan(const OptionReader& r, ModelConfig& m) {
@@ -140,7 +141,7 @@ std::vector<ModelKind> build_kinds() {
                         parse_wan21_vae, models::make_wan21_vae));
   kinds.back().cpu_precisions = {Precision::kFloat32, Precision::kBFloat16};
   kinds.push_back(entry("seedvr2-vae", {"decode", "encode"},
-                        {"weights", "norm_groups", "latent_scale", "latent_shift", "logvar"},
+                        {"weights", "norm_groups", "latent_scale", "latent_shift", "logvar", "tuning"},
                         parse_seedvr2_vae, models::make_seedvr2_vae));
   kinds.back().cpu_precisions = {Precision::kFloat32, Precision::kBFloat16};
   return kinds;

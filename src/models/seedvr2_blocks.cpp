@@ -4,6 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
+
+#include "src/base/error.h"
+#include "src/models/seedvr2_kernels.h"
 
 namespace wm::models::seedvr2 {
 
@@ -34,6 +38,57 @@ struct Upsample {
   Conv conv;     // causal 3×3×3
   int64_t z = 1;
 };
+
+// One step of the network's execution order, the unit of time chunking.
+struct Stage {
+  enum Kind { kConvIn, kResnet, kAttention, kUpsample, kDownsample, kOut } kind = kConvIn;
+  const Resnet* resnet = nullptr;
+  const Upsample* upsample = nullptr;
+  const Conv* down = nullptr;
+  // Encoder: the product of the temporal strides after this stage's input (a time chunk after
+  // the sequence's first must hold a multiple of it, the first one 1 + a multiple).
+  int64_t frame_group = 1;
+};
+
+Tuning Tuning::parse(const std::string& text) {
+  Tuning t;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    auto number = [&](int64_t lo) {
+      try {
+        size_t used = 0;
+        const long long v = std::stoll(value, &used);
+        if (used == value.size() && v >= lo) return int64_t(v);
+      } catch (const std::exception&) {
+      }
+      throw ModelError("seedvr2-vae: tuning " + key + ": bad value '" + value + "'");
+    };
+    if (key == "fused") {
+      t.fused = number(0) != 0;
+    } else if (key == "cudnn_benchmark") {
+      t.cudnn_benchmark = number(0) != 0;
+    } else if (key == "conv_frames") {
+      t.conv_frames = int(number(-1));
+    } else if (key == "work_mib") {
+      t.work_mib = number(0);
+    } else {
+      throw ModelError("seedvr2-vae: unknown tuning key '" + key +
+                       "' (fused, cudnn_benchmark, conv_frames, work_mib)");
+    }
+  }
+  return t;
+}
+
+std::string Tuning::str() const {
+  std::ostringstream o;
+  o << "fused=" << fused << ",cudnn_benchmark=" << cudnn_benchmark << ",conv_frames=" << conv_frames
+    << ",work_mib=" << work_mib;
+  return o.str();
+}
 
 namespace {
 
@@ -90,8 +145,12 @@ class Builder {
 Network::~Network() = default;
 
 Network::Network(const Architecture& arch, bool decoder, const ParamGetter& param,
-                 at::MemoryFormat format)
-    : arch_(arch), decoder_(decoder), format_(format) {
+                 at::MemoryFormat format, const Tuning& tuning)
+    : arch_(arch),
+      decoder_(decoder),
+      format_(format),
+      tuning_(tuning),
+      fused_(tuning.fused && format == at::MemoryFormat::ChannelsLast3d) {
   arch_.validate();
   Builder b(param, slots_);
   const int n = arch_.levels();
@@ -153,9 +212,62 @@ Network::Network(const Architecture& arch, bool decoder, const ParamGetter& para
     norm_out_b_ = b.get("decoder.conv_norm_out.bias");
     conv_out_ = std::make_unique<Conv>(b.conv("decoder.conv_out"));
   }
+  // The execution order as stages (forward_chunks).
+  auto add = [&](Stage::Kind kind, const Resnet* r = nullptr) {
+    Stage st;
+    st.kind = kind;
+    st.resnet = r;
+    stages_.push_back(st);
+  };
+  add(Stage::kConvIn);
+  if (!decoder_) {
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      for (const Resnet& r : blocks_[i]) add(Stage::kResnet, &r);
+      if (down_[i]) {
+        add(Stage::kDownsample);
+        stages_.back().down = down_[i].get();
+      }
+    }
+  }
+  add(Stage::kResnet, &mid_[0]);
+  add(Stage::kAttention);
+  add(Stage::kResnet, &mid_[1]);
+  if (decoder_) {
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      for (const Resnet& r : blocks_[i]) add(Stage::kResnet, &r);
+      if (up_[i]) {
+        add(Stage::kUpsample);
+        stages_.back().upsample = up_[i].get();
+      }
+    }
+  }
+  add(Stage::kOut);
+  int64_t group = 1;
+  for (size_t i = stages_.size(); i-- > 0;) {
+    if (stages_[i].kind == Stage::kDownsample) group *= stages_[i].down->st;
+    stages_[i].frame_group = group;
+  }
+}
+
+// Sequence parallelism: a rank after the first takes the conv's memory (the last kt − st frames
+// of the previous rank's time-extended input) from the previous rank; `like` has the conv's
+// channels and frame size.
+void Network::receive_memory(const Conv& c, const at::Tensor& like, StreamState& s) const {
+  if (!s.halo || s.halo->rank() == 0 || c.slot < 0) return;
+  at::Tensor history = at::empty({1, like.size(1), c.kt - c.st, like.size(3), like.size(4)},
+                                 like.options().memory_format(format_));
+  s.halo->recv(s.halo->rank() - 1, history);
+  s.memory[size_t(c.slot)] = history;
+}
+
+void Network::send_memory(const Conv& c, StreamState& s) const {
+  if (s.halo && c.slot >= 0 && s.halo->rank() + 1 < s.halo->ranks()) {
+    s.halo->send(s.halo->rank() + 1, s.memory[size_t(c.slot)].contiguous(format_));
+  }
 }
 
 at::Tensor Network::conv(const Conv& c, at::Tensor x, StreamState& s, bool first) const {
+  receive_memory(c, x, s);
   if (c.causal && c.kt > 1) {
     // Time padding: kt − 1 copies of the sequence's first frame, or what the previous slice left.
     at::Tensor head;
@@ -170,6 +282,7 @@ at::Tensor Network::conv(const Conv& c, at::Tensor x, StreamState& s, bool first
     const int64_t keep = c.kt - c.st;
     s.memory[size_t(c.slot)] = x.narrow(2, x.size(2) - keep, keep).clone();
   }
+  send_memory(c, s);
   if (c.down) x = at::constant_pad_nd(x, {0, 1, 0, 1}, 0).contiguous(format_);
   if (x.is_cpu() && x.scalar_type() == at::kFloat && format_ == at::MemoryFormat::Contiguous &&
       at::hasMKLDNN()) {
@@ -181,12 +294,13 @@ at::Tensor Network::conv(const Conv& c, at::Tensor x, StreamState& s, bool first
   return at::conv3d(x, c.w, c.b, {c.st, c.ss, c.ss}, {0, c.pad, c.pad});
 }
 
-at::Tensor Network::group_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
-                               bool silu) const {
+namespace {
+
+at::Tensor reference_group_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                                bool silu, int64_t G, at::MemoryFormat format) {
   // Statistics per frame and group (spec §2): over C/G channels × H × W of one frame.
   const int64_t B = x.size(0), C = x.size(1), T = x.size(2), H = x.size(3), W = x.size(4);
-  const int64_t G = arch_.norm_groups;
-  if (format_ == at::MemoryFormat::ChannelsLast3d) {
+  if (format == at::MemoryFormat::ChannelsLast3d) {
     // Stored (B, T, H, W, C): groups are runs of C/G adjacent values, so the statistics of a frame
     // and group are a reduction over (H·W, C/G) of a view, and the layout never changes (LibTorch's
     // CUDA GroupNorm would copy to NCHW and back). Normalisation and affine fold into one
@@ -210,6 +324,25 @@ at::Tensor Network::group_norm(const at::Tensor& x, const at::Tensor& w, const a
       b.to(y.scalar_type()).view({1, C, 1, 1, 1});
   if (silu) y = at::silu(y);
   return y.to(x.scalar_type());
+}
+
+}  // namespace
+
+at::Tensor Network::group_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                               bool silu) const {
+  if (fused_) {
+    at::Tensor out = at::empty(x.sizes(), x.options().memory_format(format_));
+    norm_into(x, w, b, silu, out);
+    return out;
+  }
+  return reference_group_norm(x, w, b, silu, arch_.norm_groups, format_);
+}
+
+void Network::norm_into(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool silu,
+                        const at::Tensor& out) const {
+  if (!cuda::group_norm(x, w, b, arch_.norm_groups, kNormEps, silu, out)) {
+    out.copy_(reference_group_norm(x, w, b, silu, arch_.norm_groups, format_));
+  }
 }
 
 at::Tensor Network::resnet(const Resnet& r, const at::Tensor& x, StreamState& s, bool first) const {
@@ -280,7 +413,243 @@ at::Tensor Network::upsample(const Upsample& u, const at::Tensor& x, StreamState
   return conv(u.conv, y, s, first);
 }
 
+// --- the fused path (channels-last networks) ---------------------------------------------------
+
+namespace {
+
+#ifdef WMBATCH_WITH_CUDA
+// Frames [t0, t0 + n) of a [1, C, T, H, W] channels_last_3d tensor as a view with the strides of
+// a packed tensor of its own size (cuDNN's packed-layout engines look at the batch stride).
+at::Tensor packed_frames(const at::Tensor& t, int64_t t0, int64_t n) {
+  at::Tensor v = t.narrow(2, t0, n);
+  const int64_t c = v.size(1), h = v.size(3), w = v.size(4);
+  return v.as_strided(v.sizes(), {n * h * w * c, 1, h * w * c, w * c, c}, v.storage_offset());
+}
+#endif
+
+int64_t head_frames(const Conv& c) { return c.causal ? c.kt - 1 : 0; }
+
+}  // namespace
+
+at::Tensor Network::conv_buffer(const Conv& c, int64_t channels, int64_t frames, int64_t h,
+                                int64_t w, const at::TensorOptions& options) const {
+  return at::empty({1, channels, head_frames(c) + frames, h, w}, options.memory_format(format_));
+}
+
+// `buffer`: [1, C, kt − 1 + T, H, W] with the slice's T input frames after kt − 1 free ones,
+// which get the time padding here (spec §2, §5); then the conv (stride 1 in time).
+at::Tensor Network::conv_buffered(const Conv& c, at::Tensor buffer, StreamState& s,
+                                  bool first) const {
+  const int64_t head = head_frames(c);
+  receive_memory(c, buffer, s);
+  if (head > 0) {
+    at::Tensor pad = buffer.narrow(2, 0, head);
+    if (first || c.slot < 0) {
+      pad.copy_(buffer.narrow(2, head, 1).expand_as(pad));
+    } else {
+      pad.copy_(s.memory[size_t(c.slot)]);
+    }
+  }
+  if (c.slot >= 0) {
+    const int64_t keep = c.kt - c.st;
+    s.memory[size_t(c.slot)] = buffer.narrow(2, buffer.size(2) - keep, keep).clone(format_);
+  }
+  send_memory(c, s);
+#ifdef WMBATCH_WITH_CUDA
+  if (buffer.is_cuda() && c.st == 1 && c.ss == 1) {
+    const int64_t kt = c.w.size(2), kh = c.w.size(3), kw = c.w.size(4);
+    const int64_t t_out = buffer.size(2) - kt + 1;
+    const int64_t h_out = buffer.size(3) + 2 * c.pad - kh + 1;
+    const int64_t w_out = buffer.size(4) + 2 * c.pad - kw + 1;
+    at::Tensor y = at::empty({1, c.w.size(0), t_out, h_out, w_out},
+                             buffer.options().memory_format(at::MemoryFormat::ChannelsLast3d));
+    const bool benchmark = at::globalContext().benchmarkCuDNN();
+    const bool tf32 =
+        buffer.scalar_type() == at::kFloat ? at::globalContext().allowTF32CuDNN() : true;
+    // At most 16 output frames and < 2^31 input elements per call (as measured for wan2.1-vae:
+    // larger calls gained nothing, and cuDNN's autotuning of > 2^31-element shapes took minutes).
+    int64_t step = tuning_.conv_frames;
+    if (step == 0) {
+      const int64_t per_frame = buffer.size(1) * buffer.size(3) * buffer.size(4);
+      step = std::clamp<int64_t>(((int64_t(1) << 31) - 1) / per_frame - (kt - 1), 1, 16);
+    }
+    if (step < 0) step = t_out;
+    for (int64_t t0 = 0; t0 < t_out; t0 += step) {
+      const int64_t n = std::min(step, t_out - t0);
+      at::Tensor out = packed_frames(y, t0, n);
+      at::cudnn_convolution_out(out, packed_frames(buffer, t0, n + kt - 1), c.w, {0, c.pad, c.pad},
+                                {1, 1, 1}, {1, 1, 1}, 1, benchmark, /*deterministic=*/false, tf32);
+    }
+    buffer = at::Tensor();
+    y.add_(c.b.view({1, -1, 1, 1, 1}));
+    return y;
+  }
+#endif
+  return at::conv3d(buffer, c.w, c.b, {c.st, c.ss, c.ss}, {0, c.pad, c.pad});
+}
+
+// A 1×1×1 conv as one GEMM over the pixels (channels-last: [pixels, C] rows).
+at::Tensor Network::pointwise(const Conv& c, const at::Tensor& x) const {
+  const int64_t cin = x.size(1), cout = c.w.size(0);
+  const int64_t T = x.size(2), H = x.size(3), W = x.size(4);
+  const at::Tensor rows = x.permute({0, 2, 3, 4, 1}).reshape({T * H * W, cin});
+  const at::Tensor y = at::addmm(c.b, rows, c.w.view({cout, cin}).t());
+  return y.view({1, T, H, W, cout}).permute({0, 4, 1, 2, 3});
+}
+
+at::Tensor Network::resnet_fused(const Resnet& r, const at::Tensor& x, StreamState& s,
+                                 bool first) const {
+  const int64_t T = x.size(2), H = x.size(3), W = x.size(4);
+  at::Tensor buffer = conv_buffer(r.conv1, x.size(1), T, H, W, x.options());
+  norm_into(x, r.norm1_w, r.norm1_b, true, buffer.narrow(2, head_frames(r.conv1), T));
+  at::Tensor h = conv_buffered(r.conv1, std::move(buffer), s, first);
+  buffer = conv_buffer(r.conv2, h.size(1), T, H, W, x.options());
+  norm_into(h, r.norm2_w, r.norm2_b, true, buffer.narrow(2, head_frames(r.conv2), T));
+  h = at::Tensor();
+  at::Tensor y = conv_buffered(r.conv2, std::move(buffer), s, first);
+  if (r.shortcut) {
+    y.add_(pointwise(*r.shortcut, x));
+  } else {
+    y.add_(x);
+  }
+  return y;
+}
+
+// upscale_conv as a GEMM, then one strided copy unpacks its channels straight into the time
+// padded buffer of the conv after it (dropping the duplicate head frame there).
+at::Tensor Network::upsample_fused(const Upsample& u, const at::Tensor& x, StreamState& s,
+                                   bool first) const {
+  const int64_t C = x.size(1), T = x.size(2), H = x.size(3), W = x.size(4), z = u.z;
+  at::Tensor y = pointwise(u.upscale, x);  // [1, 4zC, T, H, W], channels-last
+  const bool drop = z == 2 && first;
+  const int64_t frames = T * z - (drop ? 1 : 0);
+  at::Tensor buffer = conv_buffer(u.conv, C, frames, 2 * H, 2 * W, x.options());
+  // [frames, 2H, 2W, C] and [T, H, W, a, b, c, C] (channel ((a·2 + b)·z + c)·C + ch).
+  const at::Tensor dst = buffer.narrow(2, head_frames(u.conv), frames).permute({0, 2, 3, 4, 1})[0];
+  const at::Tensor src = y.permute({0, 2, 3, 4, 1})[0].view({T, H, W, 2, 2, z, C});
+  int64_t t0 = 0, f0 = 0;
+  if (drop) {
+    dst.narrow(0, 0, 1)
+        .view({1, H, 2, W, 2, C})
+        .permute({0, 1, 3, 2, 4, 5})
+        .copy_(src.narrow(0, 0, 1).select(5, 0));
+    t0 = 1;
+    f0 = 1;
+  }
+  if (T > t0) {
+    dst.narrow(0, f0, (T - t0) * z)
+        .view({T - t0, z, H, 2, W, 2, C})
+        .permute({0, 2, 4, 3, 5, 1, 6})
+        .copy_(src.narrow(0, t0, T - t0));
+  }
+  y = at::Tensor();
+  return conv_buffered(u.conv, std::move(buffer), s, first);
+}
+
+at::Tensor Network::run_stage(const Stage& st, const at::Tensor& x, StreamState& s,
+                              bool first) const {
+  switch (st.kind) {
+    case Stage::kConvIn: {
+      if (!fused_) return conv(*conv_in_, x.contiguous(format_), s, first);
+      at::Tensor buffer =
+          conv_buffer(*conv_in_, x.size(1), x.size(2), x.size(3), x.size(4), x.options());
+      buffer.narrow(2, head_frames(*conv_in_), x.size(2)).copy_(x);
+      return conv_buffered(*conv_in_, std::move(buffer), s, first);
+    }
+    case Stage::kResnet:
+      return fused_ ? resnet_fused(*st.resnet, x, s, first) : resnet(*st.resnet, x, s, first);
+    case Stage::kAttention:
+      return attention(*attention_, x);
+    case Stage::kUpsample:
+      return fused_ ? upsample_fused(*st.upsample, x, s, first)
+                    : upsample(*st.upsample, x, s, first);
+    case Stage::kDownsample:
+      return conv(*st.down, x, s, first);
+    case Stage::kOut: {
+      at::Tensor y;
+      if (fused_) {
+        at::Tensor buffer =
+            conv_buffer(*conv_out_, x.size(1), x.size(2), x.size(3), x.size(4), x.options());
+        norm_into(x, norm_out_w_, norm_out_b_, true,
+                  buffer.narrow(2, head_frames(*conv_out_), x.size(2)));
+        y = conv_buffered(*conv_out_, std::move(buffer), s, first);
+      } else {
+        y = conv(*conv_out_, group_norm(x, norm_out_w_, norm_out_b_, true), s, first);
+      }
+      if (decoder_) return y;
+      const int64_t L = arch_.latent_channels;
+      return at::cat({y.narrow(1, 0, L), y.narrow(1, L, L).clamp(-30.0, 20.0)}, 1);
+    }
+  }
+  return x;
+}
+
+// Working memory of a stage per input frame (bytes): what it allocates, not its input.
+int64_t Network::stage_bytes_per_frame(const Stage& st, const at::Tensor& x) const {
+  const int64_t e = int64_t(x.element_size()), C = x.size(1), px = x.size(3) * x.size(4);
+  switch (st.kind) {
+    case Stage::kConvIn:
+      return (C + 2 * conv_in_->w.size(0)) * px * e;
+    case Stage::kResnet:
+      return (C + 4 * st.resnet->conv1.w.size(0)) * px * e;
+    case Stage::kAttention:
+      return 6 * C * px * e;
+    case Stage::kUpsample:
+      return 12 * st.upsample->z * C * px * e;
+    case Stage::kDownsample:
+      return 3 * C * px * e;
+    case Stage::kOut:
+      return 2 * C * px * e;
+  }
+  return C * px * e;
+}
+
+void Network::run_from(size_t index, at::Tensor x, StreamState& s, bool first, int64_t work_bytes,
+                       const std::function<void(const at::Tensor&)>& emit) const {
+  if (index == stages_.size()) {
+    emit(x);
+    return;
+  }
+  const Stage& st = stages_[index];
+  const int64_t T = x.size(2);
+  int64_t n = T;
+  if (work_bytes > 0) {
+    const int64_t per = std::max<int64_t>(stage_bytes_per_frame(st, x), 1);
+    if (per * T > work_bytes) n = std::max<int64_t>(1, work_bytes / per);
+  }
+  if (n >= T) {
+    at::Tensor y = run_stage(st, x, s, first);
+    x = at::Tensor();
+    run_from(index + 1, std::move(y), s, first, work_bytes, emit);
+    return;
+  }
+  // Time chunks, each through the remaining stages before the next (exact: every causal conv
+  // still sees its frames in order, with its state carried). Encoder chunks keep the temporal
+  // downsampling windows whole: 1 + a multiple of the group first, multiples after.
+  const int64_t f = st.frame_group;
+  for (int64_t t0 = 0; t0 < T;) {
+    const bool head = first && t0 == 0;
+    int64_t len = n;
+    if (f > 1) len = head ? 1 + std::max<int64_t>(0, (n - 1) / f) * f : std::max(f, n / f * f);
+    len = std::min(len, T - t0);
+    run_from(index + 1, run_stage(st, x.narrow(2, t0, len), s, head), s, head, work_bytes, emit);
+    t0 += len;
+  }
+}
+
+void Network::forward_chunks(const at::Tensor& input, StreamState& state, bool first,
+                             int64_t work_bytes,
+                             const std::function<void(const at::Tensor&)>& emit) const {
+  if (int(state.memory.size()) != slots_) state.memory.resize(size_t(slots_));
+  run_from(0, input.contiguous(format_), state, first, work_bytes, emit);
+}
+
 at::Tensor Network::forward(const at::Tensor& input, StreamState& state, bool first) const {
+  if (fused_) {
+    std::vector<at::Tensor> parts;
+    forward_chunks(input, state, first, 0, [&](const at::Tensor& y) { parts.push_back(y); });
+    return parts.size() == 1 ? parts[0] : at::cat(parts, 2);
+  }
   if (int(state.memory.size()) != slots_) state.memory.resize(size_t(slots_));
   at::Tensor x = conv(*conv_in_, input.contiguous(format_), state, first);
   if (!decoder_) {

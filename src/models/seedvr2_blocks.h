@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "src/exec/halo_exchange.h"
 #include "src/models/seedvr2_layout.h"
 
 namespace wm::models::seedvr2 {
@@ -25,6 +26,29 @@ namespace wm::models::seedvr2 {
 // never written in place, so a copy of a StreamState is a snapshot.
 struct StreamState {
   std::vector<at::Tensor> memory;  // undefined: nothing seen yet
+  // Sequence parallelism (spec §5), for the current call: rank r > 0 takes every causal conv's
+  // memory from rank r − 1 and every rank but the last sends its own on; only the sequence's
+  // first slice on rank 0 pads by replication and drops the Upsample3D head frame (`first`).
+  // Run the network without time chunks (forward_chunks with work_bytes 0) on ranks.
+  exec::HaloExchange* halo = nullptr;
+};
+
+// Execution choices (ModelConfig::tuning, "key=value,..."): they change rounding only, never the
+// function computed.
+struct Tuning {
+  // Channels-last networks: GroupNorm(+SiLU) through the fused CUDA kernel (ATen elsewhere),
+  // written straight into the next conv's time-padded input buffer; 1×1×1 convs as GEMMs;
+  // Upsample3D unpacked into its conv's buffer. Off: the reference op sequence.
+  bool fused = true;
+  bool cudnn_benchmark = true;  // CUDA: let cuDNN time its algorithms per shape
+  int conv_frames = 0;          // CUDA: output frames per cuDNN call (0: auto, ≤ 16; -1: all)
+  // Working memory per stage chunk in MiB (0: chosen from the device's memory, see
+  // seedvr2_vae.cpp). Each stage runs over as many frames as fit; a stage whose input does not
+  // fit runs in time chunks, each taken through all later stages before the next (exact: the
+  // causal state carries between chunks as between slices).
+  int64_t work_mib = 0;
+  static Tuning parse(const std::string& text);  // ModelError names a bad key or value
+  std::string str() const;
 };
 
 // The parameter `key` (shape as layout() says), on the network's device and dtype.
@@ -34,13 +58,14 @@ struct Conv;
 struct Resnet;
 struct Attention;
 struct Upsample;
+struct Stage;
 
 class Network {
  public:
   // The decoder (decoder.* keys) or the encoder (encoder.*). `format`: the activations' layout,
   // Contiguous (the CPU's fast one) or ChannelsLast3d (cuDNN's); the params must come in it.
   Network(const Architecture& arch, bool decoder, const ParamGetter& param,
-          at::MemoryFormat format = at::MemoryFormat::Contiguous);
+          at::MemoryFormat format = at::MemoryFormat::Contiguous, const Tuning& tuning = {});
   ~Network();
   Network(const Network&) = delete;
   Network& operator=(const Network&) = delete;
@@ -53,23 +78,50 @@ class Network {
   // `first` resets nothing: give a fresh state with it.
   at::Tensor forward(const at::Tensor& x, StreamState& state, bool first) const;
 
+  // The same computation, stage by stage; a stage whose input needs more than `work_bytes`
+  // (estimated; 0: no limit) runs over time chunks of it, each taken through the remaining
+  // stages before the next. `emit` gets the output in time order, chunk by chunk ([1, C, n, H,
+  // W], the network's dtype and layout); the chunks concatenated equal forward()'s result.
+  void forward_chunks(const at::Tensor& x, StreamState& state, bool first, int64_t work_bytes,
+                      const std::function<void(const at::Tensor&)>& emit) const;
+
   bool decoder() const { return decoder_; }
   const Architecture& arch() const { return arch_; }
   int state_slots() const { return slots_; }
   at::MemoryFormat memory_format() const { return format_; }
+  const Tuning& tuning() const { return tuning_; }
 
  private:
   at::Tensor conv(const Conv& c, at::Tensor x, StreamState& s, bool first) const;
+  void receive_memory(const Conv& c, const at::Tensor& like, StreamState& s) const;
+  void send_memory(const Conv& c, StreamState& s) const;
   at::Tensor resnet(const Resnet& r, const at::Tensor& x, StreamState& s, bool first) const;
   at::Tensor attention(const Attention& a, const at::Tensor& x) const;
   at::Tensor upsample(const Upsample& u, const at::Tensor& x, StreamState& s, bool first) const;
   at::Tensor group_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
                         bool silu) const;
+  // The fused path (tuning.fused on a channels-last network).
+  void norm_into(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool silu,
+                 const at::Tensor& out) const;
+  at::Tensor conv_buffer(const Conv& c, int64_t channels, int64_t frames, int64_t h, int64_t w,
+                         const at::TensorOptions& options) const;
+  at::Tensor conv_buffered(const Conv& c, at::Tensor buffer, StreamState& s, bool first) const;
+  at::Tensor pointwise(const Conv& c, const at::Tensor& x) const;
+  at::Tensor resnet_fused(const Resnet& r, const at::Tensor& x, StreamState& s, bool first) const;
+  at::Tensor upsample_fused(const Upsample& u, const at::Tensor& x, StreamState& s,
+                            bool first) const;
+  at::Tensor run_stage(const Stage& stage, const at::Tensor& x, StreamState& s, bool first) const;
+  int64_t stage_bytes_per_frame(const Stage& stage, const at::Tensor& x) const;
+  void run_from(size_t index, at::Tensor x, StreamState& s, bool first, int64_t work_bytes,
+                const std::function<void(const at::Tensor&)>& emit) const;
 
   Architecture arch_;
   bool decoder_;
   at::MemoryFormat format_;
+  Tuning tuning_;
+  bool fused_ = false;
   int slots_ = 0;
+  std::vector<Stage> stages_;  // execution order
   std::unique_ptr<Conv> conv_in_, conv_out_;
   std::vector<std::vector<Resnet>> blocks_;    // per level, encoder or decoder order
   std::vector<std::unique_ptr<Conv>> down_;    // encoder: per level (null: none)

@@ -3,6 +3,10 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <cstdlib>
 
 #include <cmath>
 #include <cstring>
@@ -14,13 +18,16 @@
 #include <vector>
 
 #ifdef WMBATCH_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
 #include "io/safetensors.h"
+#include "io/torch_pickle.h"
 #include "src/base/error.h"
+#include "src/exec/device_context.h"
 #include "src/models/seedvr2_blocks.h"
 #include "src/models/tensor.h"
 
@@ -65,20 +72,33 @@ at::ScalarType file_dtype(const std::string& dtype) {
 // Host float32 parameters by key.
 using ParamMap = std::map<std::string, at::Tensor>;
 
-// The tensors of a checkpoint file: name → dtype, shape, bytes.
-//
-// Hook for the release `.pth` file (a PyTorch zip pickle): the restricted pickle reader written
-// for the upscalers (branch `upscalers`, ../shared/upscalers-spec.md) is to fill a name →
-// io::TensorInfo map here, exactly as the safetensors reader does; nothing else changes.
+// The tensors of a checkpoint file: name → dtype, shape, bytes. `.safetensors`, or the release
+// `.pth` (torch.save zip) through the restricted pickle reader (io/torch_pickle.h: nothing in the
+// file runs): a bare state dict, or one nested under "state_dict". Its tensors must be stored
+// contiguously (state dicts are); another layout is named.
 class Checkpoint {
  public:
   explicit Checkpoint(const std::string& path) : path_(path) {
-    if (ends_with(path, ".pth") || ends_with(path, ".pt")) {
-      throw ModelError(path +
-                       ": .pth checkpoints are not readable in this build yet; convert to "
-                       ".safetensors (the official key layout) first");
-    }
     try {
+      if (ends_with(path, ".pth") || ends_with(path, ".pt")) {
+        torch_.emplace(path);
+        const std::map<std::string, io::TorchTensor>* dict = &torch_->tensors();
+        if (dict->empty()) dict = &torch_->dict("state_dict");
+        for (const auto& [name, t] : *dict) {
+          if (!t.contiguous()) {
+            throw ModelError(path + ": tensor " + name + " is not stored contiguously");
+          }
+          size_t n = 1;
+          for (int64_t d : t.shape) n *= size_t(d);
+          io::TensorInfo info;
+          info.dtype = t.dtype;
+          info.shape = t.shape;
+          info.data = t.data;
+          info.bytes = n * t.element_size;
+          tensors_.emplace(name, std::move(info));
+        }
+        return;
+      }
       file_.emplace(path);
     } catch (const InputError& e) {
       throw ModelError(e.what(), e.exit_code());
@@ -95,6 +115,7 @@ class Checkpoint {
  private:
   std::string path_;
   std::optional<io::SafetensorsFile> file_;
+  std::optional<io::TorchCheckpoint> torch_;
   std::map<std::string, io::TensorInfo> tensors_;
 };
 
@@ -104,7 +125,7 @@ class Checkpoint {
 // named (with a count of the others).
 ParamMap load_params(const ModelConfig& config, bool decoder, Architecture& arch) {
   if (config.weights.empty()) {
-    throw ModelError("seedvr2-vae: model.weights (a .safetensors file) is required");
+    throw ModelError("seedvr2-vae: model.weights (a .safetensors or .pth file) is required");
   }
   const Checkpoint file(config.weights);
   arch = seedvr2::infer_architecture(
@@ -195,23 +216,36 @@ class SeedVR2Session final : public ModelSession {
 
   Planar run(Planar&& input, const RunContext& ctx) override {
     check(input, ctx);
-    if (ctx.first_slice) tiles_[ctx.tile_index] = StreamState{};
+    // A sequence-parallel rank after the first takes every memory from the rank before it.
+    const bool follower = ctx.halo && ctx.halo->rank() > 0;
+    if (ctx.first_slice || follower) tiles_[ctx.tile_index] = StreamState{};
     StreamState& state = tiles_[ctx.tile_index];
+    state.halo = ctx.halo;
     try {
-      return guarded(traits_.name.c_str(), [&] {
+      Planar out = guarded(traits_.name.c_str(), [&] {
         c10::InferenceMode inference;
 #ifdef WMBATCH_WITH_CUDA
-        std::optional<c10::cuda::CUDAStreamGuard> stream_guard;
         if (device_.is_cuda()) {
-          if (!stream_) stream_ = c10::cuda::getStreamFromPool(false, device_.index());
-          stream_guard.emplace(*stream_);
+          // A device worker (ctx.device) made its compute stream current; a direct call gets
+          // one of the session's own.
+          std::optional<c10::cuda::CUDAStreamGuard> stream_guard;
+          if (!ctx.device) {
+            if (!stream_) stream_ = c10::cuda::getStreamFromPool(false, device_.index());
+            stream_guard.emplace(*stream_);
+          }
+          Planar y = run_cuda(std::move(input), state, ctx);
+          if (ctx.halo) hand_over_state(state, *ctx.halo);
+          return y;
         }
 #endif
         const at::Tensor x = to_tensor(std::move(input)).to(device_, dtype_);
         at::Tensor y = net_->forward(x, state, ctx.first_slice);
         if (!net_->decoder() && !logvar_) y = y.narrow(1, 0, net_->arch().latent_channels);
+        if (ctx.halo) hand_over_state(state, *ctx.halo);
         return to_planar(y);
       });
+      state.halo = nullptr;
+      return out;
     } catch (...) {
       tiles_.erase(ctx.tile_index);  // half-updated state must not feed a later slice
       throw;
@@ -219,6 +253,98 @@ class SeedVR2Session final : public ModelSession {
   }
 
  private:
+  // Sequence parallelism, after a rank's run: the last rank's memory replaces rank 0's, for the
+  // next slice (every causal conv ran on every rank, so both hold the same slots).
+  static void hand_over_state(StreamState& state, exec::HaloExchange& halo) {
+    const int last = halo.ranks() - 1;
+    if (last == 0 || (halo.rank() != 0 && halo.rank() != last)) return;
+    for (at::Tensor& m : state.memory) {
+      if (!m.defined()) continue;
+      if (halo.rank() == last) {
+        halo.send(0, m);
+      } else {
+        at::Tensor t = at::empty_like(m);
+        halo.recv(last, t);
+        m = t;
+      }
+    }
+  }
+
+#ifdef WMBATCH_WITH_CUDA
+  // Working memory per stage chunk (Tuning::work_mib): a third of what the memory budget (or the
+  // device) leaves after what is allocated now, less a margin for cuDNN workspaces and
+  // fragmentation, at most kMostWork (larger chunks measured no faster; GPU memory then stays flat
+  // in the video's length and grows with the frame size only).
+  int64_t work_bytes(const RunContext& ctx) const {
+    // Ranks run whole stages: a later rank's conv waits for the earlier rank's whole input to it.
+    if (ctx.halo) return 0;
+    if (net_->tuning().work_mib > 0) return net_->tuning().work_mib << 20;
+    constexpr int64_t kMostWork = int64_t(4) << 30, kLeastWork = int64_t(256) << 20;
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index());
+    const int64_t allocated = stats.allocated_bytes[0].current;
+    const int64_t reserved = stats.reserved_bytes[0].current;
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    const int64_t budget = ctx.device ? ctx.device->memory_budget() : 0;
+    const int64_t cap = budget > 0 ? budget : reserved + int64_t(free_bytes);
+    const int64_t avail = cap - allocated - cap / 10 - (int64_t(768) << 20);
+    return std::clamp<int64_t>(avail / 3, kLeastWork, kMostWork);
+  }
+
+  // CUDA: the network in time chunks sized from the memory budget; with a device worker the
+  // input goes up through its pinned staging and decoded chunks leave through its output sink
+  // (pinned, off this thread) while later chunks compute.
+  Planar run_cuda(Planar&& input, StreamState& state, const RunContext& ctx) {
+    const c10::cuda::CUDAGuard device_guard(device_.index());
+    const at::MemoryFormat format = net_->memory_format();
+    at::Tensor x;
+    if (ctx.device) {
+      const at::Tensor staged = ctx.device->input_stager(0).upload(input, device_);
+      x = at::empty(staged.sizes(), staged.options().dtype(dtype_).memory_format(format));
+      x.copy_(staged);
+    } else {
+      x = to_tensor(std::move(input)).to(device_, dtype_).contiguous(format);
+    }
+    const int64_t work = work_bytes(ctx);
+    if (net_->decoder() && ctx.device) {
+      exec::OutputSink& sink = ctx.device->output_sink(0);
+      const int64_t tf = net_->arch().temporal_factor(), T = x.size(2);
+      const int64_t total = ctx.first_slice ? 1 + tf * (T - 1) : tf * T;
+      const int64_t s = traits_.scale_num;
+      Planar out;
+      sink.allocate(out, traits_.out_channels, int(total), int(x.size(3) * s), int(x.size(4) * s));
+      int64_t frame0 = 0;
+      try {
+        net_->forward_chunks(x, state, ctx.first_slice, work, [&](const at::Tensor& y) {
+          if (frame0 + y.size(2) > total) {
+            throw ModelError(traits_.name + ": decoder made more frames than expected");
+          }
+          at::Tensor planar = at::empty({y.size(1), y.size(2), y.size(3), y.size(4)},
+                                        y.options().dtype(at::kFloat));
+          planar.copy_(y.squeeze(0));
+          sink.push(planar, out, int(frame0), 0, 0);
+          frame0 += y.size(2);
+        });
+        sink.finish();
+      } catch (...) {
+        sink.abandon();
+        throw;
+      }
+      if (frame0 != total) {
+        throw ModelError(traits_.name + ": decoder made " + std::to_string(frame0) +
+                         " frames, expected " + std::to_string(total));
+      }
+      return out;
+    }
+    std::vector<at::Tensor> parts;
+    net_->forward_chunks(x, state, ctx.first_slice, work,
+                         [&](const at::Tensor& y) { parts.push_back(y); });
+    at::Tensor y = parts.size() == 1 ? parts[0] : at::cat(parts, 2);
+    if (!net_->decoder() && !logvar_) y = y.narrow(1, 0, net_->arch().latent_channels);
+    return to_planar(y);
+  }
+#endif
+
   void check(const Planar& in, const RunContext& ctx) const {
     const ModelTraits& t = traits_;
     const std::string where = t.name + ": ";
@@ -250,7 +376,10 @@ class SeedVR2Session final : public ModelSession {
                          "is exact only on a window boundary)");
       }
     }
-    if (!ctx.first_slice && !tiles_.count(ctx.tile_index)) {
+    if (ctx.halo && !net_->decoder()) {
+      throw ModelError(where + "sequence parallelism is for decoding only");
+    }
+    if (!ctx.first_slice && !tiles_.count(ctx.tile_index) && !(ctx.halo && ctx.halo->rank() > 0)) {
       throw ModelError(where + "slice " + std::to_string(ctx.slice_index) + " of tile " +
                        std::to_string(ctx.tile_index) +
                        " is not the first slice, but no earlier slice of it ran on this session");
@@ -276,6 +405,7 @@ class SeedVR2Model final : public Model {
         decoder_(decoder),
         precision_(config.precision),
         logvar_(config.logvar && !decoder),
+        tuning_(seedvr2::Tuning::parse(config.tuning)),
         params_(std::move(params)) {
     arch_.validate();
     ModelTraits& t = traits_;
@@ -290,6 +420,7 @@ class SeedVR2Model final : public Model {
       t.scale_num = s;
       t.scale_den = 1;
       t.halo = kHaloLatent;
+      t.sequence_parallel = true;
     } else {
       t.name = "seedvr2-vae encode";
       t.in_channels = arch_.in_channels;
@@ -332,10 +463,21 @@ class SeedVR2Model final : public Model {
       slot = guarded("seedvr2-vae: loading weights", [&] {
         c10::InferenceMode inference;
         const at::Device dev = to_device(device);
-        if (device.kind == Device::Kind::kCuda && dtype == at::kFloat) {
-          // Float32 runs are meant to be exact: no TF32 (process-wide, as for wan2.1-vae).
-          at::globalContext().setAllowTF32CuDNN(false);
-          at::globalContext().setAllowTF32CuBLAS(false);
+        if (device.kind == Device::Kind::kCuda) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+          // Chunks of several sizes fragment the caching allocator's fixed segments; growable
+          // ones do not (as for wan2.1-vae). Read at the allocator's first allocation; a user's
+          // setting wins.
+          setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", /*overwrite=*/0);
+#endif
+          // Shapes repeat chunk after chunk: let cuDNN time its algorithms once per shape
+          // (process-wide, as for wan2.1-vae).
+          at::globalContext().setBenchmarkCuDNN(tuning_.cudnn_benchmark);
+          if (dtype == at::kFloat) {
+            // Float32 runs are meant to be exact: no TF32 (process-wide, as for wan2.1-vae).
+            at::globalContext().setAllowTF32CuDNN(false);
+            at::globalContext().setAllowTF32CuBLAS(false);
+          }
         }
         // channels_last_3d is what cuDNN's fast 3-D convs want; on the CPU (oneDNN) the default
         // layout (as measured for wan2.1-vae).
@@ -348,7 +490,7 @@ class SeedVR2Model final : public Model {
               const at::Tensor t = params_.at(key).to(dev, dtype);
               return t.dim() == 5 ? t.contiguous(format) : t;
             },
-            format);
+            format, tuning_);
 #ifdef WMBATCH_WITH_CUDA
         // Sessions run on their own streams: the weight uploads must be complete first.
         if (device.kind == Device::Kind::kCuda) c10::cuda::device_synchronize();
@@ -363,6 +505,7 @@ class SeedVR2Model final : public Model {
   bool decoder_;
   Precision precision_;
   bool logvar_;
+  seedvr2::Tuning tuning_;
   ParamMap params_;  // host float32 master copy
   ModelTraits traits_;
   mutable std::mutex mutex_;

@@ -246,6 +246,45 @@ TEST(SeedVR2Golden, ChannelsLastLayoutMatchesTheReference) {
   }
 }
 
+// The stage-by-stage path with time chunks (what CUDA runs, sized from the memory budget): a
+// budget of one byte cuts every stage's input into single frames (encoder: whole downsampling
+// windows), each taken through all later stages; the chunks together equal the whole pass.
+TEST(SeedVR2Slicing, TimeChunksInsideASliceEqualTheWholePass) {
+  wm::io::SafetensorsFile weights(kGolden + "weights.safetensors");
+  auto getter = [&](const std::string& key) {
+    const auto& info = weights.info(key);
+    at::Tensor t = at::empty(info.shape, at::kFloat);
+    std::memcpy(t.data_ptr(), info.data, info.bytes);
+    return t.dim() == 5 ? t.contiguous(at::MemoryFormat::ChannelsLast3d) : t;
+  };
+  seedvr2::Architecture arch;
+  arch.channels = {16, 32, 64, 64};
+  arch.norm_groups = 4;
+  auto tensor = [](const Planar& p) {
+    return at::from_blob(const_cast<float*>(p.data.data()),
+                         {1, p.channels, p.frames, p.height, p.width}, at::kFloat)
+        .clone();
+  };
+  for (bool decoder : {true, false}) {
+    const seedvr2::Network net(arch, decoder, getter, at::MemoryFormat::ChannelsLast3d);
+    const at::Tensor x =
+        decoder ? tensor(golden("decode_t3", "latent")) : tensor(golden("encode_t9", "video"));
+    seedvr2::StreamState whole_state;
+    const at::Tensor whole = net.forward(x, whole_state, true);
+    seedvr2::StreamState state;
+    std::vector<at::Tensor> parts;
+    net.forward_chunks(x, state, true, 1, [&](const at::Tensor& y) { parts.push_back(y); });
+    // One output frame per chunk: every stage was cut.
+    EXPECT_EQ(int64_t(parts.size()), whole.size(2));
+    const at::Tensor got = at::cat(parts, 2);
+    ASSERT_EQ(got.sizes(), whole.sizes());
+    const double err = (got - whole).abs().max().item<double>();
+    std::cout << "[ chunks   ] " << (decoder ? "decode" : "encode") << ": " << parts.size()
+              << " chunks, max abs difference " << err << "\n";
+    EXPECT_LE(err, 1e-5);
+  }
+}
+
 // --- causal slicing ----------------------------------------------------------------------------
 
 TEST(SeedVR2Slicing, DecodeSlicesOfAnyLengthEqualTheWholeSequence) {
@@ -408,3 +447,116 @@ TEST(SeedVR2Weights, RandomModelsHaveTheOfficialShapes) {
 }
 
 }  // namespace
+
+// --- the release .pth (torch.save zip) --------------------------------------------------------
+
+namespace {
+
+void put_le(std::string& s, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) s += char((v >> (8 * i)) & 0xff);
+}
+
+// A zip of stored entries, as torch.save writes them (no CRCs: the reader does not need them).
+std::string stored_zip(const std::vector<std::pair<std::string, std::string>>& entries) {
+  std::string out, dir;
+  for (const auto& [name, data] : entries) {
+    const size_t offset = out.size();
+    put_le(out, 0x04034b50, 4);
+    put_le(out, 20, 2), put_le(out, 0, 2), put_le(out, 0, 2), put_le(out, 0, 4);
+    put_le(out, 0, 4), put_le(out, data.size(), 4), put_le(out, data.size(), 4);
+    put_le(out, name.size(), 2), put_le(out, 0, 2);
+    out += name + data;
+    put_le(dir, 0x02014b50, 4);
+    put_le(dir, 20, 2), put_le(dir, 20, 2), put_le(dir, 0, 2), put_le(dir, 0, 2);
+    put_le(dir, 0, 4), put_le(dir, 0, 4), put_le(dir, data.size(), 4);
+    put_le(dir, data.size(), 4), put_le(dir, name.size(), 2), put_le(dir, 0, 2);
+    put_le(dir, 0, 2), put_le(dir, 0, 2), put_le(dir, 0, 2), put_le(dir, 0, 4);
+    put_le(dir, offset, 4);
+    dir += name;
+  }
+  const size_t dir_offset = out.size();
+  out += dir;
+  put_le(out, 0x06054b50, 4);
+  put_le(out, 0, 2), put_le(out, 0, 2), put_le(out, entries.size(), 2);
+  put_le(out, entries.size(), 2), put_le(out, dir.size(), 4), put_le(out, dir_offset, 4);
+  put_le(out, 0, 2);
+  return out;
+}
+
+// The golden safetensors weights as torch.save(state_dict) writes them: a protocol-2 pickle of
+// an OrderedDict of _rebuild_tensor_v2 calls, one storage entry per tensor; `drop` left out.
+std::string golden_as_pth(const std::string& drop = "") {
+  wm::io::SafetensorsFile file(kGolden + "weights.safetensors");
+  auto str = [](const std::string& v) {
+    std::string p = "X";
+    put_le(p, v.size(), 4);
+    return p + v;
+  };
+  auto integer = [](int64_t v) {
+    std::string p = "J";
+    put_le(p, uint64_t(v), 4);
+    return p;
+  };
+  std::string pkl =
+      "\x80\x02"
+      "ccollections\nOrderedDict\n)R";
+  std::vector<std::pair<std::string, std::string>> entries;
+  int index = 0;
+  for (const std::string& name : file.names()) {
+    if (name == drop) continue;
+    const auto& info = file.info(name);
+    EXPECT_EQ(info.dtype, "F32");
+    const std::string key = std::to_string(index++);
+    int64_t numel = 1;
+    for (int64_t d : info.shape) numel *= d;
+    pkl += str(name) + "ctorch._utils\n_rebuild_tensor_v2\n(";
+    pkl += "(" + str("storage") + "ctorch\nFloatStorage\n" + str(key) + str("cpu") +
+           integer(numel) + "tQ";
+    pkl += integer(0) + "(";
+    for (int64_t d : info.shape) pkl += integer(d);
+    pkl += "t(";
+    int64_t stride = 1;
+    std::vector<int64_t> strides(info.shape.size());
+    for (size_t i = info.shape.size(); i-- > 0;) {
+      strides[i] = stride;
+      stride *= info.shape[i];
+    }
+    for (int64_t st : strides) pkl += integer(st);
+    pkl +=
+        "t\x89"
+        "ccollections\nOrderedDict\n)RtRs";
+    entries.push_back(
+        {"archive/data/" + key, std::string(static_cast<const char*>(info.data), info.bytes)});
+  }
+  pkl += ".";
+  entries.insert(entries.begin(), {"archive/data.pkl", pkl});
+  entries.push_back({"archive/version", "3\n"});
+  return stored_zip(entries);
+}
+
+}  // namespace
+
+// The release checkpoint format loads through the safe pickle reader and decodes exactly as the
+// safetensors copy of the same weights; a missing key is named as for safetensors.
+TEST(SeedVR2Weights, ReleasePthLoadsLikeSafetensors) {
+  wm::test::TempDir dir("seedvr2-pth");
+  const std::string path = dir.file("ema_vae.pth");
+  std::ofstream(path, std::ios::binary) << golden_as_pth();
+  const Planar z = golden("decode_t1", "latent");
+  const Planar from_pth =
+      run_sliced(*wm::models::make_seedvr2_vae(tiny_config("decode", path), wm::Device{}), z, {1});
+  const Planar from_st =
+      run_sliced(*wm::models::make_seedvr2_vae(tiny_config("decode"), wm::Device{}), z, {1});
+  EXPECT_EQ(max_abs_diff(from_pth, from_st), 0.0);
+
+  const std::string bad = dir.file("missing.pth");
+  std::ofstream(bad, std::ios::binary) << golden_as_pth("decoder.conv_out.bias");
+  try {
+    wm::models::make_seedvr2_vae(tiny_config("decode", bad), wm::Device{});
+    ADD_FAILURE() << "a checkpoint without decoder.conv_out.bias loaded";
+  } catch (const wm::ModelError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing key decoder.conv_out.bias"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("missing.pth"), std::string::npos) << e.what();
+  }
+}

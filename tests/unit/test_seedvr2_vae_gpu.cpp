@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "io/safetensors.h"
+#include "parallel/device_worker.h"
+#include "parallel/sequence_parallel.h"
 #include "src/models/seedvr2_vae.h"
 
 using wm::Planar;
@@ -24,8 +26,10 @@ bool have_gpu() { return static_cast<int>(torch::cuda::device_count()) > 0; }
 #define REQUIRE_GPU() \
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
 
-std::unique_ptr<wm::Model> tiny_model(const std::string& task, wm::Precision precision) {
+std::unique_ptr<wm::Model> tiny_model(const std::string& task, wm::Precision precision,
+                                      const std::string& tuning = "") {
   wm::ModelConfig config;
+  config.tuning = tuning;
   config.kind = "seedvr2-vae";
   config.task = task;
   config.weights = kGolden + "weights.safetensors";
@@ -52,7 +56,10 @@ Planar frames(const Planar& p, int t0, int n, int c0 = 0, int nc = 0) {
   return out;
 }
 
-Planar run_slices(const wm::Model& model, const Planar& input, const std::vector<int>& sizes) {
+// Through the device worker (its staging, output sink and memory budget) when `worker`, as jobs
+// and wmbench run; else the session directly.
+Planar run_slices(const wm::Model& model, const Planar& input, const std::vector<int>& sizes,
+                  bool worker = false) {
   auto session = model.open_session(kCuda);
   std::vector<Planar> outs;
   int t0 = 0, total = 0;
@@ -60,7 +67,14 @@ Planar run_slices(const wm::Model& model, const Planar& input, const std::vector
     wm::RunContext ctx;
     ctx.slice_index = int64_t(i);
     ctx.first_slice = i == 0;
-    outs.push_back(session->run(frames(input, t0, sizes[i]), ctx));
+    if (worker) {
+      wm::parallel::DeviceWorker& w = wm::parallel::device_worker(kCuda, 0);
+      ctx.device = w.context();
+      Planar in = frames(input, t0, sizes[i]);
+      outs.push_back(w.call([&] { return session->run(std::move(in), ctx); }));
+    } else {
+      outs.push_back(session->run(frames(input, t0, sizes[i]), ctx));
+    }
     t0 += sizes[i];
     total += outs.back().frames;
   }
@@ -136,6 +150,80 @@ TEST(SeedVR2Gpu, SlicesEqualTheWholeSequence) {
   for (const auto& sizes : std::vector<std::vector<int>>{{5, 4, 4, 4}, {9, 8}}) {
     EXPECT_LE(max_abs_diff(run_slices(*encoder, video, sizes), whole_latent), 1e-5);
   }
+}
+
+// Time chunks inside a slice (a 1 MiB working budget cuts every stage into single frames),
+// through the device worker's staging and output sink, equal the unchunked pass; the reference
+// op sequence (tuning fused=0: ATen GroupNorm, cat-padded convs) agrees with the fused kernels.
+TEST(SeedVR2Gpu, ChunkedAndFusedEqualTheWholePass) {
+  REQUIRE_GPU();
+  const Planar z = golden("decode_t5", "latent");
+  const Planar whole =
+      run_slices(*tiny_model("decode", wm::Precision::kFloat32, "work_mib=100000"), z, {5});
+  const Planar chunked = run_slices(*tiny_model("decode", wm::Precision::kFloat32, "work_mib=1"), z,
+                                    {2, 3}, /*worker=*/true);
+  EXPECT_LE(max_abs_diff(chunked, whole), 1e-5);
+  const Planar reference =
+      run_slices(*tiny_model("decode", wm::Precision::kFloat32, "fused=0"), z, {5});
+  EXPECT_LE(max_abs_diff(reference, whole), 1e-4);
+  EXPECT_LE(max_abs_diff(whole, golden("decode_t5", "video")), 1e-4);
+  const Planar video = golden("encode_t17", "video");
+  const Planar latent =
+      run_slices(*tiny_model("encode", wm::Precision::kFloat32, "work_mib=100000"), video, {17});
+  const Planar latent_chunked =
+      run_slices(*tiny_model("encode", wm::Precision::kFloat32, "work_mib=1"), video, {9, 8}, true);
+  EXPECT_LE(max_abs_diff(latent_chunked, latent), 1e-5);
+  // bf16 chunked against bf16 whole: the same math, chunk boundaries change nothing.
+  const Planar bf_whole =
+      run_slices(*tiny_model("decode", wm::Precision::kBFloat16, "work_mib=100000"), z, {5});
+  const Planar bf_chunked =
+      run_slices(*tiny_model("decode", wm::Precision::kBFloat16, "work_mib=1"), z, {5}, true);
+  const double bf_psnr = psnr(bf_chunked, bf_whole);
+  std::cout << "[ chunks   ] bf16 chunked vs whole: max abs " << max_abs_diff(bf_chunked, bf_whole)
+            << ", PSNR " << bf_psnr << " dB\n";
+  EXPECT_GT(bf_psnr, 40.0);
+}
+
+// Sequence parallelism with 2 ranks on one GPU (two device workers, in-process exchange): the
+// ranks' outputs together equal one session's, over two slices (the state passes from the last
+// rank to rank 0).
+TEST(SeedVR2Gpu, TwoRanksOnOneGpuEqualOneSession) {
+  REQUIRE_GPU();
+  auto model = tiny_model("decode", wm::Precision::kFloat32);
+  const Planar z = golden("decode_t5", "latent");
+  const Planar whole = run_slices(*model, z, {5}, /*worker=*/true);
+  std::vector<std::unique_ptr<wm::ModelSession>> sessions;
+  std::vector<wm::parallel::DeviceWorker*> workers;
+  for (int r = 0; r < 2; ++r) {
+    sessions.push_back(model->open_session(kCuda));
+    workers.push_back(&wm::parallel::device_worker(kCuda, r));
+  }
+  wm::parallel::SequenceParallelSession session(std::move(sessions), std::move(workers));
+  std::vector<Planar> outs;
+  int t0 = 0;
+  const std::vector<int> slices = {3, 2};
+  for (size_t i = 0; i < slices.size(); ++i) {
+    wm::RunContext ctx;
+    ctx.slice_index = int64_t(i);
+    ctx.first_slice = i == 0;
+    ctx.last_slice = i + 1 == slices.size();
+    outs.push_back(session.run(frames(z, t0, slices[i]), ctx));
+    t0 += slices[i];
+  }
+  Planar got(outs[0].channels, whole.frames, whole.height, whole.width);
+  int t = 0;
+  for (const Planar& p : outs) {
+    for (int c = 0; c < p.channels; ++c) {
+      std::memcpy(got.plane(c, t), p.plane(c, 0), size_t(p.frames) * p.plane_size() * 4);
+    }
+    t += p.frames;
+  }
+  ASSERT_EQ(t, whole.frames);
+  const double err = max_abs_diff(got, whole);
+  std::cout << "[ ranks    ] cuda fp32 2 ranks on one GPU: max diff " << err << ", exchanged "
+            << session.exchange_stats().bytes << " bytes\n";
+  EXPECT_LE(err, 1e-5);
+  EXPECT_GT(session.exchange_stats().messages, 0);
 }
 
 TEST(SeedVR2Gpu, HalfPrecisionAgainstFloat32) {
