@@ -58,6 +58,13 @@ std::string output_target(const std::string& output) {
   return fs::parent_dir(output);
 }
 
+bool path_within(const std::string& path, const std::string& folder) {
+  if (folder == "/") return true;
+  return path == folder ||
+         (path.size() > folder.size() && path.compare(0, folder.size(), folder) == 0 &&
+          path[folder.size()] == '/');
+}
+
 std::string sequence_file_name(const std::string& pattern, int64_t number) {
   char buffer[4096];
   if (number < 0 || number > INT32_MAX ||

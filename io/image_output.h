@@ -35,6 +35,10 @@ const char* single_image_muxer(const std::string& path);
 // sequence output ("out/a/%06d.png" → "out/a"), the output itself otherwise.
 std::string output_target(const std::string& output);
 
+// True when `path` is `folder` or lies inside it (lexically; both absolute and normalised): a
+// sequence output's folder, which is replaced whole, may hold neither the inputs nor the job.
+bool path_within(const std::string& path, const std::string& folder);
+
 // The file name of frame `number` of a sequence whose file name is `pattern` ("%06d.png", 7 →
 // "000007.png"). Throws OutputError for a pattern that is not one.
 std::string sequence_file_name(const std::string& pattern, int64_t number);

@@ -90,7 +90,17 @@ void check_outputs(const JobSpec& job) {
                                                                       : "a video") +
               " (write a sequence such as out/{stem}/%06d.png, or a video)");
     }
-    if (image == io::ImagePath::kSequence) continue;  // its folder may exist (on_exists)
+    if (image == io::ImagePath::kSequence) {
+      // The folder is replaced whole: it may not hold what the run reads.
+      if (io::path_within(input, target) || io::path_within(job.dir, target)) {
+        throw ConfigError(job.file, job.output_line, "output",
+                          output + ": an image sequence's folder (" + target +
+                              ") is written whole and may not hold the input " + input +
+                              " or the job file; give the sequence a folder of its own (e.g. "
+                              "out/{stem}/%06d.png)");
+      }
+      continue;  // its folder may exist (on_exists)
+    }
     if (is_folder(output)) {
       throw OutputError(output + ": output is an existing folder (input " + input + ")",
                         kExitCantCreat);

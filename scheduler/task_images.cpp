@@ -139,6 +139,14 @@ PendingOutput upscale_to_images(const JobSpec& job, const ModelSet& models,
   if (kind == io::ImagePath::kImage) {
     single = std::make_unique<io::VideoWriter>(config);
   } else {
+    // Also checked at validation; here too for callers that do not validate (watch folders).
+    if (io::path_within(input, io::output_target(output))) {
+      throw ConfigError(job.file, job.output_line, "output",
+                        output +
+                            ": an image sequence's folder is written whole and may not "
+                            "hold the input " +
+                            input);
+    }
     folder.emplace(output);
     // An input sequence keeps its numbering; a video's frames are numbered from 1 (as ffmpeg).
     if (io::image_path_kind(input) == io::ImagePath::kSequence) {

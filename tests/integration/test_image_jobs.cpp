@@ -403,6 +403,9 @@ TEST(ImageJobs, CollisionsAndWrongInputsAreRefusedAtValidation) {
        "inputs " + dir.file("x/a.png") + " and " + dir.file("y/a.png") + " would both write " +
            dir.file("out/a")},
       {"v.mp4", "out/{stem}.png", "a single-image output takes an image input"},
+      // A sequence's folder is replaced whole: never the inputs' or the job's.
+      {"x/a.png", "x/%06d.png", "may not hold the input"},
+      {"x/a.png", "'%06d.png'", "may not hold the input"},  // quoted: YAML
       {"v.mp4", "hls/{stem}.m3u8", "cannot be written atomically"},
       {"v.mp4", "dash/{stem}.mpd", "cannot be written atomically"},
   };
@@ -414,6 +417,7 @@ TEST(ImageJobs, CollisionsAndWrongInputsAreRefusedAtValidation) {
     EXPECT_NE(r.output.find("job.yaml:3: output: "), std::string::npos) << r.output;
     EXPECT_NE(r.output.find(c.says), std::string::npos) << r.output;
     for (const char* folder : {"out", "hls", "dash"}) EXPECT_FALSE(exists(dir.file(folder)));
+    EXPECT_TRUE(exists(dir.file("x/a.png")));
   }
 }
 
