@@ -121,7 +121,10 @@ PendingOutput upscale_to_images(const JobSpec& job, const ModelSet& models,
                                 const std::string& input, const std::string& output,
                                 const RunOptions& options, Progress& progress, bool background) {
   const io::ImagePath kind = io::image_path_kind(output);
-  io::VideoReader reader(input, reader_options(job, models.devices()));
+  io::ReaderOptions read = reader_options(job, models.devices());
+  // NVDEC decodes video codecs: an image would only try it and warn, once per image.
+  if (io::image_path_kind(input) != io::ImagePath::kNone) read.nvdec = false;
+  io::VideoReader reader(input, read);
   const io::VideoInfo& info = reader.info();
   const ModelTraits& traits = models.traits();
 
