@@ -176,7 +176,8 @@ PendingOutput upscale_to_images(const JobSpec& job, const ModelSet& models,
   TaskResult partial{0, stage_metrics(stats), reader.decoder_name()};
   partial.metrics.insert(device_metrics.begin(), device_metrics.end());
   const int64_t expected = source.frames_read();
-  if (sink.written() != expected || expected == 0) {
+  if (expected == 0) throw InputError(input + ": no frame to write", kExitDataErr);
+  if (sink.written() != expected) {
     throw Error(output + ": wrote " + std::to_string(sink.written()) + " images but read " +
                     std::to_string(expected) + " frames",
                 kExitSoftware);
