@@ -28,7 +28,8 @@ std::optional<EncoderProblem> check_encoder(
 
 // The container the file name `path` picks: none, or one that writes files itself (image2 for
 // .png/.jpg/.tif, HLS, DASH, segment: AVFMT_NOFILE) is refused, as such output cannot be written
-// to a temp file and renamed into place (nothing half-written at a final path).
+// to a temp file and renamed into place (nothing half-written at a final path). Image outputs
+// (io/image_output.h) are written atomically another way: preflight does not ask this of them.
 std::optional<std::string> check_container(const std::string& path);
 
 }  // namespace wm::io

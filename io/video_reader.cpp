@@ -13,6 +13,7 @@
 #include "io/av_enum.h"
 #include "io/av_handles.h"
 #include "io/av_log.h"
+#include "io/image_output.h"
 #include "io/pixel_convert.h"
 #include "src/base/error.h"
 #include "src/base/log.h"
@@ -173,11 +174,22 @@ struct VideoReader::Impl {
 
   void open_file() {
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
+    // An image sequence ("frames/%06d.png", libav's image2 demuxer) is there when its first
+    // file is (io/image_output.h).
+    std::string file = path;
+    if (::stat(path.c_str(), &st) != 0 && image_path_kind(path) == ImagePath::kSequence) {
+      const int64_t first = sequence_start_number(path);
+      file = sequence_file_name(path, first);
+      if (::stat(file.c_str(), &st) != 0) {
+        throw InputError(path + ": no file of this image sequence (numbered 0 to 4 at first)",
+                         kExitNoInput);
+      }
+    }
+    if (::stat(file.c_str(), &st) != 0) {
       throw InputError(path + ": " + std::strerror(errno), kExitNoInput);
     }
     if (S_ISDIR(st.st_mode)) throw InputError(path + ": is a directory", kExitNoInput);
-    if (::access(path.c_str(), R_OK) != 0) {
+    if (::access(file.c_str(), R_OK) != 0) {
       throw InputError(path + ": " + std::strerror(errno), kExitNoInput);
     }
     AVFormatContext* raw = nullptr;

@@ -17,6 +17,7 @@
 
 #include "io/av_handles.h"
 #include "io/av_log.h"
+#include "io/image_output.h"
 #include "io/pixel_convert.h"
 #include "io/stream_copy.h"
 #include "src/base/clock.h"
@@ -235,7 +236,9 @@ struct VideoWriter::Impl {
     }
     check_folder();
     AVFormatContext* raw = nullptr;
-    int rc = avformat_alloc_output_context2(&raw, nullptr, nullptr, final_path.c_str());
+    // A single image: image2pipe writes it to the temp file (image2 would open the final path).
+    int rc = avformat_alloc_output_context2(&raw, nullptr, single_image_muxer(final_path),
+                                            final_path.c_str());
     if (rc < 0 || !raw) {
       throw OutputError(final_path + ": no container format for this file name extension",
                         kExitCantCreat);

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "io/image_output.h"
 #include "io/output_file.h"
 #include "io/segments.h"
 #include "scheduler/fingerprint.h"
@@ -471,6 +472,14 @@ FarmPlan build_plan(const std::string& job_file, int64_t chunk_frames, bool writ
       in.output = expand_output(job.output, input, job.name, job.dir);
       if (fs::same_file(input, in.output)) {
         throw Error(in.output + ": output would overwrite its input", kExitDataErr);
+      }
+      // Chunks are video segments joined by assembly: images are not split into chunks.
+      if (io::image_path_kind(in.output) != io::ImagePath::kNone) {
+        throw ConfigError(job.file, job.output_line, "output",
+                          in.output +
+                              ": image outputs are not run in farm chunks; run the job "
+                              "with wmbatch " +
+                              job.file);
       }
       in.plan = planner.plan(job, j, input, in.output);
       add_chunks(plan, in);

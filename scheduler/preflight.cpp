@@ -8,6 +8,7 @@
 #include <string>
 
 #include "io/encoder_check.h"
+#include "io/image_output.h"
 #include "src/base/error.h"
 
 namespace wm::sched {
@@ -29,7 +30,13 @@ bool writes_video(const JobSpec& job, const std::string& output) {
 
 void check_encoder(const JobSpec& job) {
   const EncodeSpec& e = job.encode;
-  const auto problem = io::check_encoder(e.codec, e.pix_fmt, e.options);
+  // Image outputs: the extension picks the encoder unless encode.codec is given.
+  std::string codec = e.codec;
+  if (!e.codec_line && io::image_path_kind(job.output) != io::ImagePath::kNone) {
+    const std::string image_codec = io::image_encoder_for(job.output);
+    if (!image_codec.empty()) codec = image_codec;
+  }
+  const auto problem = io::check_encoder(codec, e.pix_fmt, e.options);
   if (!problem) return;
   using Key = io::EncoderProblem::Key;
   switch (problem->key) {
@@ -64,18 +71,41 @@ void check_outputs(const JobSpec& job) {
     } catch (const Error&) {
       continue;  // the runner reports it for this input
     }
-    const auto [first, fresh] = writer_of.emplace(output, input);
+    // An image sequence is written as its folder: two sequences in one folder collide.
+    const io::ImagePath image = io::image_path_kind(output);
+    const std::string target = io::output_target(output);
+    const auto [first, fresh] = writer_of.emplace(target, input);
     if (!fresh) {
       throw ConfigError(job.file, job.output_line, "output",
                         "inputs " + first->second + " and " + input + " would both write " +
-                            output + " (make the template tell them apart, e.g. with {ext} or " +
+                            target + " (make the template tell them apart, e.g. with {ext} or " +
                             "{dir})");
+    }
+    if (image == io::ImagePath::kImage && !ends_with(input, ".safetensors") &&
+        io::image_path_kind(input) != io::ImagePath::kImage) {
+      throw ConfigError(
+          job.file, job.output_line, "output",
+          output + ": a single-image output takes an image input; " + input + " is " +
+              (io::image_path_kind(input) == io::ImagePath::kSequence ? "an image sequence"
+                                                                      : "a video") +
+              " (write a sequence such as out/{stem}/%06d.png, or a video)");
+    }
+    if (image == io::ImagePath::kSequence) {
+      // The folder is replaced whole: it may not hold what the run reads.
+      if (io::path_within(input, target) || io::path_within(job.dir, target)) {
+        throw ConfigError(job.file, job.output_line, "output",
+                          output + ": an image sequence's folder (" + target +
+                              ") is written whole and may not hold the input " + input +
+                              " or the job file; give the sequence a folder of its own (e.g. "
+                              "out/{stem}/%06d.png)");
+      }
+      continue;  // its folder may exist (on_exists)
     }
     if (is_folder(output)) {
       throw OutputError(output + ": output is an existing folder (input " + input + ")",
                         kExitCantCreat);
     }
-    if (!writes_video(job, output)) continue;
+    if (!writes_video(job, output) || image != io::ImagePath::kNone) continue;
     const std::string ext = output.substr(std::min(output.size(), output.find_last_of('.')));
     if (!containers_checked.insert(ext).second) continue;
     if (const auto problem = io::check_container(output)) {

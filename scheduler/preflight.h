@@ -4,11 +4,16 @@
 //  - encode.codec, encode.pix_fmt and encode.options are what the encoder takes
 //    (io/encoder_check.h): ConfigError "job.yaml:9: encode.codec: no video encoder named
 //    'libx246'" (exit 65);
-//  - the output's container writes to a file (not image2/HLS/DASH, which write files themselves
-//    and so cannot be written atomically): ConfigError at `output:` (exit 65);
-//  - two inputs of one job do not expand to one output: ConfigError at `output:` naming both
-//    inputs and the output (exit 65);
-//  - no output is an existing folder: OutputError (exit 73).
+//  - the output's container writes to a file (not HLS/DASH/segment, which write files themselves
+//    and so cannot be written atomically): ConfigError at `output:` (exit 65). Images are
+//    written atomically by the image task (io/image_output.h): a single image (`.png`, `.jpg`,
+//    `.tif`, ...) needs an image input (ConfigError otherwise), a sequence (`%06d.png`) is a
+//    folder written whole;
+//  - two inputs of one job do not expand to one output (for a sequence: one folder):
+//    ConfigError at `output:` naming both inputs and the output (exit 65);
+//  - no output is an existing folder (a sequence's folder may exist: on_exists applies):
+//    OutputError (exit 73).
+// For an image output without encode.codec, the encoder checked is the extension's (png, ...).
 // Inputs are listed as the runner lists them (expand_inputs); a job whose inputs cannot be
 // listed (a glob matching nothing) is left for the runner to report when it reaches it.
 #pragma once

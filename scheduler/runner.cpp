@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "io/image_output.h"
 #include "io/output_file.h"
 #include "io/video_reader.h"
 #include "io/video_writer.h"
@@ -30,12 +31,14 @@ bool file_exists(const std::string& path) {
 
 // Checks what must hold before any work on one input; returns false to skip it. The caller
 // holds the output's lock (io::OutputLock), so the check sees any other process's finished file.
-bool prepare_output(const JobSpec& job, const std::string& input, const std::string& output) {
+// `folder_output`: the output is a folder (an image sequence's, io::output_target).
+bool prepare_output(const JobSpec& job, const std::string& input, const std::string& output,
+                    bool folder_output) {
   if (fs::same_file(input, output)) {
     throw Error(output + ": output would overwrite its input", kExitDataErr);
   }
   struct stat st {};
-  if (::stat(output.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+  if (::stat(output.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && !folder_output) {
     throw OutputError(output + ": output is an existing folder", kExitCantCreat);
   }
   fs::remove_stale_temps(output);  // left by killed runs; nobody else writes it now
@@ -203,9 +206,11 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
         settle();
         if (stopped()) break;
       }
-      make_output_folder(in.output);
-      lock.emplace(in.output, options.cancel);
-      if (!prepare_output(job, in.input, in.output)) {
+      // An image sequence's output is its folder (written whole, renamed into place).
+      const std::string target = io::output_target(in.output);
+      make_output_folder(target);
+      lock.emplace(target, options.cancel);
+      if (!prepare_output(job, in.input, target, target != in.output)) {
         in.state = InputState::kSkipped;
         log->info("{}: exists, skipped", in.output);
       } else if (i + 1 < inputs.size()) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "io/image_output.h"
 #include "io/video_reader.h"
 #include "io/video_writer.h"
 #include "parallel/device_worker.h"
@@ -236,6 +237,9 @@ class UpscaleRunner : public FinishingRunner {
       throw ConfigError(
           job_.file, job_.line, "output",
           "a .safetensors output needs a .safetensors input (" + input + " is upscaled to video)");
+    }
+    if (io::image_path_kind(output) != io::ImagePath::kNone) {
+      return upscale_to_images(job_, models_, input, output, options, progress, background);
     }
     io::VideoReader reader(input, reader_options(job_, models_.devices()));
     const io::VideoInfo& info = reader.info();

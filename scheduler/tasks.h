@@ -179,6 +179,13 @@ std::map<std::string, double> stage_metrics(const PipelineStats& stats);
 TaskResult upscale_tensor(const JobSpec& job, const ModelSet& models, const std::string& input,
                           const std::string& output, const RunOptions& options, Progress& progress);
 
+// The upscale task into images (task_images.cpp): `output` is one image (io::ImagePath::kImage,
+// from a one-frame input) or a numbered sequence written into a folder renamed into place
+// (io::SequenceFolder). Leaves nothing at the output on failure.
+PendingOutput upscale_to_images(const JobSpec& job, const ModelSet& models,
+                                const std::string& input, const std::string& output,
+                                const RunOptions& options, Progress& progress, bool background);
+
 // Implemented in task_latents.cpp.
 std::unique_ptr<TaskRunner> make_latent_task_runner(const JobSpec& job);
 

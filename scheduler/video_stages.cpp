@@ -8,6 +8,7 @@
 #include <tbb/parallel_for.h>
 
 #include "src/base/error.h"
+#include "src/models/resize_plane.h"
 
 namespace wm::sched {
 
@@ -173,7 +174,9 @@ void VideoFileSink::write(SliceResult&& result) {
     if (alpha_ && same_timing_) {
       tbb::parallel_for(size_t(0), group.size(), [&](size_t i) {
         const Planar alpha = alpha_->take(group[i].index);
-        if (!alpha.empty()) group[i].alpha = io::resize_alpha(alpha, width_, height_);
+        if (!alpha.empty()) {
+          group[i].alpha = models::resize_plane_lanczos(alpha, width_, height_);
+        }
       });
     }
     writer_.write_batch(group);

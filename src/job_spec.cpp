@@ -289,13 +289,31 @@ TemplateResult expand_template(const std::string& tmpl,
   return r;
 }
 
+// {stem} of an input: the file name without its extension; for an image sequence
+// ("shots/take1_%04d.png", "frames/%06d.png") that name without its printf number and the
+// separators around it ("take1"), or the folder's name when nothing else is left ("frames").
+std::string input_stem(const fs::path& input) {
+  std::string stem = input.stem().string();
+  const size_t percent = stem.find('%');
+  if (percent == std::string::npos) return stem;
+  size_t end = percent + 1;
+  while (end < stem.size() && std::isdigit(static_cast<unsigned char>(stem[end]))) ++end;
+  if (end >= stem.size() || stem[end] != 'd') return stem;
+  stem.erase(percent, end + 1 - percent);
+  const auto separator = [](char c) { return c == '_' || c == '-' || c == '.' || c == ' '; };
+  while (!stem.empty() && separator(stem.back())) stem.pop_back();
+  while (!stem.empty() && separator(stem.front())) stem.erase(0, 1);
+  if (stem.empty()) stem = input.parent_path().filename().string();
+  return stem;
+}
+
 // expand_output without the "is the input itself" check; returns the expansion or an error.
 TemplateResult expand_output_path(const std::string& tmpl, const std::string& input_path,
                                   const std::string& job_name, const std::string& job_dir) {
   const std::string dir = absolute_dir(job_dir);
   const fs::path input(resolve_path(dir, input_path));
   TemplateResult r = expand_template(tmpl, [&](const std::string& name) -> std::string {
-    if (name == "stem") return input.stem().string();
+    if (name == "stem") return input_stem(input);
     if (name == "ext") return input.extension().string();
     if (name == "job") return job_name;
     return normal_path(input.parent_path());  // "dir"

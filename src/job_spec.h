@@ -119,7 +119,9 @@ JobSpec parse_job_node(const YAML::Node& map, const std::string& path,
 
 // Expands `{stem}`, `{ext}`, `{job}`, `{dir}` (the input's folder) in `output_template` for one
 // input; the result is resolved against job_dir when relative. Unknown placeholders throw.
-// `{stem}` is the input's file name without extension, `{ext}` its extension with the dot,
+// `{stem}` is the input's file name without extension (an image sequence's, "shots/a_%04d.png",
+// without its number: "a"; "frames/%06d.png": the folder's name, "frames"), `{ext}` its
+// extension with the dot,
 // `{dir}` its absolute folder (allowed only at the start of the template); `{{` and `}}` are
 // literal braces. A relative input_path is taken relative to job_dir. Throws wm::Error
 // (kExitDataErr) for an unknown placeholder, an unmatched brace, or an output that would be the

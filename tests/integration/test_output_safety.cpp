@@ -82,13 +82,13 @@ INSTANTIATE_TEST_SUITE_P(
         EncoderCase{"  options:\n    g: twelve\n",
                     "15: encode.options.g: encoder libx264 rejects 'twelve' for option 'g'"}));
 
-// Outputs whose muxer writes files itself (image2, HLS, DASH) cannot be written atomically: they
-// are refused at validation, and nothing is written.
+// Outputs whose muxer writes files itself (HLS, DASH) cannot be written atomically: they are
+// refused at validation, and nothing is written. (Images are written atomically by the image
+// task: tests/integration/test_image_jobs.cpp.)
 TEST(OutputSafety, SelfWritingContainersAreRefusedAtValidation) {
   TempDir dir("nofile");
   small_clip(dir.file("a.mp4"));
-  for (const char* output : {"img/{stem}-%06d.png", "img/{stem}.jpg", "img/{stem}.tif",
-                             "hls/{stem}.m3u8", "dash/{stem}.mpd"}) {
+  for (const char* output : {"hls/{stem}.m3u8", "dash/{stem}.mpd"}) {
     SCOPED_TRACE(output);
     write_text(dir.file("job.yaml"), job_text("a.mp4", output));
     CommandResult r = wmbatch({dir.file("job.yaml")});

@@ -62,8 +62,9 @@ void fill_video_frame(AVFrame* frame, const ClipSpec& spec, int t) {
   const bool rgb = desc->flags & AV_PIX_FMT_FLAG_RGB;
   const int depth = desc->comp[0].depth;
   const bool full = rgb || spec.color_range == AVCOL_RANGE_JPEG;
-  const int components = std::min<int>(desc->nb_components, 3);
   const bool alpha = (desc->flags & AV_PIX_FMT_FLAG_ALPHA) && desc->nb_components >= 2;
+  // Colour components only (grey with alpha, ya8, has one): the alpha is written below.
+  const int components = std::min<int>(desc->nb_components - (alpha ? 1 : 0), 3);
   // av_write_image_line2() ORs samples of formats up to 8 bits into place: start from zero.
   for (AVBufferRef* buf : frame->buf) {
     if (buf) std::memset(buf->data, 0, buf->size);
@@ -376,7 +377,12 @@ void make_clip(const std::string& path, const ClipSpec& spec) {
     }
   }
 
-  check(avio_open(&output->pb, path.c_str(), AVIO_FLAG_WRITE), "make_clip: create " + path);
+  // Images (image2: "a.png", "frames/%06d.png") are opened by the muxer itself, frame by frame.
+  if (!(output->oformat->flags & AVFMT_NOFILE)) {
+    check(avio_open(&output->pb, path.c_str(), AVIO_FLAG_WRITE), "make_clip: create " + path);
+  } else if (!av_filename_number_test(path.c_str())) {
+    av_opt_set(output->priv_data, "update", "1", 0);  // one image, not a numbered sequence
+  }
   check(avformat_write_header(output.get(), nullptr), "make_clip: header " + path);
   if (cover_stream) {
     io::PacketPtr packet = io::make_packet();

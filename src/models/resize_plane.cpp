@@ -1,0 +1,27 @@
+#include "src/models/resize_plane.h"
+
+#include <algorithm>
+
+#include "src/models/lanczos_resize.h"
+#include "src/models/resample.h"
+#include "src/models/tensor.h"
+
+namespace wm::models {
+
+Planar resize_plane_lanczos(const Planar& plane, int width, int height) {
+  if (plane.width == width && plane.height == height) return plane.clone();
+  Planar out;
+  const int scale = plane.width > 0 ? width / plane.width : 0;
+  if (scale >= 2 && scale <= 4 && width == plane.width * scale && height == plane.height * scale) {
+    out = resample_cpu(resample_kernel("lanczos", scale), plane.clone());
+  } else {
+    out = guarded("alpha resize", [&] {
+      const at::Tensor x = to_tensor(plane.clone()).view({1, 1, plane.height, plane.width});
+      return to_planar(lanczos_resize(x, height, width).view({1, 1, height, width}));
+    });
+  }
+  for (float& v : out.data) v = std::min(1.0f, std::max(0.0f, v));
+  return out;
+}
+
+}  // namespace wm::models
