@@ -45,6 +45,8 @@ std::optional<models::ResampleKernel> yuv_native_kernel(const JobSpec& job,
                                                         const io::VideoWriter& writer) {
   const std::string& kind = job.model.kind;
   if (kind != "lanczos" && kind != "bicubic") return std::nullopt;
+  // One CPU worker: a job that asks for ranks or several devices keeps its pipeline workers.
+  if (devices.size() > 1 || job.parallel.ranks > 1) return std::nullopt;
   for (const Device& d : devices) {
     if (d.kind != Device::Kind::kCpu) return std::nullopt;
   }
