@@ -50,7 +50,8 @@ std::optional<models::ResampleKernel> yuv_native_kernel(const JobSpec& job,
   for (const Device& d : devices) {
     if (d.kind != Device::Kind::kCpu) return std::nullopt;
   }
-  if (job.tiling.enabled || source.alpha) return std::nullopt;
+  // NVDEC hands frames over semi-planar (NV12, P010): the RGB path converts those.
+  if (job.tiling.enabled || source.alpha || job.decode == DecodeMode::kNvdec) return std::nullopt;
   const int format = io::pixel_format_id(source.pix_fmt);
   if (!io::yuv_native_format(format)) return std::nullopt;
   int shift_x = 0, shift_y = 0;

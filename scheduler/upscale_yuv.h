@@ -22,10 +22,10 @@
 namespace wm::sched {
 
 // The kernel when a job's input may take the YUV-native path: the model is a built-in resampler
-// (lanczos, bicubic) that runs on the CPU (one device, no `parallel:` ranks), tiling is off, the
-// source has no alpha and a planar YUV format whose chroma divides its size, and the writer takes
-// that format at the scaled size with the same colour matrix and range (VideoWriter::accepts_yuv).
-// Otherwise none: the RGB float pipeline runs.
+// (lanczos, bicubic) that runs on the CPU (one device, no `parallel:` ranks, no `decode: nvdec`),
+// tiling is off, the source has no alpha and a planar YUV format whose chroma divides its size,
+// and the writer takes that format at the scaled size with the same colour matrix and range
+// (VideoWriter::accepts_yuv). Otherwise none: the RGB float pipeline runs.
 std::optional<models::ResampleKernel> yuv_native_kernel(const JobSpec& job,
                                                         const std::vector<Device>& devices,
                                                         const io::VideoInfo& source,
