@@ -732,6 +732,40 @@ struct VideoReader::Impl {
     ++frames_read;
     return true;
   }
+
+  bool read_yuv(VideoFrame& out, YuvImage& image) {
+    if (!next_frame()) {
+      check_complete();
+      return false;
+    }
+    out.index = next_index - 1;
+    out.pts = frame->best_effort_timestamp;
+    out.duration = last_duration;
+    const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(AVPixelFormat(frame->format));
+    if (!desc || !yuv_native_format(frame->format)) {
+      throw Error(path + ": frame " + std::to_string(out.index) + " has pixel format " +
+                      (desc ? desc->name : "?") + ", not planar YUV",
+                  kExitSoftware);
+    }
+    AVFrame* copy = av_frame_clone(frame.get());
+    av_frame_unref(frame.get());
+    if (!copy) throw std::bad_alloc();
+    image.owner = std::shared_ptr<AVFrame>(copy, [](AVFrame* f) { av_frame_free(&f); });
+    image.width = copy->width;
+    image.height = copy->height;
+    image.format = copy->format;
+    image.depth = desc->comp[0].depth;
+    image.chroma_shift_x = desc->log2_chroma_w;
+    image.chroma_shift_y = desc->log2_chroma_h;
+    image.colorspace = known_color_space(copy->colorspace);
+    image.color_range = yuv_range(copy->format, known_color_range(copy->color_range));
+    for (int p = 0; p < 3; ++p) {
+      image.data[p] = copy->data[p];
+      image.stride[p] = copy->linesize[p];
+    }
+    ++frames_read;
+    return true;
+  }
 };
 
 VideoReader::VideoReader(const std::string& path, const ReaderOptions& options)
@@ -742,6 +776,7 @@ VideoReader& VideoReader::operator=(VideoReader&&) noexcept = default;
 
 const VideoInfo& VideoReader::info() const { return impl_->info; }
 bool VideoReader::read(VideoFrame& out) { return impl_->read(out); }
+bool VideoReader::read_yuv(VideoFrame& out, YuvImage& image) { return impl_->read_yuv(out, image); }
 void VideoReader::seek_to_frame(int64_t frame_index) { impl_->seek_to_frame(frame_index); }
 int64_t VideoReader::frames_read() const { return impl_->frames_read; }
 int64_t VideoReader::decode_errors() const { return impl_->errors; }

@@ -41,6 +41,7 @@
 #include <string>
 
 #include "io/video_info.h"
+#include "io/yuv_image.h"
 #include "src/base/planar.h"
 
 namespace wm::io {
@@ -89,6 +90,11 @@ class VideoReader {
   // out.image's buffer is reused when it already has the frame's shape (pass the same VideoFrame
   // back to avoid a large allocation per frame).
   bool read(VideoFrame& out);
+  // read() for the YUV-native path (io/yuv_image.h): the decoded frame in its own pixel format,
+  // by reference (out's index, pts and duration are set; out.image and out.alpha are left as they
+  // are). Throws Error (kExitSoftware) for a frame whose format YuvImage cannot hold
+  // (yuv_native_format; check VideoInfo::pix_fmt first).
+  bool read_yuv(VideoFrame& out, YuvImage& image);
   // Seeks so that the next read() returns the first frame with index >= `frame_index`
   // (decodes from the preceding keyframe and discards). Used by chunked farm runs.
   // Constant-rate streams (r_frame_rate == avg_frame_rate) seek by pts: index =

@@ -13,8 +13,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
+#include "io/av_enum.h"
 #include "io/av_handles.h"
 #include "io/av_log.h"
 #include "io/image_output.h"
@@ -27,6 +29,7 @@
 
 extern "C" {
 #include <libavutil/display.h>
+#include <libavutil/imgutils.h>
 #include <libavutil/mastering_display_metadata.h>
 #include <libavutil/opt.h>
 #include <libavutil/pixdesc.h>
@@ -227,6 +230,14 @@ struct VideoWriter::Impl {
   int writeback_fd = -1;
   int64_t writeback_at = 0;
   VideoWriter::Seconds seconds;
+  // yuv_buffer()'s pool of picture buffers (made on first use; buffers still in flight keep it
+  // alive past the writer).
+  struct PoolFree {
+    void operator()(AVBufferPool* p) const { av_buffer_pool_uninit(&p); }
+  };
+  std::unique_ptr<AVBufferPool, PoolFree> yuv_pool;
+  std::mutex yuv_pool_mutex;
+  int yuv_linesize[4] = {0, 0, 0, 0};
 
   explicit Impl(const WriterConfig& c) : config(c), final_path(c.path) {
     install_av_log();
@@ -764,6 +775,74 @@ struct VideoWriter::Impl {
     for (size_t i = 0; i < in.size(); ++i) send(*out[i], in[i]);
   }
 
+  bool accepts_yuv(int format, int colorspace, int color_range, int source_height) const {
+    const AVCodecContext* enc = encoder.get();
+    if (!enc || !yuv_native_format(format) || enc->pix_fmt != format || turns != 0 ||
+        enc->width != config.width || enc->height != config.height) {
+      return false;
+    }
+    // The reader's rule (pixel_convert.cpp) for the source, the writer's for the output.
+    const bool source_full = color_range == AVCOL_RANGE_JPEG;
+    const bool output_full = enc->color_range == AVCOL_RANGE_JPEG;
+    return source_full == output_full && effective_colorspace(colorspace, source_height) ==
+                                             effective_colorspace(enc->colorspace, enc->height);
+  }
+
+  YuvImage yuv_buffer() {
+    const AVCodecContext* enc = encoder.get();
+    const AVPixelFormat format = enc->pix_fmt;
+    const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(format);
+    {
+      std::lock_guard<std::mutex> lock(yuv_pool_mutex);
+      int size = 0;
+      if (!yuv_pool) {
+        av_check(av_image_fill_linesizes(yuv_linesize, format, FFALIGN(enc->width, 64)),
+                 "av_image_fill_linesizes", final_path, kExitSoftware);
+        uint8_t* none[4] = {nullptr, nullptr, nullptr, nullptr};
+        size = av_image_fill_pointers(none, format, enc->height, nullptr, yuv_linesize);
+        av_check(size, "av_image_fill_pointers", final_path, kExitSoftware);
+        yuv_pool.reset(av_buffer_pool_init(size_t(size) + 64, av_buffer_alloc));
+        if (!yuv_pool) throw std::bad_alloc();
+      }
+    }
+    AVFrame* f = av_frame_alloc();
+    if (!f) throw std::bad_alloc();
+    YuvImage image;
+    image.owner = std::shared_ptr<AVFrame>(f, [](AVFrame* p) { av_frame_free(&p); });
+    f->format = format;
+    f->width = enc->width;
+    f->height = enc->height;
+    f->buf[0] = av_buffer_pool_get(yuv_pool.get());
+    if (!f->buf[0]) throw std::bad_alloc();
+    av_check(av_image_fill_pointers(f->data, format, enc->height, f->buf[0]->data, yuv_linesize),
+             "av_image_fill_pointers", final_path, kExitSoftware);
+    image.width = enc->width;
+    image.height = enc->height;
+    image.format = format;
+    image.depth = desc->comp[0].depth;
+    image.chroma_shift_x = desc->log2_chroma_w;
+    image.chroma_shift_y = desc->log2_chroma_h;
+    image.colorspace = enc->colorspace;
+    image.color_range = enc->color_range;
+    for (int p = 0; p < 3; ++p) {
+      f->linesize[p] = yuv_linesize[p];
+      image.data[p] = f->data[p];
+      image.stride[p] = yuv_linesize[p];
+    }
+    return image;
+  }
+
+  void write_yuv(const VideoFrame& timing, const YuvImage& image) {
+    check_open();
+    check_pts(timing.pts, last_pts);
+    auto* f = static_cast<AVFrame*>(image.owner.get());
+    if (!f || f->format != encoder->pix_fmt || f->width != encoder->width ||
+        f->height != encoder->height) {
+      throw Error(final_path + ": write_yuv takes pictures from yuv_buffer()", kExitSoftware);
+    }
+    send(*f, timing);
+  }
+
   int64_t finish() {
     if (finished) return frames;
     check_open();
@@ -817,6 +896,22 @@ VideoWriter& VideoWriter::operator=(VideoWriter&&) noexcept = default;
 void VideoWriter::write_batch(const std::vector<VideoFrame>& frames) {
   try {
     impl_->write_batch(frames);
+  } catch (...) {
+    impl_->discard();
+    throw;
+  }
+}
+
+bool VideoWriter::accepts_yuv(int format, int colorspace, int color_range,
+                              int source_height) const {
+  return impl_->accepts_yuv(format, colorspace, color_range, source_height);
+}
+
+YuvImage VideoWriter::yuv_buffer() { return impl_->yuv_buffer(); }
+
+void VideoWriter::write_yuv(const VideoFrame& timing, const YuvImage& image) {
+  try {
+    impl_->write_yuv(timing, image);
   } catch (...) {
     impl_->discard();
     throw;

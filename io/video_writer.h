@@ -108,6 +108,16 @@ class VideoWriter {
   // write() of each frame in order, their RGB→YUV conversions first, in parallel
   // (EncodeSettings::convert_workers).
   void write_batch(const std::vector<VideoFrame>& frames);
+  // The YUV-native path (io/yuv_image.h): frames already in the encoder's pixel format.
+  // accepts_yuv(): whether pictures decoded in `format` with those colour tags (a source of
+  // `source_height` rows) may be written as they are, with the same result as the RGB path's
+  // conversions: the encoder takes `format` at the configured size (not cropped, not turned),
+  // and the matrix and range the reader would have used are the ones the writer would use.
+  bool accepts_yuv(int format, int colorspace, int color_range, int source_height) const;
+  // A writable picture in the encoder's format and size, from a pool of buffers (thread-safe).
+  YuvImage yuv_buffer();
+  // Encodes `image` (from yuv_buffer()) with `timing`'s pts and duration (its image is unused).
+  void write_yuv(const VideoFrame& timing, const YuvImage& image);
   // Flushes the encoder, copies the remaining audio/subtitle packets, writes the trailer,
   // fsyncs, verifies, renames to the final path. Returns the number of video frames written.
   int64_t finish();

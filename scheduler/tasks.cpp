@@ -10,6 +10,7 @@
 #include "parallel/devices.h"
 #include "parallel/halo_nccl.h"
 #include "parallel/sequence_parallel.h"
+#include "scheduler/upscale_yuv.h"
 #include "scheduler/video_stages.h"
 #include "src/base/clock.h"
 #include "src/base/error.h"
@@ -269,6 +270,10 @@ class UpscaleRunner : public FinishingRunner {
     auto writer = std::make_unique<io::VideoWriter>(config);
 
     const SliceRule rule = job_slice_rule(job_, traits, config.width, config.height);
+    if (const auto kernel = yuv_native_kernel(job_, models_.devices(), info, *writer)) {
+      return run_yuv(input, output, reader, std::move(writer), *kernel, rule, options, progress,
+                     background);
+    }
     VideoSliceSource source(reader, rule, {}, options.first_frame, options.end_frame);
     VideoFileSink sink(*writer, config.width, config.height, /*same_timing=*/true, {}, &progress);
     // The source's alpha goes around the model (which takes RGB) and is resized to the output.
@@ -303,6 +308,38 @@ class UpscaleRunner : public FinishingRunner {
                           if (written != expected) {
                             throw Error(output + ": wrote " + std::to_string(written) +
                                             " frames but read " + std::to_string(expected),
+                                        kExitSoftware);
+                          }
+                        });
+  }
+
+  // The built-in resamplers' YUV-native path (scheduler/upscale_yuv.h).
+  PendingOutput run_yuv(const std::string& input, const std::string& output,
+                        io::VideoReader& reader, std::unique_ptr<io::VideoWriter> writer,
+                        const models::ResampleKernel& kernel, const SliceRule& rule,
+                        const RunOptions& options, Progress& progress, bool background) {
+    if (options.first_frame > 0) reader.seek_to_frame(options.first_frame);
+    YuvRunOptions run;
+    run.tokens = std::max(job_.tokens, 4);
+    run.cancel = options.cancel;
+    run.end_frame = options.end_frame;
+    run.write_from = std::max(options.first_frame, options.write_from_frame);
+    run.slice_frames = rule.slice_frames;
+    run.on_slice = options.on_slice;
+    run.progress = &progress;
+    int64_t frames_total = reader.info().frames_estimate - run.write_from;
+    if (options.end_frame >= 0) frames_total = options.end_frame - run.write_from;
+    progress.begin(input, std::max<int64_t>(frames_total, 0));
+    const YuvRunResult done = run_yuv_upscale(reader, *writer, kernel, run);
+    progress.end();
+    TaskResult partial{0, stage_metrics(done.stats), reader.decoder_name()};
+    partial.metrics["yuv_native"] = 1;
+    const int64_t expected = done.frames_written;
+    return finish_video(std::move(writer), std::move(partial), background,
+                        [output, expected](int64_t written) {
+                          if (written != expected) {
+                            throw Error(output + ": wrote " + std::to_string(written) +
+                                            " frames but resampled " + std::to_string(expected),
                                         kExitSoftware);
                           }
                         });

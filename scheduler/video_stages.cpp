@@ -65,17 +65,22 @@ bool VideoSliceSource::next(SliceWork& out) {
   if (out.last) out.padded = int(pad_frames(real, rule_.group, out.first ? rule_.offset : 0));
   const Planar& first = frames.front().image;
   const int c = first.channels, h = first.height, w = first.width;
-  out.input = Planar(c, real + out.padded, h, w);
+  const bool identity = map_.scale == 1.0f && map_.bias == 0.0f;
   out.frames.clear();
-  for (int t = 0; t < real + out.padded; ++t) {
-    const Planar& img = frames[std::min(t, real - 1)].image;
-    for (int ch = 0; ch < c; ++ch) {
-      const float* src = img.plane(ch, 0);
-      float* dst = out.input.plane(ch, t);
-      if (map_.scale == 1.0f && map_.bias == 0.0f) {
-        std::memcpy(dst, src, sizeof(float) * img.plane_size());
-      } else {
-        for (size_t i = 0; i < img.plane_size(); ++i) dst[i] = src[i] * map_.scale + map_.bias;
+  if (real == 1 && out.padded == 0 && identity) {
+    out.input = std::move(frames.front().image);  // [C,1,H,W] is the slice: no copy
+  } else {
+    out.input = Planar(c, real + out.padded, h, w);
+    for (int t = 0; t < real + out.padded; ++t) {
+      const Planar& img = frames[std::min(t, real - 1)].image;
+      for (int ch = 0; ch < c; ++ch) {
+        const float* src = img.plane(ch, 0);
+        float* dst = out.input.plane(ch, t);
+        if (identity) {
+          std::memcpy(dst, src, sizeof(float) * img.plane_size());
+        } else {
+          for (size_t i = 0; i < img.plane_size(); ++i) dst[i] = src[i] * map_.scale + map_.bias;
+        }
       }
     }
   }

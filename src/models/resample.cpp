@@ -65,8 +65,12 @@ void resample_planes(const ResampleKernel& k, const Planar& in, Planar& out) {
   const int s = k.scale, pad = -k.offset;
   const int h = in.height, w = in.width, ow = w * s;
   const int64_t planes = int64_t(in.channels) * in.frames;
-  // Pass 1: rows widened into `wide` [planes, h, ow].
-  std::vector<float> wide(size_t(planes) * h * ow);
+  // Pass 1: rows widened into `wide` [planes, h, ow]: per calling thread (a session's lasting
+  // device worker) and reused, not a fresh large allocation, page-faulted and zeroed, per call.
+  // (A reference: inside the TBB lambdas the thread_local's name would be each worker's own.)
+  thread_local std::vector<float> per_thread;
+  if (per_thread.size() < size_t(planes) * h * ow) per_thread.resize(size_t(planes) * h * ow);
+  std::vector<float>& wide = per_thread;
   // tbb::parallel_for rather than at::parallel_for: it shares the job graph's TBB workers,
   // where OpenMP's spinning threads fought the encoder's threads (3x slower under load).
   using Range = tbb::blocked_range<int64_t>;

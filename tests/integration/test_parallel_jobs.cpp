@@ -84,7 +84,9 @@ TEST(ParallelJobs, DataParallelSlicesKeepOrderAndEqualOneWorker) {
   spec.height = 48;
   spec.frames = 24;
   spec.codec = "ffv1";
-  spec.pix_fmt = "yuv444p";
+  // A yuv420p source written as yuv444p: both jobs run the RGB float pipeline (the one-worker
+  // job would otherwise take the YUV-native path, which keeps the source's format).
+  spec.pix_fmt = "yuv420p";
   spec.container_ext = ".mkv";
   spec.audio = false;
   make_clip(dir.file("in.mkv"), spec);
