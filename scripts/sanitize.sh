@@ -11,6 +11,13 @@ wm_install "${WM_FUZZ_PACKAGES[@]}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:detect_stack_use_after_return=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$PWD/tests/sanitize.supp:print_suppressions=0}"
+# A build-asan/ configured with another compiler: CMake would drop the options below with its
+# cache, so start afresh.
+if [ -f build-asan/CMakeCache.txt ] &&
+   ! { grep -qx 'CMAKE_CXX_COMPILER:[A-Z]*=clang++' build-asan/CMakeCache.txt &&
+       grep -qx 'CMAKE_C_COMPILER:[A-Z]*=clang' build-asan/CMakeCache.txt; }; then
+  rm -rf build-asan
+fi
 # -O1 -g1: ASan's advice (fast enough, exact reports), line numbers at a fraction of full debug
 # info's build time. clang: about half gcc's compile time under the sanitizers here.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release \
