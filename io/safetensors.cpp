@@ -23,8 +23,9 @@ using nlohmann::json;
 // field must not make us parse gigabytes).
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;
 
+// `what` may quote the header (tensor names, dtypes, metadata keys): one printable line.
 [[noreturn]] void malformed(const std::string& path, const std::string& what) {
-  throw InputError(path + ": malformed safetensors: " + what, kExitDataErr);
+  throw InputError(path + ": malformed safetensors: " + wm::one_line(what), kExitDataErr);
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {
@@ -97,8 +98,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     try {
       root = json::parse(header, header + header_len);
     } catch (const json::exception& e) {
-      // The parser quotes header bytes, control characters included.
-      malformed(path, wm::one_line(std::string("header is not valid JSON: ") + e.what()));
+      // The parser quotes header bytes, control characters included (malformed() escapes them).
+      malformed(path, std::string("header is not valid JSON: ") + e.what());
     }
     if (!root.is_object()) malformed(path, "header is not a JSON object");
 

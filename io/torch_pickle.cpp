@@ -28,8 +28,9 @@ struct FdCloser {
   }
 };
 
+// `what` may quote the file (zip entry names, storage types): one printable line.
 [[noreturn]] void bad(const std::string& path, const std::string& what) {
-  throw ModelError(path + ": " + what);
+  throw ModelError(path + ": " + wm::one_line(what));
 }
 
 // --- zip (stored entries only) ---------------------------------------------------------------

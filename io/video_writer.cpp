@@ -255,10 +255,17 @@ struct VideoWriter::Impl {
                         kExitCantCreat);
     }
     output.reset(raw);
-    open_encoder();
-    add_video_stream();
-    open_source();
-    open_file();
+    // A constructor that throws never runs ~Impl: discard() here, or a failed header would leave
+    // the temp file (and the writeback descriptor) behind.
+    try {
+      open_encoder();
+      add_video_stream();
+      open_source();
+      open_file();
+    } catch (...) {
+      discard();
+      throw;
+    }
   }
 
   ~Impl() { discard(); }

@@ -105,14 +105,22 @@ Journal::Journal(const std::string& path, bool create) : path_(path) {
     throw OutputError(path + ": cannot open the farm journal: " + message,
                       create ? kExitCantCreat : kExitNoInput);
   }
-  sqlite3_busy_timeout(db_, kBusyTimeoutMs);
-  exec("PRAGMA synchronous=FULL");
-  // DELETE (the default) rather than WAL: WAL needs shared memory, which network filesystems
-  // do not share between hosts.
-  exec("PRAGMA journal_mode=DELETE");
-  WriteTransaction tx(db_, path_);
-  exec(kSchema);
-  tx.commit();
+  // A throwing constructor never runs ~Journal: close the connection (and its file) here when
+  // the file turns out damaged (found by the sanitizer build's leak check).
+  try {
+    sqlite3_busy_timeout(db_, kBusyTimeoutMs);
+    exec("PRAGMA synchronous=FULL");
+    // DELETE (the default) rather than WAL: WAL needs shared memory, which network filesystems
+    // do not share between hosts.
+    exec("PRAGMA journal_mode=DELETE");
+    WriteTransaction tx(db_, path_);
+    exec(kSchema);
+    tx.commit();
+  } catch (...) {
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw;
+  }
 }
 
 Journal::~Journal() {

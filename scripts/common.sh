@@ -10,8 +10,8 @@ WM_PACKAGES=(
   libsqlite3-dev libgtest-dev libgmock-dev
   libcpp-httplib-dev chromium
 )
-# scripts/fuzz.sh only (CI runs it): clang with libFuzzer and the sanitizer runtimes; llvm for
-# llvm-symbolizer (source lines in the reports).
+# scripts/fuzz.sh and scripts/sanitize.sh (CI runs both): clang with libFuzzer and the sanitizer
+# runtimes (libclang-rt-14-dev); llvm for llvm-symbolizer (source lines in the reports).
 WM_FUZZ_PACKAGES=(clang libclang-rt-14-dev llvm)
 
 wm_install() {

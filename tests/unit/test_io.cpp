@@ -906,6 +906,38 @@ TEST(VideoWriter, WriteFailureIsIoErrorAndLeavesNothing) {
   EXPECT_FALSE(exists(::wm::fs::temp_path_for(config.path)));
 }
 
+// A header the muxer refuses (here Matroska: a chapter copied from the source that starts before
+// zero) fails the constructor after the temp file was created: it must be removed with it, and
+// the writer's second descriptor of it closed.
+TEST(VideoWriter, HeaderFailureLeavesNoTempFile) {
+  TempDir dir("io");
+  const std::string source = dir.file("chapters.txt");
+  std::ofstream(source) << ";FFMETADATA1\n[CHAPTER]\nTIMEBASE=1/1000\nSTART=-2000\nEND=-1000\n"
+                           "title=before the start\n";
+  WriterConfig config;
+  config.path = dir.file("out.mkv");
+  config.source_path = source;
+  config.width = 64;
+  config.height = 48;
+  config.time_base = {1, 25};
+  config.encode.codec = "ffv1";
+  const auto open_fds = [] {
+    return std::distance(fs::directory_iterator("/proc/self/fd"), fs::directory_iterator());
+  };
+  const auto fds_before = open_fds();
+  const auto e = expect_throw<OutputError>([&] { VideoWriter writer(config); });
+  EXPECT_NE(std::string(e.what()).find("cannot write the header"), std::string::npos) << e.what();
+  EXPECT_EQ(std::string(e.what()).rfind(config.path + ": ", 0), 0u) << e.what();
+  EXPECT_FALSE(exists(config.path));
+  EXPECT_FALSE(exists(::wm::fs::temp_path_for(config.path)));
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(dir.path())) {
+    left.push_back(entry.path().filename().string());
+  }
+  EXPECT_EQ(left, std::vector<std::string>{"chapters.txt"});
+  EXPECT_EQ(open_fds(), fds_before);
+}
+
 TEST(VideoWriter, DestroyedBeforeFinishLeavesNoFile) {
   TempDir dir("io");
   WriterConfig config;

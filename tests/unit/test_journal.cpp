@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <iterator>
 
 #include "scheduler/journal.h"
 #include "src/base/error.h"
@@ -86,8 +87,13 @@ TEST(Journal, DamagedFileIsReportedAsSuchWithTheWayOut) {
   std::string bytes = test::read_text(torn);
   for (size_t i = 4096; i < bytes.size(); i += 97) bytes[i] = char(0xA5);  // pages after the first
   test::write_text(torn, bytes);
+  const auto open_fds = [] {
+    return std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                         std::filesystem::directory_iterator());
+  };
   for (const std::string& path : {overwritten, torn}) {
     SCOPED_TRACE(path);
+    const auto fds_before = open_fds();
     try {
       Journal j(path, false);
       j.chunks();
@@ -100,6 +106,7 @@ TEST(Journal, DamagedFileIsReportedAsSuchWithTheWayOut) {
       EXPECT_NE(message.find("remove " + path.substr(0, path.rfind('/'))), std::string::npos)
           << message;
     }
+    EXPECT_EQ(open_fds(), fds_before) << "the damaged journal's connection stays open";
   }
 }
 
