@@ -30,6 +30,8 @@ class ExchangeGroup {
   // Fails the run: every waiting and later send/recv throws (NCCL: the communicators are
   // aborted, so device work waiting on a peer ends).
   virtual void abort(const std::string& why) = 0;
+  // True once the current run has failed (abort(), a timeout).
+  virtual bool failed() const = 0;
   virtual ExchangeStats stats() const = 0;
 };
 

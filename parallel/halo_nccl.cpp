@@ -90,6 +90,10 @@ class NcclGroup final : public ExchangeGroup {
       for (ncclComm_t comm : c->comms) ncclCommAbort(comm);
     }
   }
+  bool failed() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !failure_.empty();
+  }
   ExchangeStats stats() const override {
     std::lock_guard<std::mutex> lock(mutex_);
     return stats_;
