@@ -9,8 +9,12 @@
 namespace wm::parallel {
 
 WorkerSession::WorkerSession(std::unique_ptr<ModelSession> session, DeviceWorker& worker, int rank,
-                             Fault* fault)
-    : session_(std::move(session)), worker_(worker), rank_(rank), fault_(fault) {}
+                             Fault* fault, bool name_rank)
+    : session_(std::move(session)),
+      worker_(worker),
+      rank_(rank),
+      fault_(fault),
+      name_rank_(name_rank) {}
 
 Planar WorkerSession::run(Planar&& input, const RunContext& ctx) {
   RunContext rc = ctx;
@@ -24,7 +28,8 @@ Planar WorkerSession::run(Planar&& input, const RunContext& ctx) {
       return session_->run(std::move(input), rc);
     });
   } catch (...) {
-    rethrow_rank_failure(std::current_exception(), rank_, worker_.device(), ctx.slice_index);
+    rethrow_rank_failure(std::current_exception(), rank_, worker_.device(), ctx.slice_index,
+                         name_rank_);
   }
 }
 

@@ -20,8 +20,9 @@ class WorkerSession final : public PlacedSession {
  public:
   // `session` runs on `worker` (not owned; outlives the session) as the job's rank `rank`;
   // `fault` (may be null; outlives the session): the job's test-only fault injection.
+  // `name_rank`: errors say "rank R (device), slice S: " (a job of several ranks).
   WorkerSession(std::unique_ptr<ModelSession> session, DeviceWorker& worker, int rank,
-                Fault* fault = nullptr);
+                Fault* fault = nullptr, bool name_rank = true);
   // Runs the slice on the worker with ctx.device set to it. A failure is rethrown as one line
   // naming the rank, its device and the slice (rank_fault.h), a wm::Error unchanged.
   Planar run(Planar&& input, const RunContext& ctx) override;
@@ -34,6 +35,7 @@ class WorkerSession final : public PlacedSession {
   DeviceWorker& worker_;
   int rank_;
   Fault* fault_;
+  bool name_rank_;
 };
 
 }  // namespace wm::parallel

@@ -128,14 +128,17 @@ std::unique_ptr<exec::HaloExchange> faulty_exchange(exec::HaloExchange& inner, F
   return std::make_unique<FaultyExchange>(inner, fault, rank, slice, group, timeout);
 }
 
-void rethrow_rank_failure(std::exception_ptr failure, int rank, const Device& device,
-                          int64_t slice) {
-  const std::string who = "rank " + std::to_string(rank) + " (" + device.str() + "), slice " +
-                          std::to_string(slice) + ": ";
+void rethrow_rank_failure(std::exception_ptr failure, int rank, const Device& device, int64_t slice,
+                          bool name_rank) {
+  const std::string who = name_rank ? "rank " + std::to_string(rank) + " (" + device.str() +
+                                          "), slice " + std::to_string(slice) + ": "
+                                    : std::string();
   try {
     std::rethrow_exception(failure);
+  } catch (const ModelError& e) {
+    throw ModelError(who + first_line(e.what()), e.exit_code());
   } catch (const Error&) {
-    throw;  // already one line, with its own exit code
+    throw;  // Cancelled, InputError: already one line naming what they are about
   } catch (const c10::OutOfMemoryError& e) {
     throw ModelError(who + "out of device memory: " + first_line(e.what_without_backtrace()),
                      kExitFailure);

@@ -64,11 +64,13 @@ std::unique_ptr<exec::HaloExchange> faulty_exchange(exec::HaloExchange& inner, F
                                                     const ExchangeGroup& group,
                                                     std::chrono::milliseconds timeout);
 
-// Rethrows `failure` (thrown by rank `rank` on `device` in slice `slice`) as a wm::Error with one
-// line: "rank 1 (cuda:1), slice 2: out of device memory: <what>" (exit 1: a retry on a less
-// loaded device may pass), "...: <what>" for other LibTorch/CUDA/NCCL errors (exit 1), a wm::Error
-// unchanged (its own message and code).
+// Rethrows `failure` (thrown by rank `rank` on `device` in slice `slice`) as one line: LibTorch's
+// out-of-memory error as ModelError "rank 1 (cuda:1), slice 2: out of device memory: <what>"
+// (exit 1: a retry with more free memory may pass), other LibTorch/CUDA/NCCL errors as
+// "rank 1 (cuda:1), slice 2: <what>" (exit 1), a ModelError with the same prefix and its own exit
+// code, other wm::Errors (Cancelled, InputError) unchanged. `name_rank` false (a job of one
+// rank): no "rank …" prefix.
 [[noreturn]] void rethrow_rank_failure(std::exception_ptr failure, int rank, const Device& device,
-                                       int64_t slice);
+                                       int64_t slice, bool name_rank = true);
 
 }  // namespace wm::parallel

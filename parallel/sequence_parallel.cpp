@@ -153,10 +153,14 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
     if (results[r].wait_until(deadline) == std::future_status::timeout) {
       int none = -1;
       first_failure->compare_exchange_strong(none, int(r));
-      const std::string why = "rank " + std::to_string(options_.first_rank + int(r)) + " (" +
-                              workers_[r]->device().str() + "), slice " +
-                              std::to_string(ctx.slice_index) + ": did not finish within " +
-                              seconds_text(timeout) + "; the exchange was aborted";
+      // Which rank hung cannot be told from here (its peers wait on it): name the first one
+      // still running and the group.
+      const int r0 = options_.first_rank;
+      const std::string why =
+          "sequence-parallel slice " + std::to_string(ctx.slice_index) + ": ranks " +
+          std::to_string(r0) + "-" + std::to_string(r0 + active - 1) + " did not finish within " +
+          seconds_text(timeout) + " (rank " + std::to_string(r0 + int(r)) + " on " +
+          workers_[r]->device().str() + " still running); the exchange was aborted";
       timed_out = std::make_exception_ptr(Error(why, kExitFailure));
       group_->abort(why);
       break;

@@ -140,8 +140,8 @@ std::string naming_input(const InputOutcome& in, std::string error) {
 }
 
 // The inputs of a batch on `lanes` input lanes at once (one runner each, on devices or worker
-// lanes of their own): a lane takes the next input not yet started, so the inputs start in their
-// order; an input whose output an earlier one of the batch also writes waits for it. Outcomes are
+// lanes of their own): input k < lanes starts on lane k, then a lane takes the next input not yet
+// started, so the inputs start in their order; an input whose output an earlier one of the batch also writes waits for it. Outcomes are
 // recorded in the inputs' order once all are done; inputs not started (a cancel, --stop-on-error
 // after a failure) are left out, as in the sequential loop.
 void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress,
@@ -161,7 +161,7 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
   std::vector<bool> done(n, false);
   std::mutex mutex;
   std::condition_variable finished;
-  size_t next = 0;
+  size_t next = lanes.size();  // inputs [0, lanes) are the lanes' first ones
   bool failed = false;
   auto stopped = [&] {
     return (options.cancel && options.cancel->load()) || (!options.keep_going && failed);
@@ -201,12 +201,19 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
   };
   auto lane_loop = [&](size_t lane) {
     Progress lane_progress(progress);
+    bool first = true;
     for (;;) {
       size_t i = 0;
       {
         std::unique_lock<std::mutex> lock(mutex);
-        if (next >= n || stopped()) return;
-        i = next++;
+        if (stopped()) return;
+        if (first) {
+          i = lane;  // input k < lanes starts on lane k, whichever thread is up first
+          first = false;
+        } else {
+          if (next >= n) return;
+          i = next++;
+        }
         // Two inputs with one output: the earlier one must be on disk before this one checks it.
         finished.wait(lock, [&] {
           for (size_t j = 0; j < i; ++j) {

@@ -131,7 +131,7 @@ std::vector<std::unique_ptr<ModelSession>> ModelSet::open_sessions() const {
   for (const Slot& s : slots_) {
     sessions.push_back(std::make_unique<parallel::WorkerSession>(
         models_[s.model]->open_session(s.device), parallel::device_worker(s.device, s.lane), s.rank,
-        fault_.get()));
+        fault_.get(), /*name_rank=*/job_ranks_ > 1 || parallel_.lane_ranks > 0));
   }
   return sessions;
 }
