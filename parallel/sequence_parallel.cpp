@@ -74,7 +74,7 @@ SequenceParallelSession::SequenceParallelSession(std::vector<std::unique_ptr<Mod
       }
       devices.push_back(w->device().index);
     }
-    group_ = nccl_group(devices);
+    group_ = nccl_group(devices, options_.timeout);
   } else {
     group_ = std::make_unique<InProcessGroup>(int(ranks_.size()), options_.timeout);
   }
@@ -146,22 +146,29 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
   input = Planar();
 
   // A rank that does not finish in time (a peer's device work hung) aborts the exchange, which
-  // ends the waits, so the others return too; the slice fails with the timeout's error.
+  // ends the waits, so the others return too; the slice fails with the timeout's error. So does
+  // an error the exchange reports while the ranks compute (NCCL: a communicator's async error).
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::exception_ptr timed_out;
-  for (size_t r = 0; r < results.size(); ++r) {
-    if (results[r].wait_until(deadline) == std::future_status::timeout) {
+  std::exception_ptr group_failure;
+  for (size_t r = 0; r < results.size() && !group_failure; ++r) {
+    while (results[r].wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+      const std::string sick = group_->health();
+      const bool late = std::chrono::steady_clock::now() >= deadline;
+      if (sick.empty() && !late) continue;
       int none = -1;
       first_failure->compare_exchange_strong(none, int(r));
       // Which rank hung cannot be told from here (its peers wait on it): name the first one
       // still running and the group.
       const int r0 = options_.first_rank;
       const std::string why =
-          "sequence-parallel slice " + std::to_string(ctx.slice_index) + ": ranks " +
-          std::to_string(r0) + "-" + std::to_string(r0 + active - 1) + " did not finish within " +
-          seconds_text(timeout) + " (rank " + std::to_string(r0 + int(r)) + " on " +
-          workers_[r]->device().str() + " still running); the exchange was aborted";
-      timed_out = std::make_exception_ptr(Error(why, kExitFailure));
+          "sequence-parallel slice " + std::to_string(ctx.slice_index) + ": " +
+          (!sick.empty() ? sick
+                         : "ranks " + std::to_string(r0) + "-" + std::to_string(r0 + active - 1) +
+                               " did not finish within " + seconds_text(timeout) + " (rank " +
+                               std::to_string(r0 + int(r)) + " on " + workers_[r]->device().str() +
+                               " still running)") +
+          "; the exchange was aborted";
+      group_failure = std::make_exception_ptr(Error(why, kExitFailure));
       group_->abort(why);
       break;
     }
@@ -176,7 +183,7 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
       outputs.emplace_back();
     }
   }
-  if (timed_out) std::rethrow_exception(timed_out);
+  if (group_failure) std::rethrow_exception(group_failure);
   const int cause = first_failure->load();
   if (cause >= 0 && failures[size_t(cause)]) std::rethrow_exception(failures[size_t(cause)]);
   for (const std::exception_ptr& f : failures) {
