@@ -332,5 +332,23 @@ TEST(ParallelJobs, BadFaultKey) {
   EXPECT_NE(r.output.find("rank<R>:slice<S>"), std::string::npos) << r.output;
 }
 
+TEST(ParallelJobs, BenchUpscaleDevicesOnCpuRanks) {
+  TempDir dir("parallel-bench");
+  const CommandResult r = run_command(
+      {std::string(WM_BINARY_DIR) + "/wmbench", "upscale", "--devices", "cpu", "--ranks", "2",
+       "--inputs", "3", "--make", "64x48:4", "--warmup", "0", "--workdir", dir.file("work")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_EQ(j.at("all_devices").at("input_lanes"), 2);
+  EXPECT_EQ(j.at("one_device").at("frames"), 12);
+  EXPECT_EQ(j.at("all_devices").at("frames"), 12);
+  EXPECT_GT(j.at("speed_up").get<double>(), 0);
+  EXPECT_TRUE(j.at("all_devices").at("device_busy_seconds").contains("device_cpu.1_busy_seconds"))
+      << j.dump();
+  EXPECT_TRUE(j.at("all_devices").at("stage_seconds").contains("stage_model_seconds"));
+  const std::string bound = j.at("all_devices").at("bound");
+  EXPECT_TRUE(bound == "decode" || bound == "model" || bound == "encode") << bound;
+}
+
 }  // namespace
 }  // namespace wm::test
