@@ -244,6 +244,37 @@ TEST(ParallelJobs, BatchOnInputLanesEqualsOneWorkerInOrder) {
   }
 }
 
+TEST(ParallelJobs, SequenceRanksOnTwoInputLanesEqualOneRank) {
+  // 4 CPU ranks, 2 inputs at once: each input decoded by a window of 2 ranks (worker lanes 0-1
+  // and 2-3).
+  TempDir dir("parallel-seq-lanes");
+  std::filesystem::copy_file(kGolden + "decode_t9.safetensors", dir.file("a.safetensors"));
+  std::filesystem::copy_file(kGolden + "decode_t9.safetensors", dir.file("b.safetensors"));
+  write_text(dir.file("one.yaml"), decode_job("one.safetensors", ""));
+  CommandResult r = wmbatch({dir.file("one.yaml")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  write_text(dir.file("job.yaml"),
+             "task: decode_latents\ninput: [a.safetensors, b.safetensors]\ninput_tensor: input\n"
+             "output: out/{stem}.safetensors\nslice_frames: 5\ndevices: cpu\n"
+             "parallel: {mode: sequence, ranks: 4, inputs: 2}\nmodel: {kind: wan2.1-vae, "
+             "weights: '" +
+                 kGolden + "weights.safetensors', dim: 16}\n");
+  r = wmbatch({"--report", dir.file("job.json"), dir.file("job.yaml")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json inputs = report_inputs(dir.file("job.json"));
+  ASSERT_EQ(inputs.size(), 2u);
+  const std::vector<float> one = tensor(dir.file("one.safetensors"), "output");
+  for (const char* name : {"a", "b"}) {
+    EXPECT_LE(
+        max_abs_diff(tensor(dir.file(std::string("out/") + name + ".safetensors"), "output"), one),
+        1e-5)
+        << name;
+  }
+  EXPECT_TRUE(inputs[0].contains("device_cpu.1_busy_seconds")) << inputs[0].dump();
+  EXPECT_TRUE(inputs[1].contains("device_cpu.3_busy_seconds")) << inputs[1].dump();
+  EXPECT_GT(inputs[1].at("exchange_bytes").get<double>(), 0);
+}
+
 TEST(ParallelJobs, FailingDataRankFailsItsInputAndTheBatchGoesOn) {
   TempDir dir("parallel-lane-fault");
   const std::vector<std::string> clips = make_clips(dir, 4);
