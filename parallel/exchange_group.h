@@ -30,6 +30,11 @@ class ExchangeGroup {
   // Fails the run: every waiting and later send/recv throws (NCCL: the communicators are
   // aborted, so device work waiting on a peer ends).
   virtual void abort(const std::string& why) = 0;
+  // True once the current run has failed (abort(), a timeout).
+  virtual bool failed() const = 0;
+  // An asynchronous failure of the exchange itself (NCCL: an error a communicator reports while
+  // the ranks compute), as one line; empty when none. Polled by the session while it waits.
+  virtual std::string health() { return {}; }
   virtual ExchangeStats stats() const = 0;
 };
 

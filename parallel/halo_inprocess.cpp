@@ -154,6 +154,11 @@ exec::HaloExchange& InProcessGroup::rank(int r) { return *impl_->ranks.at(size_t
 
 void InProcessGroup::abort(const std::string& why) { impl_->abort(why); }
 
+bool InProcessGroup::failed() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return !impl_->failure.empty();
+}
+
 ExchangeStats InProcessGroup::stats() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->stats;

@@ -30,6 +30,7 @@ class InProcessGroup final : public ExchangeGroup {
   exec::HaloExchange& rank(int r) override;
   // Fails the run: every waiting and later send/recv throws wm::Error("...: " + why).
   void abort(const std::string& why) override;
+  bool failed() const override;
   ExchangeStats stats() const override;
 
  private:

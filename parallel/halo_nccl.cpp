@@ -1,10 +1,13 @@
 #include "parallel/halo_nccl.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "src/base/error.h"
@@ -24,7 +27,7 @@ namespace wm::parallel {
 
 bool nccl_available() { return false; }
 
-std::unique_ptr<ExchangeGroup> nccl_group(const std::vector<int>&) {
+std::unique_ptr<ExchangeGroup> nccl_group(const std::vector<int>&, std::chrono::milliseconds) {
   throw Error("this build has no NCCL (configure with -DWMBATCH_WITH_NCCL=ON)", kExitDataErr);
 }
 
@@ -34,17 +37,110 @@ bool nccl_available() { return true; }
 
 namespace {
 
-void check(ncclResult_t r, const char* what) {
-  if (r != ncclSuccess && r != ncclInProgress) {
-    throw Error(std::string("NCCL ") + what + ": " + ncclGetErrorString(r), kExitFailure);
+using Clock = std::chrono::steady_clock;
+
+// NCCL's own words for a result, with its last error's first line when it has one.
+std::string nccl_text(ncclResult_t r) {
+  std::string text = ncclGetErrorString(r);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 13, 0)
+  if (const char* last = ncclGetLastError(nullptr); last && *last) {
+    std::string line = last;
+    line = line.substr(0, line.find('\n'));
+    text += " (" + line + ")";
+  }
+#endif
+  return text;
+}
+
+// The process's communicators for one device set. Non-blocking (config.blocking = 0): no host
+// thread ever waits inside NCCL; after a call returns ncclInProgress its caller polls
+// ncclCommGetAsyncError, watching the abort flag and the deadline, so an abort or a timeout
+// always frees it. NCCL calls hold `use` shared and the abort holds it exclusive, so no call
+// runs on an aborted (freed) communicator.
+struct Communicators {
+  std::vector<ncclComm_t> comms;
+  std::shared_mutex use;
+  bool aborted = false;  // written under `use` held exclusive
+};
+
+void abort_all(Communicators& c) {
+  std::unique_lock<std::shared_mutex> lock(c.use);
+  if (c.aborted) return;
+  c.aborted = true;
+  for (ncclComm_t comm : c.comms) {
+    if (comm) ncclCommAbort(comm);  // device work waiting on a peer ends
   }
 }
 
-// The process's communicators per device set, made once and kept (until an abort).
-struct Communicators {
-  std::vector<ncclComm_t> comms;
-  bool aborted = false;
-};
+// Polls `comm` until its last operation is enqueued (or the communicator ready): true on success;
+// false with `error` set on an NCCL error, an abort or the deadline.
+bool settle(Communicators& c, size_t rank, Clock::time_point deadline, std::string& error) {
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    {
+      std::shared_lock<std::shared_mutex> lock(c.use);
+      if (c.aborted) {
+        error = "the communicator was aborted";
+        return false;
+      }
+      const ncclResult_t r = ncclCommGetAsyncError(c.comms[rank], &state);
+      if (r != ncclSuccess) state = r;
+    }
+    if (state == ncclSuccess) return true;
+    if (state != ncclInProgress) {
+      error = nccl_text(state);
+      return false;
+    }
+    if (Clock::now() >= deadline) {
+      error = "timed out";
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+// One communicator per device of `devices` (rank r on devices[r]), made in one group call.
+std::shared_ptr<Communicators> make_communicators(const std::vector<int>& devices,
+                                                  std::chrono::milliseconds timeout) {
+  auto c = std::make_shared<Communicators>();
+  const int n = int(devices.size());
+  c->comms.assign(size_t(n), nullptr);
+  auto fail = [&](const std::string& what, const std::string& why) {
+    abort_all(*c);
+    throw Error(
+        "NCCL " + what + " for GPUs " +
+            [&] {
+              std::string list;
+              for (int d : devices) list += (list.empty() ? "" : ",") + std::to_string(d);
+              return list;
+            }() +
+            ": " + why,
+        kExitFailure);
+  };
+  ncclUniqueId id;
+  ncclResult_t r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess) fail("ncclGetUniqueId", nccl_text(r));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  r = ncclGroupStart();
+  if (r != ncclSuccess) fail("ncclGroupStart", nccl_text(r));
+  for (int rank = 0; rank < n; ++rank) {
+    const c10::cuda::CUDAGuard guard(c10::DeviceIndex(devices[size_t(rank)]));
+    r = ncclCommInitRankConfig(&c->comms[size_t(rank)], n, id, rank, &config);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      ncclGroupEnd();
+      fail("ncclCommInitRankConfig", nccl_text(r));
+    }
+  }
+  r = ncclGroupEnd();
+  if (r != ncclSuccess && r != ncclInProgress) fail("ncclGroupEnd", nccl_text(r));
+  const Clock::time_point deadline = Clock::now() + timeout;
+  for (size_t rank = 0; rank < size_t(n); ++rank) {
+    std::string why;
+    if (!settle(*c, rank, deadline, why)) fail("communicator setup", why);
+  }
+  return c;
+}
 
 std::mutex g_mutex;
 std::map<std::vector<int>, std::shared_ptr<Communicators> >& registry() {
@@ -52,29 +148,35 @@ std::map<std::vector<int>, std::shared_ptr<Communicators> >& registry() {
   return *r;
 }
 
-std::shared_ptr<Communicators> communicators(const std::vector<int>& devices) {
+// The set's communicators: made on first use and after an abort, else the kept ones.
+std::shared_ptr<Communicators> communicators(const std::vector<int>& devices,
+                                             std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> lock(g_mutex);
   std::shared_ptr<Communicators>& c = registry()[devices];
-  if (!c || c->aborted) {
-    c = std::make_shared<Communicators>();
-    c->comms.resize(devices.size());
-    check(ncclCommInitAll(c->comms.data(), int(devices.size()), devices.data()), "ncclCommInitAll");
+  bool usable = false;
+  if (c) {
+    std::shared_lock<std::shared_mutex> use(c->use);
+    usable = !c->aborted;
   }
+  if (!usable) c = make_communicators(devices, timeout);
   return c;
 }
 
 class NcclGroup final : public ExchangeGroup {
  public:
-  explicit NcclGroup(std::vector<int> devices) : devices_(std::move(devices)) {
+  NcclGroup(std::vector<int> devices, std::chrono::milliseconds timeout)
+      : devices_(std::move(devices)), timeout_(timeout) {
     for (size_t r = 0; r < devices_.size(); ++r)
       ranks_.push_back(std::make_unique<Rank>(*this, int(r)));
   }
   int size() const override { return int(devices_.size()); }
   void begin(int active) override {
+    std::shared_ptr<Communicators> comms = communicators(devices_, timeout_);
     std::lock_guard<std::mutex> lock(mutex_);
     active_ = std::min(active, size());
     failure_.clear();
-    comms_ = communicators(devices_);
+    comms_ = std::move(comms);
+    deadline_ = Clock::now() + timeout_;
   }
   exec::HaloExchange& rank(int r) override { return *ranks_.at(size_t(r)); }
   void abort(const std::string& why) override {
@@ -84,11 +186,30 @@ class NcclGroup final : public ExchangeGroup {
       if (failure_.empty()) failure_ = why;
       c = comms_;
     }
-    std::lock_guard<std::mutex> lock(g_mutex);
-    if (c && !c->aborted) {
-      c->aborted = true;
-      for (ncclComm_t comm : c->comms) ncclCommAbort(comm);
+    if (c) abort_all(*c);
+  }
+  bool failed() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !failure_.empty();
+  }
+  std::string health() override {
+    std::shared_ptr<Communicators> c;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      c = comms_;
     }
+    if (!c) return {};
+    std::shared_lock<std::shared_mutex> use(c->use);
+    if (c->aborted) return {};
+    for (size_t r = 0; r < c->comms.size(); ++r) {
+      ncclResult_t state = ncclSuccess;
+      if (ncclCommGetAsyncError(c->comms[r], &state) != ncclSuccess) continue;
+      if (state != ncclSuccess && state != ncclInProgress) {
+        return "NCCL error on rank " + std::to_string(r) + " (cuda:" + std::to_string(devices_[r]) +
+               "): " + nccl_text(state);
+      }
+    }
+    return {};
   }
   ExchangeStats stats() const override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -100,25 +221,29 @@ class NcclGroup final : public ExchangeGroup {
    public:
     Rank(NcclGroup& group, int rank) : group_(group), rank_(rank) {}
     int rank() const override { return rank_; }
-    int ranks() const override { return group_.active_; }
+    int ranks() const override {
+      std::lock_guard<std::mutex> lock(group_.mutex_);
+      return group_.active_;
+    }
     void send(int to, const at::Tensor& t) override {
-      ncclComm_t comm = group_.comm(rank_, to);
       const at::Tensor data = t.is_non_overlapping_and_dense() ? t : t.contiguous();
       const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(data.device().index());
-      check(ncclSend(data.data_ptr(), size_t(data.nbytes()), ncclUint8, to, comm, stream.stream()),
-            "ncclSend");
+      group_.call(rank_, to, "ncclSend", [&](ncclComm_t comm) {
+        return ncclSend(data.data_ptr(), size_t(data.nbytes()), ncclUint8, to, comm,
+                        stream.stream());
+      });
       data.record_stream(stream);  // kept until the send has run
       group_.count(int64_t(data.nbytes()));
     }
     void recv(int from, at::Tensor& into) override {
-      ncclComm_t comm = group_.comm(rank_, from);
       if (!into.is_non_overlapping_and_dense()) {
         throw Error("NCCL recv: the destination is not dense", kExitSoftware);
       }
       const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(into.device().index());
-      check(
-          ncclRecv(into.data_ptr(), size_t(into.nbytes()), ncclUint8, from, comm, stream.stream()),
-          "ncclRecv");
+      group_.call(rank_, from, "ncclRecv", [&](ncclComm_t comm) {
+        return ncclRecv(into.data_ptr(), size_t(into.nbytes()), ncclUint8, from, comm,
+                        stream.stream());
+      });
     }
 
    private:
@@ -126,17 +251,46 @@ class NcclGroup final : public ExchangeGroup {
     int rank_;
   };
 
-  ncclComm_t comm(int rank, int peer) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!failure_.empty()) {
-      throw Error("halo exchange (rank " + std::to_string(rank) + "): " + failure_, kExitFailure);
+  // Issues one NCCL operation of `rank` with `peer` and waits until it is enqueued on the stream
+  // (not until it ran: the peer may still be a layer behind). An error, an abort or the run's
+  // deadline aborts the group and throws.
+  template <typename F>
+  void call(int rank, int peer, const char* what, F&& op) {
+    std::shared_ptr<Communicators> c;
+    Clock::time_point deadline;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!failure_.empty()) {
+        throw Error("halo exchange (rank " + std::to_string(rank) + "): " + failure_, kExitFailure);
+      }
+      if (peer < 0 || peer >= active_ || peer == rank) {
+        throw Error("halo exchange: no link from rank " + std::to_string(rank) + " to rank " +
+                        std::to_string(peer),
+                    kExitFailure);
+      }
+      c = comms_;
+      deadline = deadline_;
     }
-    if (peer < 0 || peer >= active_ || peer == rank) {
-      throw Error("halo exchange: no link from rank " + std::to_string(rank) + " to rank " +
-                      std::to_string(peer),
-                  kExitFailure);
+    std::string error;
+    bool ok = false;
+    {
+      std::shared_lock<std::shared_mutex> use(c->use);
+      if (c->aborted) {
+        error = "the communicator was aborted";
+      } else {
+        const ncclResult_t r = op(c->comms[size_t(rank)]);
+        ok = r == ncclSuccess || r == ncclInProgress;
+        if (!ok) error = nccl_text(r);
+      }
     }
-    return comms_->comms[size_t(rank)];
+    if (ok) ok = settle(*c, size_t(rank), deadline, error);
+    if (!ok) {
+      const std::string why = std::string(what) + " from rank " + std::to_string(rank) +
+                              " (cuda:" + std::to_string(devices_[size_t(rank)]) + ") to rank " +
+                              std::to_string(peer) + ": " + error;
+      abort("NCCL " + why);
+      throw Error("halo exchange: NCCL " + why, kExitFailure);
+    }
   }
   void count(int64_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -145,21 +299,24 @@ class NcclGroup final : public ExchangeGroup {
   }
 
   std::vector<int> devices_;
+  std::chrono::milliseconds timeout_;
   std::vector<std::unique_ptr<Rank> > ranks_;
   mutable std::mutex mutex_;
   int active_ = 0;
   std::string failure_;
   std::shared_ptr<Communicators> comms_;
+  Clock::time_point deadline_{};
   ExchangeStats stats_;
 };
 
 }  // namespace
 
-std::unique_ptr<ExchangeGroup> nccl_group(const std::vector<int>& devices) {
+std::unique_ptr<ExchangeGroup> nccl_group(const std::vector<int>& devices,
+                                          std::chrono::milliseconds timeout) {
   if (std::set<int>(devices.begin(), devices.end()).size() != devices.size()) {
     throw Error("NCCL halo exchange: one rank per GPU (a device repeats)", kExitDataErr);
   }
-  return std::make_unique<NcclGroup>(devices);
+  return std::make_unique<NcclGroup>(devices, timeout);
 }
 
 #endif

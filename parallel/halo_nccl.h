@@ -1,11 +1,15 @@
 // The NCCL halo exchange: one rank per GPU of this process, send/recv on the rank's current
 // stream (its device worker's compute stream). Communicators for a device set are made once per
-// process (ncclCommInitAll) and reused by every job on that set; an abort (a rank's failure or
-// the session's timeout) aborts them (ncclCommAbort: device work waiting on a peer ends), and the
-// next run on that set makes new ones. Built with -DWMBATCH_WITH_NCCL=ON (system nccl.h and
-// libnccl); without it nccl_group() throws. Torch-free header.
+// process (one group of ncclCommInitRankConfig calls, non-blocking) and reused by every job on
+// that set. Non-blocking: a send or receive returns once NCCL has enqueued it; its caller polls
+// ncclCommGetAsyncError meanwhile, so no host thread waits inside NCCL. An abort (a rank's
+// failure, an NCCL error seen by health(), or the session's timeout) aborts them (ncclCommAbort:
+// device work waiting on a peer ends), and the next run on that set makes new ones. Built when
+// CMake finds NCCL with CUDA (WMBATCH_WITH_NCCL); without it nccl_group() throws.
+// Torch-free header.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -17,7 +21,10 @@ namespace wm::parallel {
 bool nccl_available();
 
 // A group of one rank per CUDA device in `devices` (distinct indices; rank r on devices[r]).
-// Throws wm::Error when the build has no NCCL or a device repeats.
-std::unique_ptr<ExchangeGroup> nccl_group(const std::vector<int>& devices);
+// `timeout`: the longest the communicators' setup, and any send or receive of a run (from
+// begin()), may take before the group is aborted. Throws wm::Error when the build has no NCCL or
+// a device repeats.
+std::unique_ptr<ExchangeGroup> nccl_group(
+    const std::vector<int>& devices, std::chrono::milliseconds timeout = std::chrono::minutes(30));
 
 }  // namespace wm::parallel

@@ -1,6 +1,7 @@
 #include "parallel/sequence_parallel.h"
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <future>
@@ -9,7 +10,9 @@
 
 #include "parallel/halo_inprocess.h"
 #include "parallel/halo_nccl.h"
+#include "parallel/rank_fault.h"
 #include "src/base/error.h"
+#include "src/exec/halo_exchange.h"
 
 namespace wm::parallel {
 
@@ -33,6 +36,14 @@ std::vector<int> fit_split(const std::vector<int>& asked, int frames) {
   }
   if (left > 0) out.back() += left;
   return out;
+}
+
+// "2 s", "0.5 s".
+std::string seconds_text(std::chrono::milliseconds t) {
+  if (t.count() % 1000 == 0) return std::to_string(t.count() / 1000) + " s";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g s", double(t.count()) / 1000.0);
+  return buf;
 }
 
 // Frames [first, first + n) of `in`.
@@ -63,7 +74,7 @@ SequenceParallelSession::SequenceParallelSession(std::vector<std::unique_ptr<Mod
       }
       devices.push_back(w->device().index);
     }
-    group_ = nccl_group(devices);
+    group_ = nccl_group(devices, options_.timeout);
   } else {
     group_ = std::make_unique<InProcessGroup>(int(ranks_.size()), options_.timeout);
   }
@@ -86,42 +97,80 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
   auto first_failure = std::make_shared<std::atomic<int>>(-1);
   std::vector<std::future<Planar>> results;
   int first = 0;
+  const std::chrono::milliseconds timeout = options_.timeout;
+  Fault* fault = options_.fault && options_.fault->spec().armed() ? options_.fault : nullptr;
   for (int r = 0; r < active; ++r) {
+    const int job_rank = options_.first_rank + r;
     RunContext rc = ctx;
     rc.deferred = nullptr;  // the ranks' parts are gathered here
     rc.first_slice = ctx.first_slice && r == 0;
     rc.padded_frames = r == active - 1 ? ctx.padded_frames : 0;
     rc.device = workers_[size_t(r)]->context();
     rc.halo = active > 1 ? &group_->rank(r) : nullptr;
+    // The fault (tests) fires inside the model, at the rank's first exchange of the slice.
+    std::shared_ptr<exec::HaloExchange> faulty;
+    if (fault && rc.halo) {
+      faulty = faulty_exchange(*rc.halo, *fault, job_rank, ctx.slice_index, *group_, timeout);
+      rc.halo = faulty.get();
+    }
     Planar part = active == 1 ? std::move(input) : frames_of(input, first, runs[size_t(r)]);
     first += runs[size_t(r)];
     ModelSession* session = ranks_[size_t(r)].get();
     ExchangeGroup* group = group_.get();
-    results.push_back(
-        workers_[size_t(r)]->submit([session, group, r, rc, first_failure,
-                                     part = std::make_shared<Planar>(std::move(part))]() -> Planar {
+    const Device device = workers_[size_t(r)]->device();
+    const bool solo_fault = fault && !rc.halo;
+    results.push_back(workers_[size_t(r)]->submit(
+        [session, group, r, job_rank, device, rc, first_failure, faulty, fault, solo_fault, timeout,
+         part = std::make_shared<Planar>(std::move(part))]() -> Planar {
           try {
+            if (solo_fault && fault->fires(job_rank, rc.slice_index)) {
+              fault->raise(job_rank, rc.slice_index, group, timeout);
+            }
             return session->run(std::move(*part), rc);
-          } catch (const std::exception& e) {
+          } catch (...) {
+            std::exception_ptr failure;
+            std::string what = "failed";
+            try {
+              rethrow_rank_failure(std::current_exception(), job_rank, device, rc.slice_index);
+            } catch (const std::exception& e) {
+              failure = std::current_exception();
+              what = e.what();
+            }
             int none = -1;
             first_failure->compare_exchange_strong(none, r);
             // The other ranks may wait for this one's messages: let them fail now.
-            group->abort("rank " + std::to_string(r) + " failed: " + e.what());
-            throw;
+            group->abort("rank " + std::to_string(job_rank) + " failed: " + what);
+            std::rethrow_exception(failure);
           }
         }));
   }
   input = Planar();
 
   // A rank that does not finish in time (a peer's device work hung) aborts the exchange, which
-  // ends the waits, so the others return too.
-  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
-  for (size_t r = 0; r < results.size(); ++r) {
-    if (results[r].wait_until(deadline) == std::future_status::timeout) {
+  // ends the waits, so the others return too; the slice fails with the timeout's error. So does
+  // an error the exchange reports while the ranks compute (NCCL: a communicator's async error).
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::exception_ptr group_failure;
+  for (size_t r = 0; r < results.size() && !group_failure; ++r) {
+    while (results[r].wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+      const std::string sick = group_->health();
+      const bool late = std::chrono::steady_clock::now() >= deadline;
+      if (sick.empty() && !late) continue;
       int none = -1;
       first_failure->compare_exchange_strong(none, int(r));
-      group_->abort("rank " + std::to_string(r) + " did not finish its part within " +
-                    std::to_string(options_.timeout.count() / 1000) + " s");
+      // Which rank hung cannot be told from here (its peers wait on it): name the first one
+      // still running and the group.
+      const int r0 = options_.first_rank;
+      const std::string why =
+          "sequence-parallel slice " + std::to_string(ctx.slice_index) + ": " +
+          (!sick.empty() ? sick
+                         : "ranks " + std::to_string(r0) + "-" + std::to_string(r0 + active - 1) +
+                               " did not finish within " + seconds_text(timeout) + " (rank " +
+                               std::to_string(r0 + int(r)) + " on " + workers_[r]->device().str() +
+                               " still running)") +
+          "; the exchange was aborted";
+      group_failure = std::make_exception_ptr(Error(why, kExitFailure));
+      group_->abort(why);
       break;
     }
   }
@@ -135,6 +184,7 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
       outputs.emplace_back();
     }
   }
+  if (group_failure) std::rethrow_exception(group_failure);
   const int cause = first_failure->load();
   if (cause >= 0 && failures[size_t(cause)]) std::rethrow_exception(failures[size_t(cause)]);
   for (const std::exception_ptr& f : failures) {

@@ -9,7 +9,9 @@
 // Ranks with no frames of a slice (a slice shorter than the group) sit it out. A rank's failure
 // aborts the exchange, so the others stop waiting, and run() rethrows the failing rank's error:
 // the slice (and its input) fails; the state is dropped with it. A rank still running after
-// SequenceParallelOptions::timeout aborts the exchange too. Torch-free header.
+// SequenceParallelOptions::timeout aborts the exchange too (the error says which rank did not
+// finish). Errors name the rank, its device and the slice on one line (rank_fault.h).
+// Torch-free header.
 #pragma once
 
 #include <chrono>
@@ -18,6 +20,7 @@
 
 #include "parallel/device_worker.h"
 #include "parallel/exchange_group.h"
+#include "parallel/placed_session.h"
 #include "src/model.h"
 
 namespace wm::parallel {
@@ -33,13 +36,18 @@ struct SequenceParallelOptions {
   // The exchange: NCCL (one rank per GPU, halo_nccl.h; the build needs WMBATCH_WITH_NCCL), or
   // in-process (threads as ranks: CPU, several ranks on one GPU, or several GPUs).
   bool nccl = false;
+  // The job's rank number of rank 0 (several inputs in flight: each input lane's session has
+  // ranks of its own), for errors and the fault injection.
+  int first_rank = 0;
+  // The job's test-only fault injection (rank_fault.h; not owned, outlives the session), or null.
+  Fault* fault = nullptr;
 };
 
 // `frames` in at most `ranks` runs of nearly equal length, the longer runs last (rank 0 also
 // yields the sequence's first output frame alone). Never a run of 0.
 std::vector<int> split_frames(int frames, int ranks);
 
-class SequenceParallelSession final : public ModelSession {
+class SequenceParallelSession final : public PlacedSession {
  public:
   // Rank r runs `ranks[r]` on `workers[r]` (not owned; they outlive the session).
   SequenceParallelSession(std::vector<std::unique_ptr<ModelSession>> ranks,

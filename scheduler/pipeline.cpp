@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "parallel/device_worker.h"
-#include "parallel/sequence_parallel.h"
+#include "parallel/placed_session.h"
 #include "src/base/error.h"
 
 namespace wm::sched {
@@ -203,8 +203,9 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
         ctx.padded_frames = job->slice->padded;
         parallel::DeviceWorker& device_worker = *workers[size_t(taken.second)];
         ctx.device = device_worker.context();
-        if (dynamic_cast<parallel::SequenceParallelSession*>(taken.first)) {
-          // A session that runs on workers of its own (sequence parallel) is only waited for.
+        if (dynamic_cast<parallel::PlacedSession*>(taken.first)) {
+          // A session that runs on workers of its own (a rank's WorkerSession, sequence
+          // parallel) is only waited for.
           job->output = taken.first->run(std::move(job->input), ctx);
         } else {
           ctx.deferred = &job->deferred;

@@ -14,7 +14,17 @@ Progress::Progress(ProgressStyle style, std::FILE* out) : style_(style), out_(ou
   }
 }
 
+Progress::Progress(Progress& parent)
+    : style_(ProgressStyle::kNone), out_(parent.out_), parent_(&parent) {}
+
+void Progress::grow(int64_t frames_total) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  total_ += frames_total;
+  draw(false);
+}
+
 void Progress::begin(const std::string& label, int64_t frames_total) {
+  if (parent_) parent_->grow(frames_total);
   std::lock_guard<std::mutex> lock(mutex_);
   label_ = label;
   total_ = frames_total;
@@ -25,6 +35,7 @@ void Progress::begin(const std::string& label, int64_t frames_total) {
 }
 
 void Progress::add(int64_t frames) {
+  if (parent_) parent_->add(frames);
   std::lock_guard<std::mutex> lock(mutex_);
   done_ += frames;
   draw(false);

@@ -15,6 +15,10 @@ enum class ProgressStyle { kAuto, kBar, kPlain, kFarm, kNone };
 class Progress {
  public:
   explicit Progress(ProgressStyle style = ProgressStyle::kAuto, std::FILE* out = stderr);
+  // One input of a batch whose inputs run at once (run_job's input lanes): it draws nothing;
+  // begin() adds its frames to `parent`'s total and add() counts them there too, so the
+  // parent's line shows the whole batch. `parent` outlives it.
+  explicit Progress(Progress& parent);
   // Starts a new file; `frames_total` may be 0 when unknown.
   void begin(const std::string& label, int64_t frames_total);
   void add(int64_t frames);
@@ -26,10 +30,12 @@ class Progress {
 
  private:
   void draw(bool force);
+  void grow(int64_t frames_total);
   using Clock = std::chrono::steady_clock;
   mutable std::mutex mutex_;
   ProgressStyle style_;
   std::FILE* out_;
+  Progress* parent_ = nullptr;
   std::string label_;
   int64_t total_ = 0;
   int64_t done_ = 0;

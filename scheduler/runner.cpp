@@ -3,9 +3,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <thread>
 
 #include "io/image_output.h"
 #include "io/output_file.h"
@@ -104,6 +107,149 @@ void check_report_path(const std::string& report, const std::vector<JobSpec>& jo
   }
 }
 
+// How many inputs of a batch run at once (input lanes, docs/gpu.md "Batches across devices"):
+// the job's `parallel.inputs`, else one per rank in data mode and one in sequence mode; at most
+// the batch. 1 for runners without one model set.
+int input_lanes(const JobSpec& job, const TaskRunner& runner, size_t batch) {
+  const ModelSet* models = runner.model_set();
+  if (!models || batch < 2) return 1;
+  const int want = job.parallel.inputs > 0       ? job.parallel.inputs
+                   : models->sequence_parallel() ? 1
+                                                 : models->job_ranks();
+  return int(std::min<size_t>(size_t(std::max(want, 1)), batch));
+}
+
+// Input lane `lane` of `lanes` over the job's `ranks` ranks: a window of them, or (more lanes
+// than ranks) rank `lane` alone, which lands on a further worker lane of a device.
+JobSpec lane_job(const JobSpec& job, int lane, int lanes, int ranks) {
+  JobSpec out = job;
+  if (lanes <= ranks) {
+    out.parallel.first_rank = lane * ranks / lanes;
+    out.parallel.lane_ranks = (lane + 1) * ranks / lanes - out.parallel.first_rank;
+  } else {
+    out.parallel.first_rank = lane;
+    out.parallel.lane_ranks = 1;
+  }
+  return out;
+}
+
+// A one-line error names the file: a model's error (a rank's failure) may not.
+std::string naming_input(const InputOutcome& in, std::string error) {
+  if (error.find(in.input) == std::string::npos &&
+      (in.output.empty() || error.find(in.output) == std::string::npos)) {
+    error = in.input + ": " + error;
+  }
+  return error;
+}
+
+// The inputs of a batch on `lanes` input lanes at once (one runner each, on devices or worker
+// lanes of their own): input k < lanes starts on lane k, then a lane takes the next input not yet
+// started, so the inputs start in their order; an input whose output an earlier one of the batch also writes waits for it. Outcomes are
+// recorded in the inputs' order once all are done; inputs not started (a cancel, --stop-on-error
+// after a failure) are left out, as in the sequential loop.
+void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress,
+               const std::vector<std::string>& inputs,
+               std::vector<std::unique_ptr<TaskRunner>>& lanes, JobOutcome& outcome,
+               const std::shared_ptr<spdlog::logger>& log) {
+  const size_t n = inputs.size();
+  std::vector<std::string> outputs(n);
+  for (size_t i = 0; i < n; ++i) {
+    try {
+      outputs[i] = expand_output(job.output, inputs[i], job.name, job.dir);
+    } catch (const Error&) {
+      // reported when the input runs
+    }
+  }
+  std::vector<std::optional<InputOutcome>> results(n);
+  std::vector<bool> done(n, false);
+  std::mutex mutex;
+  std::condition_variable finished;
+  size_t next = lanes.size();  // inputs [0, lanes) are the lanes' first ones
+  bool failed = false;
+  auto stopped = [&] {
+    return (options.cancel && options.cancel->load()) || (!options.keep_going && failed);
+  };
+  auto fail = [](InputOutcome& in, int code, std::string error) {
+    in.state = InputState::kFailed;
+    in.exit_code = code;
+    in.error = naming_input(in, std::move(error));
+  };
+  auto run_one = [&](size_t i, TaskRunner& runner, Progress& lane_progress) {
+    InputOutcome in;
+    in.input = inputs[i];
+    const auto start = Clock::now();
+    try {
+      in.output = expand_output(job.output, in.input, job.name, job.dir);
+      make_output_folder(in.output);
+      io::OutputLock lock(in.output, options.cancel);
+      if (!prepare_output(job, in.input, in.output)) {
+        in.state = InputState::kSkipped;
+        log->info("{}: exists, skipped", in.output);
+      } else {
+        in.frames = runner.process(in.input, in.output, options, lane_progress);
+        in.metrics = runner.metrics();
+        in.decoder = runner.decoder();
+        in.dropped = runner.dropped();
+        in.state = InputState::kDone;
+      }
+    } catch (const Error& e) {
+      fail(in, e.exit_code(),
+           e.exit_code() == kExitTempFail ? interrupted_text(job, in.input, in.output) : e.what());
+    } catch (const std::exception& e) {
+      fail(in, kExitSoftware, in.input + ": internal error: " + e.what());
+    }
+    in.seconds = seconds_since(start);
+    if (in.state == InputState::kFailed) log->error("{}", in.error);
+    return in;
+  };
+  auto lane_loop = [&](size_t lane) {
+    Progress lane_progress(progress);
+    bool first = true;
+    for (;;) {
+      size_t i = 0;
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        if (stopped()) return;
+        if (first) {
+          i = lane;  // input k < lanes starts on lane k, whichever thread is up first
+          first = false;
+        } else {
+          if (next >= n) return;
+          i = next++;
+        }
+        // Two inputs with one output: the earlier one must be on disk before this one checks it.
+        finished.wait(lock, [&] {
+          for (size_t j = 0; j < i; ++j) {
+            if (!done[j] && !outputs[i].empty() && outputs[j] == outputs[i]) return false;
+          }
+          return true;
+        });
+      }
+      InputOutcome in = run_one(i, *lanes[lane], lane_progress);
+      std::lock_guard<std::mutex> lock(mutex);
+      if (in.state == InputState::kFailed) failed = true;
+      results[i] = std::move(in);
+      done[i] = true;
+      finished.notify_all();
+    }
+  };
+  progress.begin(
+      job.name + ": " + std::to_string(n) + " inputs, " + std::to_string(lanes.size()) + " at once",
+      0);
+  std::vector<std::thread> threads;
+  for (size_t lane = 0; lane < lanes.size(); ++lane) threads.emplace_back(lane_loop, lane);
+  for (std::thread& t : threads) t.join();
+  progress.end();
+  for (std::optional<InputOutcome>& in : results) {
+    if (!in) continue;
+    if (in->state == InputState::kFailed && outcome.exit_code == 0) {
+      outcome.exit_code = in->exit_code;
+    }
+    outcome.frames += in->frames;
+    outcome.inputs.push_back(std::move(*in));
+  }
+}
+
 }  // namespace
 
 const char* to_string(InputState s) {
@@ -128,9 +274,20 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
 
   std::vector<std::string> inputs;
   std::unique_ptr<TaskRunner> runner;
+  // Input lanes' runners share the models (one per device) and the fault injection.
+  ModelShelf shelf;
+  std::vector<std::unique_ptr<TaskRunner>> lanes;
   try {
     inputs = expand_inputs(job);
     runner = make_task_runner(job);
+    const int n = input_lanes(job, *runner, inputs.size());
+    if (n > 1) {
+      const int ranks = runner->model_set()->job_ranks();
+      runner.reset();
+      for (int lane = 0; lane < n; ++lane) {
+        lanes.push_back(make_task_runner(lane_job(job, lane, n, ranks)));
+      }
+    }
   } catch (const Error& e) {
     InputOutcome failed;
     failed.state = InputState::kFailed;
@@ -162,7 +319,7 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
   auto fail = [](InputOutcome& in, int code, std::string error) {
     in.state = InputState::kFailed;
     in.exit_code = code;
-    in.error = std::move(error);
+    in.error = naming_input(in, std::move(error));
   };
   auto settle = [&] {
     if (!finishing) return;
@@ -192,6 +349,13 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
     return (options.cancel && options.cancel->load()) ||
            (!options.keep_going && outcome.exit_code != 0);
   };
+
+  if (!lanes.empty()) {
+    run_lanes(job, options, progress, inputs, lanes, outcome, log);
+    outcome.seconds = seconds_since(job_start);
+    outcome.peak_rss_mib = peak_rss_mib();
+    return outcome;
+  }
 
   for (size_t i = 0; i < inputs.size() && !stopped(); ++i) {
     InputOutcome in;

@@ -300,6 +300,8 @@ class DecodeLatentsRunner : public FinishingRunner {
   explicit DecodeLatentsRunner(const JobSpec& job)
       : job_(job), models_(job.model, job.devices, job.device_ids, job.parallel) {}
 
+  const ModelSet* model_set() const override { return &models_; }
+
  private:
   PendingOutput run(const std::string& input, const std::string& output, const RunOptions& options,
                     Progress& progress, bool background) override {
@@ -389,6 +391,7 @@ class EncodeLatentsRunner : public TaskRunner {
  public:
   explicit EncodeLatentsRunner(const JobSpec& job)
       : job_(job), models_(job.model, job.devices, job.device_ids, job.parallel) {}
+  const ModelSet* model_set() const override { return &models_; }
 
   int64_t process(const std::string& input, const std::string& output, const RunOptions& options,
                   Progress& progress) override {

@@ -1,7 +1,9 @@
 #include "scheduler/tasks.h"
 
 #include <algorithm>
+#include <chrono>
 #include <set>
+#include <stdexcept>
 
 #include "io/image_output.h"
 #include "io/video_reader.h"
@@ -9,6 +11,7 @@
 #include "parallel/device_worker.h"
 #include "parallel/devices.h"
 #include "parallel/halo_nccl.h"
+#include "parallel/placed_session.h"
 #include "parallel/sequence_parallel.h"
 #include "scheduler/upscale_yuv.h"
 #include "scheduler/video_stages.h"
@@ -18,18 +21,47 @@
 
 namespace wm::sched {
 
+namespace {
+thread_local ModelShelf* t_shelf = nullptr;
+}  // namespace
+
+ModelShelf::ModelShelf() : previous_(t_shelf) { t_shelf = this; }
+ModelShelf::~ModelShelf() { t_shelf = previous_; }
+
 ModelSet::ModelSet(const ModelConfig& config, const std::string& devices,
                    const std::vector<int>& ids, const ParallelSpec& parallel)
-    : devices_(parallel::resolve_devices(devices, ids)) {
-  for (const Device& d : devices_) models_.push_back(make_model(config, d));
-  const bool cpu = devices_.front().kind == Device::Kind::kCpu;
+    : parallel_(parallel) {
+  const std::vector<Device> all = parallel::resolve_devices(devices, ids);
+  const int n = int(all.size());
+  const bool cpu = all.front().kind == Device::Kind::kCpu;
   // GPUs: one rank per listed device unless `ranks` says fewer (or, for sequence parallelism on
   // one GPU, more: several streams). CPU: `ranks` in-process ranks.
-  ranks_ = parallel.ranks > 0 ? parallel.ranks : (cpu ? 1 : int(devices_.size()));
+  int total = parallel.ranks > 0 ? parallel.ranks : (cpu ? 1 : n);
+  const bool lane = parallel.lane_ranks > 0;
+  const int first = lane ? parallel.first_rank : 0;
+  int count = lane ? parallel.lane_ranks : total;
+
+  // The model on a device: from the shelf when one is in use (input lanes share weights).
+  auto model_on = [&](const Device& d) -> std::shared_ptr<const Model> {
+    if (!t_shelf) return std::shared_ptr<const Model>(make_model(config, d));
+    std::shared_ptr<const Model>& m =
+        t_shelf->models_[d.str() + "|" + config.kind + "|" + config.task + "|" + config.weights];
+    if (!m) m = std::shared_ptr<const Model>(make_model(config, d));
+    return m;
+  };
+  auto add_device = [&](const Device& d) -> size_t {
+    for (size_t i = 0; i < devices_.size(); ++i) {
+      if (devices_[i].str() == d.str()) return i;
+    }
+    devices_.push_back(d);
+    models_.push_back(model_on(d));
+    return devices_.size() - 1;
+  };
+  add_device(all[size_t(first % n)]);  // the traits decide the mode
   const ModelTraits& t = traits();
   switch (parallel.mode) {
     case ParallelMode::kAuto:
-      sequence_ = t.causal_state && t.sequence_parallel && ranks_ > 1;
+      sequence_ = t.causal_state && t.sequence_parallel && count > 1;
       break;
     case ParallelMode::kData:
       sequence_ = false;
@@ -40,53 +72,75 @@ ModelSet::ModelSet(const ModelConfig& config, const std::string& devices,
                         " does not (use data)",
                     kExitDataErr);
       }
-      sequence_ = ranks_ > 1;
+      sequence_ = count > 1;
       break;
   }
-  if (!sequence_ && !cpu) ranks_ = std::min<int>(ranks_, int(devices_.size()));
+  if (!sequence_ && !cpu && !lane) {
+    total = std::min(total, n);
+    count = total;
+  }
+  job_ranks_ = total;
+  // A causal model in data mode: one session (its slices run in order).
+  const int used = sequence_ || !t.causal_state ? count : 1;
+  for (int r = first; r < first + used; ++r) {
+    Slot slot;
+    slot.device = all[size_t(r % n)];
+    slot.lane = r / n;
+    slot.rank = r;
+    slot.model = add_device(slot.device);
+    slots_.push_back(slot);
+  }
+  if (!parallel.fault.empty()) {
+    parallel::FaultSpec spec;
+    try {
+      spec = parallel::parse_fault(parallel.fault);
+    } catch (const std::invalid_argument& e) {
+      throw Error(std::string("parallel: fault ") + e.what(), kExitDataErr);
+    }
+    if (t_shelf) {
+      std::shared_ptr<parallel::Fault>& f = t_shelf->faults_[parallel.fault];
+      if (!f) f = std::make_shared<parallel::Fault>(spec);
+      fault_ = f;
+    } else {
+      fault_ = std::make_shared<parallel::Fault>(spec);
+    }
+  }
 }
 
 std::vector<std::unique_ptr<ModelSession>> ModelSet::open_sessions() const {
   std::vector<std::unique_ptr<ModelSession>> sessions;
-  const size_t devices = devices_.size();
   if (sequence_) {
     std::vector<std::unique_ptr<ModelSession>> ranks;
     std::vector<parallel::DeviceWorker*> workers;
-    for (int r = 0; r < ranks_; ++r) {
-      const size_t d = size_t(r) % devices;
-      ranks.push_back(models_[d]->open_session(devices_[d]));
-      workers.push_back(&parallel::device_worker(devices_[d], r / int(devices)));
+    for (const Slot& s : slots_) {
+      ranks.push_back(models_[s.model]->open_session(s.device));
+      workers.push_back(&parallel::device_worker(s.device, s.lane));
     }
     // NCCL when the build has it and every rank has a GPU of its own; else in-process.
     parallel::SequenceParallelOptions options;
     std::set<std::string> distinct;
     for (const parallel::DeviceWorker* w : workers) distinct.insert(w->device().str());
-    options.nccl = parallel::nccl_available() && devices_.front().kind == Device::Kind::kCuda &&
+    options.nccl = parallel::nccl_available() &&
+                   slots_.front().device.kind == Device::Kind::kCuda &&
                    distinct.size() == workers.size();
+    options.timeout = std::chrono::milliseconds(int64_t(parallel_.timeout_seconds * 1000.0));
+    options.first_rank = slots_.front().rank;
+    options.fault = fault_.get();
     sessions.push_back(std::make_unique<parallel::SequenceParallelSession>(
         std::move(ranks), std::move(workers), options));
     return sessions;
   }
-  const size_t n = traits().causal_state ? 1 : size_t(ranks_);
-  for (size_t i = 0; i < n; ++i) {
-    sessions.push_back(models_[i % devices]->open_session(devices_[i % devices]));
+  for (const Slot& s : slots_) {
+    sessions.push_back(std::make_unique<parallel::WorkerSession>(
+        models_[s.model]->open_session(s.device), parallel::device_worker(s.device, s.lane), s.rank,
+        fault_.get(), /*name_rank=*/job_ranks_ > 1 || parallel_.lane_ranks > 0));
   }
   return sessions;
 }
 
 std::vector<parallel::DeviceWorker*> ModelSet::workers() const {
   std::vector<parallel::DeviceWorker*> out;
-  if (sequence_) {
-    for (int r = 0; r < ranks_; ++r) {
-      const size_t d = size_t(r) % devices_.size();
-      out.push_back(&parallel::device_worker(devices_[d], r / int(devices_.size())));
-    }
-    return out;
-  }
-  std::map<std::string, int> lanes;  // as run_pipeline assigns them
-  for (const Device& d : session_devices()) {
-    out.push_back(&parallel::device_worker(d, lanes[d.str()]++));
-  }
+  for (const Slot& s : slots_) out.push_back(&parallel::device_worker(s.device, s.lane));
   return out;
 }
 
@@ -117,10 +171,9 @@ std::map<std::string, double> DeviceMeter::metrics(
 }
 
 std::vector<Device> ModelSet::session_devices() const {
-  if (sequence_) return {devices_.front()};
-  const size_t n = traits().causal_state ? 1 : size_t(ranks_);
+  if (sequence_) return {slots_.front().device};
   std::vector<Device> out;
-  for (size_t i = 0; i < n; ++i) out.push_back(devices_[i % devices_.size()]);
+  for (const Slot& s : slots_) out.push_back(s.device);
   return out;
 }
 
@@ -227,6 +280,7 @@ class UpscaleRunner : public FinishingRunner {
  public:
   explicit UpscaleRunner(const JobSpec& job)
       : job_(job), models_(job.model, job.devices, job.device_ids, job.parallel) {}
+  const ModelSet* model_set() const override { return &models_; }
 
  private:
   PendingOutput run(const std::string& input, const std::string& output, const RunOptions& options,

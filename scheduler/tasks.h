@@ -15,6 +15,7 @@
 #include "io/video_reader.h"
 #include "io/video_writer.h"
 #include "parallel/device_worker.h"
+#include "parallel/rank_fault.h"
 #include "scheduler/pipeline.h"
 #include "scheduler/progress.h"
 #include "scheduler/runner.h"
@@ -48,6 +49,8 @@ class PendingOutput {
   std::future<TaskResult> finishing_;
 };
 
+class ModelSet;
+
 class TaskRunner {
  public:
   virtual ~TaskRunner() = default;
@@ -62,6 +65,9 @@ class TaskRunner {
   virtual std::string decoder() const { return {}; }
   // What the last process() call's output could not hold of its source (one line each).
   virtual std::vector<std::string> dropped() const { return {}; }
+  // The runner's models when it has one set of them (run_job reads how many inputs it may run at
+  // once from it); null otherwise (the runner's inputs then run one after another).
+  virtual const ModelSet* model_set() const { return nullptr; }
   // process(), but the output's last step may still be running when it returns, so that the
   // job's next input starts its model work meanwhile (run_job). Progress has ended for the input.
   // The default finishes before it returns.
@@ -112,6 +118,9 @@ std::unique_ptr<TaskRunner> make_task_runner(const JobSpec& job);
 // The models of a job, one per device, and their sessions. `parallel` says how the devices (or
 // in-process CPU ranks) share the work: data (a session per rank; one for a causal model, whose
 // slices must run in order) or sequence (one sequence-parallel session over all ranks).
+// The job's rank r runs on device r mod n (n devices), worker lane r / n; an input lane's set
+// (ParallelSpec::first_rank, lane_ranks; run_job) holds a window of those ranks. Sets built while
+// a ModelShelf is in use share its models (one per device) and its fault injection.
 // Throws wm::Error (kExitDataErr) for sequence parallelism with a model that cannot do it.
 class ModelSet {
  public:
@@ -120,22 +129,52 @@ class ModelSet {
   const Model& model() const { return *models_.front(); }
   const ModelTraits& traits() const { return models_.front()->traits(); }
   // Fresh sessions for one input: one per rank, a single one for causal models, or one
-  // sequence-parallel session.
+  // sequence-parallel session. Each places its calls on its rank's device worker
+  // (parallel::PlacedSession).
   std::vector<std::unique_ptr<ModelSession>> open_sessions() const;
   // The device of each session open_sessions() makes (PipelineOptions::devices).
   std::vector<Device> session_devices() const;
+  // The devices this set's ranks use, in rank order, without repeats.
   const std::vector<Device>& devices() const { return devices_; }
-  int ranks() const { return ranks_; }
+  int ranks() const { return int(slots_.size()); }
+  // The job's ranks (all input lanes), as resolved: GPUs in data mode at most one per device.
+  int job_ranks() const { return job_ranks_; }
   bool sequence_parallel() const { return sequence_; }
   // The device workers its sessions run on: the pipeline's lanes, or the ranks of a
   // sequence-parallel session.
   std::vector<parallel::DeviceWorker*> workers() const;
 
  private:
+  struct Slot {
+    Device device;
+    int lane = 0;      // the device worker's lane
+    int rank = 0;      // the job's rank number
+    size_t model = 0;  // index into models_
+  };
   std::vector<Device> devices_;
-  std::vector<std::unique_ptr<Model>> models_;
-  int ranks_ = 1;  // rank r runs on devices_[r % devices_.size()]
+  std::vector<std::shared_ptr<const Model>> models_;  // one per entry of devices_
+  std::vector<Slot> slots_;
+  int job_ranks_ = 1;
   bool sequence_ = false;
+  ParallelSpec parallel_;
+  std::shared_ptr<parallel::Fault> fault_;  // null: none armed
+};
+
+// While in use (one scope, one thread: run_job building a job's input lanes), ModelSets built on
+// this thread take their models from the shelf (built once per device and model task) and share
+// one fault injection, so input lanes on one device share its weights.
+class ModelShelf {
+ public:
+  ModelShelf();
+  ~ModelShelf();
+  ModelShelf(const ModelShelf&) = delete;
+  ModelShelf& operator=(const ModelShelf&) = delete;
+
+ private:
+  friend class ModelSet;
+  std::map<std::string, std::shared_ptr<const Model>> models_;
+  std::map<std::string, std::shared_ptr<parallel::Fault>> faults_;
+  ModelShelf* previous_;
 };
 
 // What the devices did for one input, as report metrics: per worker "device_<dev>_busy_seconds"

@@ -21,6 +21,7 @@
 #include <new>
 #include <optional>
 #include <set>
+#include <regex>
 #include <sstream>
 #include <utility>
 
@@ -141,7 +142,7 @@ const KeyTable kTilingKeys{"tiling", {"tile", "tile_width", "tile_height", "over
 const KeyTable kEncodeKeys{
     "encode", {"codec", "crf", "preset", "pix_fmt", "audio", "subtitles", "threads", "options"}};
 const KeyTable kOffloadKeys{"offload", {"pinned_mib"}};
-const KeyTable kParallelKeys{"parallel", {"mode", "ranks"}};
+const KeyTable kParallelKeys{"parallel", {"mode", "ranks", "inputs", "timeout", "fault"}};
 const KeyTable* const kAllTables[] = {&kTopKeys,    &kModelKeys,   &kTilingKeys,
                                       &kEncodeKeys, &kOffloadKeys, &kParallelKeys};
 
@@ -398,6 +399,12 @@ std::string fmt_number(double v) {
   out.imbue(std::locale::classic());
   out << v;
   return out.str();
+}
+
+// `parallel.fault` (test only): the grammar parallel::parse_fault reads.
+bool valid_fault(const std::string& text) {
+  static const std::regex grammar("rank[0-9]{1,4}:slice[0-9]{1,7}:(oom|error|hang)");
+  return std::regex_match(text, grammar);
 }
 
 struct NumberRange {
@@ -677,6 +684,16 @@ class JobParser {
         job_.parallel.mode = get_enum(*m, kParallelModes);
       }
       if (const Field* r = parallel.find("ranks")) job_.parallel.ranks = get_int(*r, 1, 1024);
+      if (const Field* n = parallel.find("inputs")) job_.parallel.inputs = get_int(*n, 1, 1024);
+      if (const Field* t = parallel.find("timeout")) {
+        job_.parallel.timeout_seconds = get_number(*t, {0, 86400, true});
+      }
+      if (const Field* x = parallel.find("fault")) {
+        job_.parallel.fault = get_string(*x);
+        if (!valid_fault(job_.parallel.fault)) {
+          fail(*x, "'" + job_.parallel.fault + "': expected rank<R>:slice<S>:<oom|error|hang>");
+        }
+      }
     }
     if (const Field* f = top_.find("encode")) parse_encode(*f);
     if (const Field* f = top_.find("fps")) {

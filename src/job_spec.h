@@ -68,6 +68,17 @@ const char* to_string(ParallelMode m);
 struct ParallelSpec {
   ParallelMode mode = ParallelMode::kAuto;
   int ranks = 0;  // 0: one per device (cpu: 1); with devices: cpu, N in-process CPU ranks
+  // `inputs`: inputs of a batch in flight at once (input lanes; docs/gpu.md); 0: auto (data
+  // mode: one per rank, at most the batch; sequence: 1).
+  int inputs = 0;
+  // `timeout` (seconds): the longest a sequence-parallel rank may take over its part of a slice.
+  double timeout_seconds = 1800;
+  // `fault` (test only, undocumented in job-format.md): parallel/rank_fault.h.
+  std::string fault;
+  // Set by the runner for an input lane, not job keys: this lane uses the job's ranks
+  // [first_rank, first_rank + lane_ranks) (rank r on device r mod n, lane r / n); 0: all.
+  int first_rank = 0;
+  int lane_ranks = 0;
 };
 
 struct JobSpec {

@@ -48,7 +48,8 @@ const char* kUsage =
     "  ffmpeg -i IN -vf scale=iw*S:ih*S:flags=KIND -c:v libx264 -preset P -crf C OUT\n"
     "  and prints frames, seconds and fps of both and their ratio as JSON.\n"
     "  --make generates a clip with the ffmpeg CLI (testsrc2 + noise + a tone).\n"
-    "  With --model NAME: a Real-ESRGAN network instead (wmbench upscale --model x --help).\n";
+    "  With --model NAME: a Real-ESRGAN network instead (wmbench upscale --model x --help).\n"
+    "  With --devices: a batch over several devices (wmbench upscale --devices 0 --help).\n";
 
 const char* kModelUsage =
     "wmbench upscale --model realesr-animevideov3|realesr-general-x4v3|RealESRGAN_x4plus|\n"
@@ -317,6 +318,9 @@ int bench_upscale_model(int argc, char** argv) {
 }  // namespace
 
 int bench_upscale(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--devices") return bench_upscale_devices(argc, argv);
+  }
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--model") return bench_upscale_model(argc, argv);
   }

@@ -2,13 +2,19 @@
 // a decode_latents job split over 2 and 3 sequence-parallel ranks equals the one-rank output and
 // reports its exchange; an upscale job whose slices are spread over 3 CPU workers (data
 // parallel) equals the one-worker output bit for bit, frames in order; --devices replaces the
-// jobs' devices and rejects nonsense. Golden weights and latents: tests/data/golden/wan21-tiny.
+// jobs' devices and rejects nonsense. A batch runs its inputs at once on input lanes (CPU ranks)
+// with outputs bit-identical to one worker and the report in the inputs' order. A rank that
+// fails (the test-only fault injection: out of memory, an error, a hang past the timeout) fails
+// its input with one line and exit 1, leaves no output, and the next input of the batch runs.
+// Golden weights and latents: tests/data/golden/wan21-tiny.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "io/safetensors.h"
 #include "tests/support/media.h"
@@ -153,6 +159,229 @@ TEST(ParallelJobs, BadParallelKeys) {
   CommandResult r = wmbatch({dir.file("up.yaml")});
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("mode sequence"), std::string::npos) << r.output;
+}
+
+nlohmann::json report_inputs(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in).at(0).at("inputs");
+}
+
+// Clips of different sizes and lengths, so that a mix-up of outputs or report lines shows.
+std::vector<std::string> make_clips(TempDir& dir, int count) {
+  std::vector<std::string> names;
+  for (int i = 0; i < count; ++i) {
+    ClipSpec spec;
+    spec.width = 32 + 8 * i;
+    spec.height = 24 + 4 * i;
+    spec.frames = 6 + 3 * i;
+    spec.codec = "ffv1";
+    spec.pix_fmt = "yuv444p";
+    spec.container_ext = ".mkv";
+    spec.audio = false;
+    names.push_back("clip" + std::to_string(i) + ".mkv");
+    make_clip(dir.file(names.back()), spec);
+  }
+  return names;
+}
+
+std::string batch_job(const std::vector<std::string>& clips, const std::string& out_dir,
+                      const std::string& parallel) {
+  std::string yaml = "task: upscale\ninput:\n";
+  for (const std::string& c : clips) yaml += "  - " + c + "\n";
+  return yaml + "output: " + out_dir + "/{stem}.mkv\nmodel: {kind: lanczos, scale: 2}\n" +
+         "devices: cpu\nslice_frames: 2\ntokens: 4\nencode: {codec: ffv1, pix_fmt: yuv444p}\n" +
+         parallel;
+}
+
+// No file at `path` and no partial file beside it.
+void expect_no_output(const std::string& path) {
+  EXPECT_FALSE(exists(path)) << path;
+  const std::filesystem::path p(path);
+  for (const auto& e : std::filesystem::directory_iterator(p.parent_path())) {
+    EXPECT_EQ(e.path().filename().string().find(p.filename().string() + "."), std::string::npos)
+        << e.path();
+  }
+}
+
+TEST(ParallelJobs, BatchOnInputLanesEqualsOneWorkerInOrder) {
+  TempDir dir("parallel-lanes");
+  const std::vector<std::string> clips = make_clips(dir, 5);
+  write_text(dir.file("one.yaml"), batch_job(clips, "one", ""));
+  CommandResult r = wmbatch({"--report", dir.file("one.json"), dir.file("one.yaml")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // 3 lanes of one rank; 2 lanes of 2 ranks (each input's slices spread over its two).
+  for (const std::string& parallel :
+       {std::string("parallel: {mode: data, ranks: 3}\n"),
+        std::string("parallel: {mode: data, ranks: 4, inputs: 2}\n")}) {
+    std::filesystem::remove_all(dir.file("lanes"));
+    write_text(dir.file("lanes.yaml"), batch_job(clips, "lanes", parallel));
+    r = wmbatch({"--report", dir.file("lanes.json"), dir.file("lanes.yaml")});
+    ASSERT_EQ(r.exit_code, 0) << parallel << r.output;
+    const nlohmann::json inputs = report_inputs(dir.file("lanes.json"));
+    ASSERT_EQ(inputs.size(), clips.size()) << inputs.dump();
+    std::set<std::string> workers;
+    for (size_t i = 0; i < clips.size(); ++i) {
+      const nlohmann::json& in = inputs.at(i);
+      EXPECT_EQ(std::filesystem::path(in.at("input").get<std::string>()).filename(), clips[i])
+          << "report order, " << parallel;
+      EXPECT_EQ(in.at("state"), "done");
+      for (const auto& [key, value] : in.items()) {
+        if (key.rfind("device_", 0) == 0) workers.insert(key);
+      }
+      const std::string stem = clips[i].substr(0, clips[i].size() - 4);
+      const auto a = read_all(dir.file("one/" + stem + ".mkv"));
+      const auto b = read_all(dir.file("lanes/" + stem + ".mkv"));
+      ASSERT_EQ(a.size(), size_t(6 + 3 * i));
+      ASSERT_EQ(a.size(), b.size()) << clips[i];
+      for (size_t f = 0; f < a.size(); ++f) {
+        EXPECT_EQ(a[f].pts, b[f].pts) << clips[i] << " frame " << f;
+        EXPECT_TRUE(a[f].image.data == b[f].image.data) << clips[i] << " frame " << f;
+      }
+    }
+    // Every lane's worker ran inputs (busy time reported under its name).
+    for (const char* w :
+         {"device_cpu_busy_seconds", "device_cpu.1_busy_seconds", "device_cpu.2_busy_seconds"}) {
+      EXPECT_TRUE(workers.count(w)) << w << " " << parallel;
+    }
+  }
+}
+
+TEST(ParallelJobs, SequenceRanksOnTwoInputLanesEqualOneRank) {
+  // 4 CPU ranks, 2 inputs at once: each input decoded by a window of 2 ranks (worker lanes 0-1
+  // and 2-3).
+  TempDir dir("parallel-seq-lanes");
+  std::filesystem::copy_file(kGolden + "decode_t9.safetensors", dir.file("a.safetensors"));
+  std::filesystem::copy_file(kGolden + "decode_t9.safetensors", dir.file("b.safetensors"));
+  write_text(dir.file("one.yaml"), decode_job("one.safetensors", ""));
+  CommandResult r = wmbatch({dir.file("one.yaml")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  write_text(dir.file("job.yaml"),
+             "task: decode_latents\ninput: [a.safetensors, b.safetensors]\ninput_tensor: input\n"
+             "output: out/{stem}.safetensors\nslice_frames: 5\ndevices: cpu\n"
+             "parallel: {mode: sequence, ranks: 4, inputs: 2}\nmodel: {kind: wan2.1-vae, "
+             "weights: '" +
+                 kGolden + "weights.safetensors', dim: 16}\n");
+  r = wmbatch({"--report", dir.file("job.json"), dir.file("job.yaml")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json inputs = report_inputs(dir.file("job.json"));
+  ASSERT_EQ(inputs.size(), 2u);
+  const std::vector<float> one = tensor(dir.file("one.safetensors"), "output");
+  for (const char* name : {"a", "b"}) {
+    EXPECT_LE(
+        max_abs_diff(tensor(dir.file(std::string("out/") + name + ".safetensors"), "output"), one),
+        1e-5)
+        << name;
+  }
+  EXPECT_TRUE(inputs[0].contains("device_cpu.1_busy_seconds")) << inputs[0].dump();
+  EXPECT_TRUE(inputs[1].contains("device_cpu.3_busy_seconds")) << inputs[1].dump();
+  EXPECT_GT(inputs[1].at("exchange_bytes").get<double>(), 0);
+}
+
+TEST(ParallelJobs, FailingDataRankFailsItsInputAndTheBatchGoesOn) {
+  TempDir dir("parallel-lane-fault");
+  const std::vector<std::string> clips = make_clips(dir, 4);
+  write_text(
+      dir.file("job.yaml"),
+      batch_job(clips, "out", "parallel: {mode: data, ranks: 3, fault: 'rank1:slice1:oom'}\n"));
+  CommandResult r = wmbatch({"--report", dir.file("job.json"), dir.file("job.yaml")});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const nlohmann::json inputs = report_inputs(dir.file("job.json"));
+  ASSERT_EQ(inputs.size(), 4u);
+  // Input 1 starts on lane 1 (rank 1); the fault fires once, so every other input is done.
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string stem = clips[i].substr(0, clips[i].size() - 4);
+    if (i == 1) {
+      EXPECT_EQ(inputs[i].at("state"), "failed");
+      const std::string error = inputs[i].at("error");
+      EXPECT_NE(error.find("clip1.mkv"), std::string::npos) << error;
+      EXPECT_NE(error.find("rank 1 (cpu), slice 1: out of device memory"), std::string::npos)
+          << error;
+      EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+      EXPECT_EQ(inputs[i].at("exit_code"), 1);
+      expect_no_output(dir.file("out/" + stem + ".mkv"));
+    } else {
+      EXPECT_EQ(inputs[i].at("state"), "done") << inputs[i].dump();
+      EXPECT_EQ(read_all(dir.file("out/" + stem + ".mkv")).size(), size_t(6 + 3 * i));
+    }
+  }
+}
+
+// A batch of two latent files decoded by `ranks` sequence-parallel ranks, with a fault: the first
+// input fails (exit 1, one line naming it and the rank), leaves nothing, the second equals one
+// rank.
+void check_sequence_fault(int ranks, const std::string& fault,
+                          const std::vector<std::string>& expected, int exit_code,
+                          const std::string& extra = "") {
+  TempDir dir("parallel-seq-fault");
+  std::filesystem::copy_file(kGolden + "decode_t9.safetensors", dir.file("a.safetensors"));
+  std::filesystem::copy_file(kGolden + "decode_t9.safetensors", dir.file("b.safetensors"));
+  auto job = [&](const std::string& out, const std::string& parallel) {
+    return "task: decode_latents\ninput: [a.safetensors, b.safetensors]\ninput_tensor: input\n"
+           "output: " +
+           out + "/{stem}.safetensors\nslice_frames: 5\ndevices: cpu\n" + parallel +
+           "model: {kind: wan2.1-vae, weights: '" + kGolden + "weights.safetensors', dim: 16}\n";
+  };
+  write_text(dir.file("one.yaml"), job("one", ""));
+  CommandResult r = wmbatch({dir.file("one.yaml")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  write_text(dir.file("job.yaml"),
+             job("out", "parallel: {mode: sequence, ranks: " + std::to_string(ranks) +
+                            ", fault: '" + fault + "'" + extra + "}\n"));
+  r = wmbatch({"--report", dir.file("job.json"), dir.file("job.yaml")});
+  EXPECT_EQ(r.exit_code, exit_code) << r.output;
+  const nlohmann::json inputs = report_inputs(dir.file("job.json"));
+  ASSERT_EQ(inputs.size(), 2u);
+  EXPECT_EQ(inputs[0].at("state"), "failed");
+  const std::string error = inputs[0].value("error", "");
+  std::cout << "[ fault    ] " << ranks << " ranks, " << fault << ": " << error << "\n";
+  EXPECT_NE(error.find("a.safetensors"), std::string::npos) << error;
+  for (const std::string& part : expected) EXPECT_NE(error.find(part), std::string::npos) << error;
+  EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+  EXPECT_EQ(inputs[0].value("exit_code", 0), exit_code);
+  expect_no_output(dir.file("out/a.safetensors"));
+  EXPECT_EQ(inputs[1].at("state"), "done") << inputs[1].dump();
+  EXPECT_LE(max_abs_diff(tensor(dir.file("out/b.safetensors"), "output"),
+                         tensor(dir.file("one/b.safetensors"), "output")),
+            1e-5);
+}
+
+TEST(ParallelJobs, FailingSequenceRankFailsItsInputAndTheBatchGoesOn) {
+  // Out of memory in rank 1 mid-decode (its first exchange of slice 1), 2 ranks: exit 1 (a
+  // retry may pass).
+  check_sequence_fault(2, "rank1:slice1:oom", {"rank 1 (cpu), slice 1: ", "out of device memory"},
+                       1);
+  // A device error in the last of 4 ranks, in the first slice (the model's error: exit 65).
+  check_sequence_fault(4, "rank3:slice0:error", {"rank 3 (cpu), slice 0: ", "CUDA error"}, 65);
+  // Rank 2 of 4 stops answering: its peers wait on it until the timeout aborts the exchange.
+  // Whichever times out first: the session ("slice 1: ranks 0-3 did not finish within 2 s") or a
+  // peer's in-process receive ("rank 3 waited 2 s for rank 2").
+  check_sequence_fault(4, "rank2:slice1:hang", {" 2 s"}, 1, ", timeout: 2");
+}
+
+TEST(ParallelJobs, BadFaultKey) {
+  TempDir dir("parallel-fault-key");
+  write_text(dir.file("job.yaml"), decode_job("out.safetensors", "parallel: {fault: 'rank1'}\n"));
+  CommandResult r = wmbatch({dir.file("job.yaml")});
+  EXPECT_EQ(r.exit_code, 65) << r.output;
+  EXPECT_NE(r.output.find("rank<R>:slice<S>"), std::string::npos) << r.output;
+}
+
+TEST(ParallelJobs, BenchUpscaleDevicesOnCpuRanks) {
+  TempDir dir("parallel-bench");
+  const CommandResult r = run_command(
+      {std::string(WM_BINARY_DIR) + "/wmbench", "upscale", "--devices", "cpu", "--ranks", "2",
+       "--inputs", "3", "--make", "64x48:4", "--warmup", "0", "--workdir", dir.file("work")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_EQ(j.at("all_devices").at("input_lanes"), 2);
+  EXPECT_EQ(j.at("one_device").at("frames"), 12);
+  EXPECT_EQ(j.at("all_devices").at("frames"), 12);
+  EXPECT_GT(j.at("speed_up").get<double>(), 0);
+  EXPECT_TRUE(j.at("all_devices").at("device_busy_seconds").contains("device_cpu.1_busy_seconds"))
+      << j.dump();
+  EXPECT_TRUE(j.at("all_devices").at("stage_seconds").contains("stage_model_seconds"));
+  const std::string bound = j.at("all_devices").at("bound");
+  EXPECT_TRUE(bound == "decode" || bound == "model" || bound == "encode") << bound;
 }
 
 }  // namespace

@@ -1,0 +1,36 @@
+#include "parallel/placed_session.h"
+
+#include <chrono>
+#include <exception>
+#include <utility>
+
+#include "parallel/rank_fault.h"
+
+namespace wm::parallel {
+
+WorkerSession::WorkerSession(std::unique_ptr<ModelSession> session, DeviceWorker& worker, int rank,
+                             Fault* fault, bool name_rank)
+    : session_(std::move(session)),
+      worker_(worker),
+      rank_(rank),
+      fault_(fault),
+      name_rank_(name_rank) {}
+
+Planar WorkerSession::run(Planar&& input, const RunContext& ctx) {
+  RunContext rc = ctx;
+  rc.device = worker_.context();
+  try {
+    return worker_.call([&] {
+      if (fault_ && fault_->fires(rank_, ctx.slice_index)) {
+        // No exchange to abort: a hang lasts a minute (tests use oom or error here).
+        fault_->raise(rank_, ctx.slice_index, nullptr, std::chrono::minutes(1));
+      }
+      return session_->run(std::move(input), rc);
+    });
+  } catch (...) {
+    rethrow_rank_failure(std::current_exception(), rank_, worker_.device(), ctx.slice_index,
+                         name_rank_);
+  }
+}
+
+}  // namespace wm::parallel

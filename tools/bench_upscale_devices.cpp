@@ -1,0 +1,305 @@
+// wmbench upscale --devices: a batch of inputs upscaled data-parallel (one input lane per
+// device, or per CPU rank) against the same batch on one device, in the same run. Prints one JSON
+// object: fps of both, the speed-up, per-device busy time and per-stage seconds, so that what
+// bounds the speed-up (decode, model, encode) can be named.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/video_reader.h"
+#include "io/video_writer.h"
+#include "scheduler/runner.h"
+#include "src/base/fs.h"
+#include "src/models/realesrgan.h"
+#include "tools/bench.h"
+
+namespace {
+
+const char* kUsage =
+    "wmbench upscale --devices 0,1,..|cpu [--ranks N] [--inputs 8] [--make WxH:FRAMES]\n"
+    "                [--input FILE] [--kind lanczos|bicubic] [--scale 2]\n"
+    "                [--model realesr-animevideov3|RealESRGAN_x4plus|...] [--precision fp16]\n"
+    "                [--codec libx264] [--preset veryfast] [--crf 18] [--slice-frames 0]\n"
+    "                [--warmup 1] [--workdir DIR]\n"
+    "  A batch of --inputs copies of one clip (--input, or made in process: a moving pattern\n"
+    "  with noise, --make, default 1920x1080:48) upscaled by one job on the first device alone,\n"
+    "  then by one job on all of them (one input lane per device: parallel {mode: data}), in\n"
+    "  this process, after --warmup untimed runs of the batch on all devices. --devices cpu\n"
+    "  --ranks N: N in-process CPU ranks (one: the first run). --model: a Real-ESRGAN\n"
+    "  architecture with random weights instead of --kind. JSON: fps of both runs, speed_up,\n"
+    "  per-device busy seconds and busy share of the wall time, per-stage seconds summed over\n"
+    "  the inputs and their share of the lanes' time (decode: stage_source, model (host<->device\n"
+    "  copies included): stage_model, encode: stage_sink + writer_finish), and `bound`, the\n"
+    "  stage with the largest share in the run on all devices.\n";
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// A clip of `frames` frames: a moving gradient with noise, libx264 (fast to decode, like the
+// footage users upscale).
+void make_clip(const std::string& path, int width, int height, int frames) {
+  wm::io::WriterConfig config;
+  config.path = path;
+  config.width = width;
+  config.height = height;
+  config.time_base = {1, 25};
+  config.frame_rate = {25, 1};
+  config.encode.codec = "libx264";
+  config.encode.preset = "ultrafast";
+  config.encode.crf = 18;
+  config.encode.copy_audio = false;
+  config.encode.copy_subtitles = false;
+  config.encode.copy_other = false;
+  wm::io::VideoWriter writer(config);
+  uint32_t seed = 12345;
+  for (int t = 0; t < frames; ++t) {
+    wm::io::VideoFrame frame;
+    frame.index = t;
+    frame.pts = t;
+    frame.duration = 1;
+    frame.image = wm::Planar(3, 1, height, width);
+    for (int c = 0; c < 3; ++c) {
+      float* p = frame.image.plane(c, 0);
+      for (int y = 0; y < height; ++y) {
+        for (int x = 0; x < width; ++x) {
+          seed = seed * 1664525u + 1013904223u;
+          const float noise = float(seed >> 24) / 255.0f - 0.5f;
+          const float v = 0.5f + 0.35f * std::sin(0.03f * float(x + 3 * t) + 0.7f * float(c)) *
+                                     std::cos(0.02f * float(y - 2 * t));
+          p[size_t(y) * width + x] = std::min(1.0f, std::max(0.0f, v + 0.08f * noise));
+        }
+      }
+    }
+    writer.write(frame);
+  }
+  writer.finish();
+}
+
+struct Run {
+  double seconds = 0;
+  int64_t frames = 0;
+  int lanes = 1;
+  std::map<std::string, double> busy;    // device_<dev>_busy_seconds, summed over inputs
+  std::map<std::string, double> stages;  // stage and writer seconds, summed over inputs
+};
+
+// Runs the job file; exits on failure.
+Run run_job(const std::string& yaml_path, int lanes) {
+  wm::sched::RunOptions options;
+  options.progress = wm::sched::ProgressStyle::kNone;
+  std::vector<wm::sched::JobOutcome> outcomes;
+  const double t0 = now();
+  const int rc = wm::sched::run_job_files({yaml_path}, options, &outcomes);
+  Run run;
+  run.seconds = now() - t0;
+  run.lanes = lanes;
+  if (rc != 0) {
+    for (const auto& o : outcomes) {
+      for (const auto& in : o.inputs) {
+        if (!in.error.empty()) std::fprintf(stderr, "wmbench: %s\n", in.error.c_str());
+      }
+    }
+    std::fprintf(stderr, "wmbench: the job %s failed (%d)\n", yaml_path.c_str(), rc);
+    std::exit(rc);
+  }
+  for (const auto& o : outcomes) {
+    run.frames += o.frames;
+    for (const auto& in : o.inputs) {
+      for (const auto& [name, value] : in.metrics) {
+        if (name.rfind("device_", 0) == 0 && name.find("_busy_seconds") != std::string::npos) {
+          run.busy[name] += value;
+        } else if (name.rfind("stage_", 0) == 0 || name.rfind("writer_", 0) == 0 ||
+                   name == "sink_extract_seconds") {
+          run.stages[name] += value;
+        }
+      }
+    }
+  }
+  return run;
+}
+
+nlohmann::json describe(const Run& run) {
+  nlohmann::json j = {{"seconds", run.seconds},
+                      {"frames", run.frames},
+                      {"fps", run.frames / run.seconds},
+                      {"input_lanes", run.lanes}};
+  nlohmann::json busy = nlohmann::json::object(), share = nlohmann::json::object();
+  for (const auto& [name, value] : run.busy) {
+    busy[name] = value;
+    share[name] = value / run.seconds;
+  }
+  j["device_busy_seconds"] = busy;
+  j["device_busy_share"] = share;
+  nlohmann::json stages = nlohmann::json::object(), stage_share = nlohmann::json::object();
+  for (const auto& [name, value] : run.stages) {
+    stages[name] = value;
+    stage_share[name] = value / (run.seconds * run.lanes);
+  }
+  j["stage_seconds"] = stages;
+  j["stage_share_of_lanes"] = stage_share;
+  // The pipeline's stages run at once: the one busy for the largest share of the lanes' time
+  // bounds the run (encode = the sink stage plus the writer's finish after it).
+  const auto stage = [&](const char* key) {
+    const auto it = run.stages.find(key);
+    return it == run.stages.end() ? 0.0 : it->second;
+  };
+  const std::map<std::string, double> named = {
+      {"decode", stage("stage_source_seconds")},
+      {"model", stage("stage_model_seconds")},
+      {"encode", stage("stage_sink_seconds") + stage("writer_finish_seconds")}};
+  std::string bound;
+  double most = -1;
+  for (const auto& [name, value] : named) {
+    if (value > most) {
+      most = value;
+      bound = name;
+    }
+  }
+  j["bound"] = bound;
+  return j;
+}
+
+}  // namespace
+
+int bench_upscale_devices(int argc, char** argv) {
+  std::string devices, input, make = "1920x1080:48", kind = "lanczos", model, precision;
+  std::string codec = "libx264", preset = "veryfast", workdir = "/tmp/wmbench-devices";
+  int ranks = 0, inputs = 8, scale = 2, crf = 18, slice_frames = 0, warmup = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(64);
+      }
+      return argv[++i];
+    };
+    if (a == "--devices") {
+      devices = value();
+    } else if (a == "--ranks") {
+      ranks = std::stoi(value());
+    } else if (a == "--inputs") {
+      inputs = std::stoi(value());
+    } else if (a == "--make") {
+      make = value();
+    } else if (a == "--input") {
+      input = value();
+    } else if (a == "--kind") {
+      kind = value();
+    } else if (a == "--scale") {
+      scale = std::stoi(value());
+    } else if (a == "--model") {
+      model = value();
+    } else if (a == "--precision") {
+      precision = value();
+    } else if (a == "--codec") {
+      codec = value();
+    } else if (a == "--preset") {
+      preset = value();
+    } else if (a == "--crf") {
+      crf = std::stoi(value());
+    } else if (a == "--slice-frames") {
+      slice_frames = std::stoi(value());
+    } else if (a == "--warmup") {
+      warmup = std::stoi(value());
+    } else if (a == "--workdir") {
+      workdir = value();
+    } else {
+      std::fputs(kUsage, a == "--help" ? stdout : stderr);
+      return a == "--help" ? 0 : 64;
+    }
+  }
+  if (devices.empty() || inputs < 1) {
+    std::fputs(kUsage, stderr);
+    return 64;
+  }
+  const bool cpu = devices == "cpu";
+  std::vector<std::string> ids;
+  if (!cpu) {
+    for (size_t at = 0; at <= devices.size();) {
+      const size_t comma = std::min(devices.find(',', at), devices.size());
+      ids.push_back(devices.substr(at, comma - at));
+      at = comma + 1;
+    }
+  }
+  if (cpu && ranks < 1) ranks = 2;
+  const int lanes = std::min(inputs, cpu ? ranks : int(ids.size()));
+  std::filesystem::create_directories(workdir + "/in");
+  workdir = std::filesystem::absolute(workdir).string();
+
+  // The clip, copied once per input (distinct files, as a batch has).
+  if (input.empty()) {
+    const size_t x = make.find('x'), colon = make.find(':');
+    if (x == std::string::npos || colon == std::string::npos) {
+      std::fprintf(stderr, "wmbench: --make WxH:FRAMES\n");
+      return 64;
+    }
+    const int w = std::stoi(make.substr(0, x)), h = std::stoi(make.substr(x + 1, colon - x - 1));
+    const int n = std::stoi(make.substr(colon + 1));
+    input = workdir + "/clip_" + std::to_string(w) + "x" + std::to_string(h) + "_" +
+            std::to_string(n) + ".mp4";
+    if (!std::filesystem::exists(input)) make_clip(input, w, h, n);
+  }
+  input = std::filesystem::absolute(input).string();
+  const std::string ext = std::filesystem::path(input).extension().string();
+  std::vector<std::string> copies;
+  for (int i = 0; i < inputs; ++i) {
+    copies.push_back(workdir + "/in/input" + std::to_string(i) + ext);
+    std::filesystem::copy_file(input, copies.back(),
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+
+  std::string model_yaml = "{kind: " + kind + ", scale: " + std::to_string(scale) + "}";
+  if (!model.empty()) {
+    const std::string weights = workdir + "/" + model + ".safetensors";
+    if (!std::filesystem::exists(weights)) {
+      wm::models::write_random_realesrgan(wm::models::realesrgan_preset(model), weights, 1);
+    }
+    model_yaml = "{kind: realesrgan, weights: '" + weights + "'}";
+  }
+  auto job = [&](const std::string& name, const std::string& devices_yaml, int job_ranks) {
+    std::string yaml = "task: upscale\ninput:\n";
+    for (const std::string& c : copies) yaml += "  - '" + c + "'\n";
+    yaml += "output: '" + workdir + "/out_" + name + "/{stem}.mp4'\non_exists: overwrite\n";
+    yaml += "model: " + model_yaml + "\ndevices: " + devices_yaml + "\n";
+    yaml += "parallel: {mode: data, ranks: " + std::to_string(job_ranks) + "}\n";
+    if (!precision.empty()) yaml += "precision: " + precision + "\n";
+    if (slice_frames > 0) yaml += "slice_frames: " + std::to_string(slice_frames) + "\n";
+    yaml += "encode: {codec: " + codec + ", preset: " + preset + ", crf: " + std::to_string(crf) +
+            "}\n";
+    const std::string path = workdir + "/" + name + ".yaml";
+    wm::fs::write_file_atomic(path, yaml);
+    return path;
+  };
+  std::string all_list = "[";
+  for (size_t i = 0; i < ids.size(); ++i) all_list += (i ? ", " : "") + ids[i];
+  all_list += "]";
+  const std::string one = job("one", cpu ? "cpu" : "[" + ids.front() + "]", 1);
+  const std::string all = job("all", cpu ? "cpu" : all_list, cpu ? ranks : int(ids.size()));
+
+  for (int i = 0; i < warmup; ++i) run_job(all, lanes);
+  const Run single = run_job(one, 1);
+  const Run spread = run_job(all, lanes);
+
+  nlohmann::json result = {{"bench", "upscale-devices"},
+                           {"input", input},
+                           {"frames_per_input", wm::io::VideoReader(input).info().frames_estimate},
+                           {"inputs", inputs},
+                           {"devices", devices},
+                           {"ranks", cpu ? ranks : int(ids.size())},
+                           {"model", model.empty() ? kind : model},
+                           {"encode", codec + " " + preset + " crf " + std::to_string(crf)},
+                           {"cores", int(std::thread::hardware_concurrency())},
+                           {"one_device", describe(single)},
+                           {"all_devices", describe(spread)},
+                           {"speed_up", single.seconds / spread.seconds}};
+  std::printf("%s\n", result.dump(2).c_str());
+  return 0;
+}
