@@ -656,7 +656,11 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first,
     throw;
   }
   if (deferred) {
-    *deferred = exec::deferred_output(holder, sink.mark());
+    // The wait rethrows what the copies hit: a CUDA error there is this model's (exit 65), as
+    // when sink.finish() runs inside guarded(), not an internal error (70) in the blender.
+    *deferred = [take = exec::deferred_output(holder, sink.mark()), name = traits_.name] {
+      return guarded(name.c_str(), take);
+    };
     return Planar();
   }
   return std::move(out);
