@@ -638,18 +638,29 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first,
     }
   };
   const int64_t most = net_->tuning().part_latents;
-  if (most > 0 && x.size(2) > most && !halo_) {
-    int64_t frame0 = 0;
-    for (int64_t f = 0; f < x.size(2); f += most) {
-      const int64_t n = std::min(most, x.size(2) - f);
-      decode_part(x.narrow(2, f, n), first && f == 0, frame0, f + n >= x.size(2));
-      frame0 += decoded(n, first && f == 0);
+  try {
+    if (most > 0 && x.size(2) > most && !halo_) {
+      int64_t frame0 = 0;
+      for (int64_t f = 0; f < x.size(2); f += most) {
+        const int64_t n = std::min(most, x.size(2) - f);
+        decode_part(x.narrow(2, f, n), first && f == 0, frame0, f + n >= x.size(2));
+        frame0 += decoded(n, first && f == 0);
+      }
+    } else {
+      decode_part(x, first, 0, true);
     }
-  } else {
-    decode_part(x, first, 0, true);
+  } catch (...) {
+    // Any other error (a size check in the chunk callback, a CUDA or halo error): the queued
+    // allocation and chunks point into `out`, which goes away with `holder` now.
+    sink.abandon();
+    throw;
   }
   if (deferred) {
-    *deferred = exec::deferred_output(holder, sink.mark());
+    // The wait rethrows what the copies hit: a CUDA error there is this model's (exit 65), as
+    // when sink.finish() runs inside guarded(), not an internal error (70) in the blender.
+    *deferred = [take = exec::deferred_output(holder, sink.mark()), name = traits_.name] {
+      return guarded(name.c_str(), take);
+    };
     return Planar();
   }
   return std::move(out);
