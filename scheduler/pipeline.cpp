@@ -203,12 +203,15 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
         ctx.padded_frames = job->slice->padded;
         parallel::DeviceWorker& device_worker = *workers[size_t(taken.second)];
         ctx.device = device_worker.context();
+        // A session that can hands its output back before its last copies land (the blender
+        // takes it), so the device starts the next slice meanwhile; sequence-parallel sessions
+        // gather their ranks' parts and take it at once.
+        ctx.deferred = &job->deferred;
         if (dynamic_cast<parallel::PlacedSession*>(taken.first)) {
           // A session that runs on workers of its own (a rank's WorkerSession, sequence
           // parallel) is only waited for.
           job->output = taken.first->run(std::move(job->input), ctx);
         } else {
-          ctx.deferred = &job->deferred;
           job->output =
               device_worker.call([&] { return taken.first->run(std::move(job->input), ctx); });
         }

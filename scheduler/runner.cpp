@@ -144,9 +144,9 @@ std::string naming_input(const InputOutcome& in, std::string error) {
 
 // The inputs of a batch on `lanes` input lanes at once (one runner each, on devices or worker
 // lanes of their own): input k < lanes starts on lane k, then a lane takes the next input not yet
-// started, so the inputs start in their order; an input whose output an earlier one of the batch also writes waits for it. Outcomes are
-// recorded in the inputs' order once all are done; inputs not started (a cancel, --stop-on-error
-// after a failure) are left out, as in the sequential loop.
+// started, so the inputs start in their order; an input whose output an earlier one of the batch
+// also writes waits for it. Outcomes are recorded in the inputs' order once all are done; inputs
+// not started (a cancel, --stop-on-error after a failure) are left out, as in the sequential loop.
 void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress,
                const std::vector<std::string>& inputs,
                std::vector<std::unique_ptr<TaskRunner>>& lanes, JobOutcome& outcome,
@@ -180,9 +180,11 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
     const auto start = Clock::now();
     try {
       in.output = expand_output(job.output, in.input, job.name, job.dir);
-      make_output_folder(in.output);
-      io::OutputLock lock(in.output, options.cancel);
-      if (!prepare_output(job, in.input, in.output)) {
+      // An image sequence's output is its folder (written whole, renamed into place).
+      const std::string target = io::output_target(in.output);
+      make_output_folder(target);
+      io::OutputLock lock(target, options.cancel);
+      if (!prepare_output(job, in.input, target, target != in.output)) {
         in.state = InputState::kSkipped;
         log->info("{}: exists, skipped", in.output);
       } else {
