@@ -214,6 +214,7 @@ bool fused_mix(const at::Tensor& a, const at::Tensor& b, float beta, const at::T
   args.slope = slope;
   args.pixels = a.size(0) * a.size(2) * a.size(3);
   args.channels = int(channels);
+  const c10::cuda::CUDAGuard guard(a.device());  // the tensors' device and its current stream
   check_launch(cuda::launch_esrgan_mix(dtype, args, at::cuda::getCurrentCUDAStream()),
                "realesrgan mix kernel");
   return true;
@@ -247,6 +248,7 @@ at::Tensor fused_shuffle_add(const at::Tensor& t, const at::Tensor& x, int scale
   args.height = int(h);
   args.width = int(w);
   args.scale = scale;
+  const c10::cuda::CUDAGuard guard(t.device());  // the tensors' device and its current stream
   check_launch(cuda::launch_esrgan_shuffle_add(dtype, args, at::cuda::getCurrentCUDAStream()),
                "realesrgan shuffle kernel");
   return out;

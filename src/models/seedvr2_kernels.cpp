@@ -1,6 +1,7 @@
 #include "src/models/seedvr2_kernels.h"
 
 #ifdef WMBATCH_SEEDVR2_KERNELS
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <string>
@@ -83,6 +84,7 @@ bool group_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor&
   a.groups = groups;
   a.eps = float(eps);
   a.silu = silu;
+  const c10::cuda::CUDAGuard guard(x.device());  // a launch goes to the current device
   const cudaError_t err =
       launch_group_norm(dtype, a, c10::cuda::getCurrentCUDAStream(x.get_device()).stream());
   if (err != cudaSuccess) {
