@@ -175,7 +175,10 @@ std::vector<std::string> make_clips(TempDir& dir, int count) {
     spec.height = 24 + 4 * i;
     spec.frames = 6 + 3 * i;
     spec.codec = "ffv1";
-    spec.pix_fmt = "yuv444p";
+    // yuv420p written as yuv444p: every job here runs the RGB float pipeline (a one-worker
+    // job on a source it could keep would take the YUV-native resampler, whose rounding
+    // differs from the pipeline's by a level).
+    spec.pix_fmt = "yuv420p";
     spec.container_ext = ".mkv";
     spec.audio = false;
     names.push_back("clip" + std::to_string(i) + ".mkv");
