@@ -20,8 +20,8 @@
 #include <map>
 #include <new>
 #include <optional>
-#include <set>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <utility>
 

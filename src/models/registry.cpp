@@ -140,9 +140,10 @@ std::vector<ModelKind> build_kinds() {
                          "temporal_downsample", "latent_mean", "latent_std", "tuning"},
                         parse_wan21_vae, models::make_wan21_vae));
   kinds.back().cpu_precisions = {Precision::kFloat32, Precision::kBFloat16};
-  kinds.push_back(entry("seedvr2-vae", {"decode", "encode"},
-                        {"weights", "norm_groups", "latent_scale", "latent_shift", "logvar", "tuning"},
-                        parse_seedvr2_vae, models::make_seedvr2_vae));
+  kinds.push_back(
+      entry("seedvr2-vae", {"decode", "encode"},
+            {"weights", "norm_groups", "latent_scale", "latent_shift", "logvar", "tuning"},
+            parse_seedvr2_vae, models::make_seedvr2_vae));
   kinds.back().cpu_precisions = {Precision::kFloat32, Precision::kBFloat16};
   return kinds;
 }
