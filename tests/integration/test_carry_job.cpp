@@ -12,12 +12,6 @@
 namespace wm::test {
 namespace {
 
-CommandResult wmbatch(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {wmbatch_path(), "--progress", "none"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run_command(argv);
-}
-
 // An upscale job (lanczos ×`scale`) of `input` into `output`, plus `extra` YAML lines.
 std::string write_job(const TempDir& dir, const std::string& input, const std::string& output,
                       int scale, const std::string& extra = "") {

@@ -24,12 +24,6 @@ namespace {
 
 namespace stdfs = std::filesystem;
 
-CommandResult wmbatch(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {wmbatch_path(), "--progress", "none"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run_command(argv);
-}
-
 // Lines: 1 task, 2 input, 3 output, 4 model, 5- `more`.
 std::string job_text(const std::string& input, const std::string& output,
                      const std::string& model = "{kind: lanczos, scale: 2}",

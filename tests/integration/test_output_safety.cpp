@@ -25,12 +25,6 @@ std::string job_text(const std::string& input, const std::string& output,
          "\nmodel: {kind: lanczos, scale: 2}\nencode:\n  preset: ultrafast\n" + encode_lines;
 }
 
-CommandResult wmbatch(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {wmbatch_path(), "--progress", "none"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run_command(argv);
-}
-
 void small_clip(const std::string& path, int frames = 4) {
   ClipSpec spec;
   spec.frames = frames;

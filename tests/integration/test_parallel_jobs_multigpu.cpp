@@ -26,12 +26,6 @@ namespace {
 
 const std::string kGolden = std::string(WM_SOURCE_DIR) + "/tests/data/golden/wan21-tiny/";
 
-CommandResult wmbatch(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {wmbatch_path(), "--progress", "none"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run_command(argv);
-}
-
 std::vector<float> tensor(const std::string& path, const std::string& name) {
   io::SafetensorsFile file(path);
   const io::TensorInfo& t = file.info(name);

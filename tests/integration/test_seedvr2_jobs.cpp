@@ -26,12 +26,6 @@ std::string model(const std::string& extra = "", const std::string& weights = ""
          extra + "}\n";
 }
 
-CommandResult wmbatch(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {wmbatch_path(), "--progress", "none"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run_command(argv);
-}
-
 struct Tensor {
   std::vector<int64_t> shape;
   std::vector<float> data;

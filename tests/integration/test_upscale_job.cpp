@@ -21,12 +21,6 @@ std::string write_job(const TempDir& dir, const std::string& name, const std::st
   return path;
 }
 
-CommandResult wmbatch(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {wmbatch_path(), "--progress", "none"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run_command(argv);
-}
-
 // No temp or partial files left next to the outputs.
 void expect_no_partials(const std::string& dir) {
   for (const std::string& name : list_dir(dir)) {

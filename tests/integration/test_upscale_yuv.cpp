@@ -18,12 +18,6 @@ extern "C" {
 namespace wm::test {
 namespace {
 
-CommandResult wmbatch(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {wmbatch_path(), "--progress", "none"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run_command(argv);
-}
-
 // One decoded picture's planes, copied out (8-bit).
 struct Planes {
   int width = 0, height = 0;

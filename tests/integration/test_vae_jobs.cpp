@@ -31,12 +31,6 @@ void make_small_clip(const std::string& path, int frames, bool audio) {
   make_clip(path, spec);
 }
 
-CommandResult wmbatch(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {wmbatch_path(), "--progress", "none"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run_command(argv);
-}
-
 std::vector<float> tensor(const std::string& path, const std::string& name,
                           std::vector<int64_t>* shape = nullptr) {
   io::SafetensorsFile file(path);

@@ -47,6 +47,12 @@ std::string golden_file(const std::string& name) { return golden_dir() + name; }
 
 std::string wmbatch_path() { return std::string(WM_BINARY_DIR) + "/wmbatch"; }
 
+CommandResult wmbatch(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {wmbatch_path(), "--progress", "none"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv);
+}
+
 void write_text(const std::string& path, const std::string& content) {
   std::ofstream out(path, std::ios::binary);
   out << content;

@@ -16,6 +16,8 @@ CommandResult run_command(const std::vector<std::string>& argv);
 
 // build/wmbatch of this build tree.
 std::string wmbatch_path();
+// Runs build/wmbatch --progress none ARGS.
+CommandResult wmbatch(const std::vector<std::string>& args);
 
 // The Wan2.1 golden vectors of the repository (tests/data/golden/wan21-tiny: reference
 // implementation, float64, random weights, dim 16), with a trailing '/'; golden_file(name) is a
