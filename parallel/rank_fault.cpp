@@ -55,7 +55,13 @@ class FaultyExchange final : public exec::HaloExchange {
 
  private:
   void check() {
-    if (fault_.fires(rank_, slice_)) fault_.raise(rank_, slice_, &group_, timeout_);
+    if (!fault_.fires(rank_, slice_)) return;
+    if (fault_.spec().kind != FaultSpec::Kind::kHang)
+      fault_.raise(rank_, slice_, &group_, timeout_);
+    // A hung rank answers nobody; once its peers or the session gave up on it, the exchange call
+    // it was making fails with the group's failure, as theirs did (so the reported cause is the
+    // timeout, whichever rank's error is reported).
+    fault_.hang(rank_, slice_, group_, timeout_);
   }
   exec::HaloExchange& inner_;
   Fault& fault_;
@@ -118,6 +124,17 @@ void Fault::raise(int rank, int64_t slice, const ExchangeGroup* group,
     case FaultSpec::Kind::kNone:
     default:
       throw c10::Error(here, "CUDA error: an illegal memory access was encountered" + where);
+  }
+}
+
+void Fault::hang(int rank, int64_t slice, const ExchangeGroup& group,
+                 std::chrono::milliseconds timeout) const {
+  // The peers' receives and the session give up after `timeout`; a slow machine gets slack
+  // before this rank stops waiting for them (and fails on its own).
+  const auto deadline = std::chrono::steady_clock::now() + 3 * timeout + std::chrono::seconds(10);
+  while (!group.failed()) {
+    if (std::chrono::steady_clock::now() >= deadline) raise(rank, slice, &group, timeout);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
 

@@ -7,8 +7,10 @@
 // index >= S, once per job (one input fails, the next ones run). Kinds:
 //   oom    throws c10::OutOfMemoryError (what the CUDA allocator throws);
 //   error  throws c10::Error ("CUDA error: an illegal memory access ..."-like);
-//   hang   stops answering: blocks until the exchange is aborted (a peer's failure or the
-//          session's timeout) and then fails; without an exchange, until the timeout.
+//   hang   stops answering: blocks until the exchange is aborted (a peer's receive timing out,
+//          or the session's timeout), and then its exchange call fails with the group's
+//          failure like its peers' (the cause reported is the timeout); without an exchange,
+//          blocks for the timeout and throws c10::Error "stopped answering".
 // A sequence-parallel rank fails inside its model, at its first halo send or receive of that
 // slice (mid-decode: its peers wait on it); a data-parallel rank at the start of the slice's call.
 // Torch-free header.
@@ -50,6 +52,11 @@ class Fault {
   // Throws the fault's error for `rank` (hang: waits until `group` fails or `timeout` passes).
   [[noreturn]] void raise(int rank, int64_t slice, const ExchangeGroup* group,
                           std::chrono::milliseconds timeout) const;
+  // A hang inside an exchange: returns once `group` failed (the call that follows fails with the
+  // group's error, as the peers' calls do); raises the hang's own error if the group has not
+  // failed well after `timeout` (the peers' waits and the session's end after `timeout`).
+  void hang(int rank, int64_t slice, const ExchangeGroup& group,
+            std::chrono::milliseconds timeout) const;
   const FaultSpec& spec() const { return spec_; }
 
  private:

@@ -357,14 +357,25 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
   chunked.on_slice = report_progress;
   chunked.on_chunk_done = [&](const sched::Chunk& c, int64_t frames) {
     queue_.chunk_done(item.id, c.range.first_frame, c.range.last_frame, frames);
-    std::lock_guard<std::mutex> lock(live_mutex_);
-    live_total_ = c.input_frames;
-    if (live_) {
-      ++live_->chunks_done;
-      if (!started_one) live_->frames_resumed += frames;  // found done, before any work here
+    int64_t done_frames = 0;
+    {
+      std::lock_guard<std::mutex> lock(live_mutex_);
+      live_total_ = c.input_frames;
+      if (live_) {
+        ++live_->chunks_done;
+        if (!started_one) live_->frames_resumed += frames;  // found done, before any work here
+      }
+      live_base_ = c.range.last_frame < 0 ? live_base_ + frames : c.range.last_frame + 1;
+      live_counting_ = false;  // until the next chunk's frames
+      done_frames = live_base_;
     }
-    live_base_ = c.range.last_frame < 0 ? live_base_ + frames : c.range.last_frame + 1;
-    live_counting_ = false;  // until the next chunk's frames
+    // A finished chunk is progress `wmbatch status` shows at once (not up to a second later,
+    // nor never when chunks take less than the once-a-second slice updates' interval).
+    try {
+      queue_.set_progress(item.id, done_frames, c.input_frames);
+    } catch (const Error& e) {
+      log->warn("{}", e.what());
+    }
   };
   const sched::InputChunksResult result =
       sched::run_input_chunks(runners, item.input, staging, chunked, progress_);
