@@ -17,6 +17,7 @@
 #include "src/models/resample.h"
 #include "src/models/resize_plane.h"
 #include "tests/support/media.h"
+#include "tests/support/planar_ops.h"
 #include "tests/support/run.h"
 
 namespace wm::test {
@@ -49,15 +50,6 @@ Planar lanczos_x2(const Planar& image) {
   Planar out = models::resample_cpu(models::resample_kernel("lanczos", 2), image.clone());
   for (float& v : out.data) v = std::min(1.0f, std::max(0.0f, v));
   return out;
-}
-
-double max_abs_diff(const Planar& a, const Planar& b) {
-  EXPECT_EQ(a.data.size(), b.data.size());
-  double worst = 0;
-  for (size_t i = 0; i < std::min(a.data.size(), b.data.size()); ++i) {
-    worst = std::max(worst, double(std::fabs(a.data[i] - b.data[i])));
-  }
-  return worst;
 }
 
 // Files under `dir` (recursively) whose name contains `part`.

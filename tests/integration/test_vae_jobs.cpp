@@ -9,6 +9,7 @@
 
 #include "io/safetensors.h"
 #include "tests/support/media.h"
+#include "tests/support/planar_ops.h"
 #include "tests/support/run.h"
 
 namespace wm::test {
@@ -40,15 +41,6 @@ std::vector<float> tensor(const std::string& path, const std::string& name,
   std::vector<float> out(t.bytes / 4);
   std::memcpy(out.data(), t.data, t.bytes);
   return out;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    m = std::max(m, double(std::fabs(a[i] - b[i])));
-  }
-  return m;
 }
 
 struct GoldenCase {

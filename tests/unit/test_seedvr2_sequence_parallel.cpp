@@ -21,8 +21,15 @@
 #include "parallel/sequence_parallel.h"
 #include "src/models/seedvr2_blocks.h"
 #include "src/models/seedvr2_vae.h"
+#include "tests/support/planar_ops.h"
+#include "tests/support/rank_threads.h"
 
 namespace {
+
+using wm::test::concat;
+using wm::test::forward_ranks;
+using wm::test::frames;
+using wm::test::max_abs_diff;
 
 namespace seedvr2 = wm::models::seedvr2;
 using wm::Planar;
@@ -43,42 +50,6 @@ seedvr2::Architecture tiny_arch() {
   arch.channels = {16, 32, 64, 64};
   arch.norm_groups = 4;
   return arch;
-}
-
-// One slice on ranks with `split` latent frames each, on threads exchanging through `group`;
-// `state` is the sequence's (rank 0's) and becomes the last rank's at the end, as the session
-// hands it over.
-at::Tensor forward_ranks(const seedvr2::Network& net, const at::Tensor& x,
-                         seedvr2::StreamState& state, bool first, const std::vector<int>& split,
-                         wm::parallel::InProcessGroup& group) {
-  const int ranks = int(split.size());
-  group.begin(ranks);
-  std::vector<seedvr2::StreamState> states(static_cast<size_t>(ranks));
-  states[0] = state;
-  std::vector<at::Tensor> outs(static_cast<size_t>(ranks));
-  std::vector<std::string> errors(static_cast<size_t>(ranks));
-  std::vector<std::thread> threads;
-  int64_t t0 = 0;
-  for (int r = 0; r < ranks; ++r) {
-    const at::Tensor part = x.narrow(2, t0, split[size_t(r)]).contiguous();
-    t0 += split[size_t(r)];
-    threads.emplace_back([&, r, part] {
-      c10::InferenceMode inference;
-      seedvr2::StreamState& st = states[size_t(r)];
-      st.halo = ranks > 1 ? &group.rank(r) : nullptr;
-      try {
-        outs[size_t(r)] = net.forward(part, st, first && r == 0);
-      } catch (const std::exception& e) {
-        errors[size_t(r)] = e.what();
-        group.abort(e.what());
-      }
-      st.halo = nullptr;
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (const std::string& e : errors) EXPECT_EQ(e, "");
-  state = states.back();
-  return at::cat(outs, 2);
 }
 
 TEST(SeedVR2SequenceParallel, Float64RanksEqualOneDevice) {
@@ -128,38 +99,6 @@ TEST(SeedVR2SequenceParallel, Float64RanksEqualOneDevice) {
   }
 }
 
-Planar frames_of(const Planar& p, int t0, int n) {
-  Planar out(p.channels, n, p.height, p.width);
-  for (int c = 0; c < p.channels; ++c) {
-    std::memcpy(out.plane(c, 0), p.plane(c, t0), size_t(n) * p.plane_size() * sizeof(float));
-  }
-  return out;
-}
-
-Planar concat(const std::vector<Planar>& parts) {
-  int frames = 0;
-  for (const Planar& p : parts) frames += p.frames;
-  Planar out(parts[0].channels, frames, parts[0].height, parts[0].width);
-  int t = 0;
-  for (const Planar& p : parts) {
-    for (int c = 0; c < p.channels; ++c) {
-      std::memcpy(out.plane(c, t), p.plane(c, 0), size_t(p.frames) * p.plane_size() * 4);
-    }
-    t += p.frames;
-  }
-  return out;
-}
-
-double max_abs_diff(const Planar& a, const Planar& b) {
-  EXPECT_EQ(a.data.size(), b.data.size());
-  if (a.data.size() != b.data.size()) return 1e30;
-  double m = 0;
-  for (size_t i = 0; i < a.data.size(); ++i) {
-    m = std::max(m, double(std::fabs(a.data[i] - b.data[i])));
-  }
-  return m;
-}
-
 TEST(SeedVR2SequenceParallel, SessionsEqualOneDevice) {
   wm::ModelConfig config;
   config.kind = "seedvr2-vae";
@@ -172,7 +111,7 @@ TEST(SeedVR2SequenceParallel, SessionsEqualOneDevice) {
   Planar z(int(latent.size(1)), int(latent.size(2)), int(latent.size(3)), int(latent.size(4)));
   std::memcpy(z.data.data(), latent.data_ptr(), z.data.size() * sizeof(float));
   RunContext whole_ctx;
-  const Planar whole = model->open_session(wm::Device{})->run(frames_of(z, 0, 5), whole_ctx);
+  const Planar whole = model->open_session(wm::Device{})->run(frames(z, 0, 5), whole_ctx);
   struct Case {
     int ranks;
     std::vector<int> split;
@@ -195,7 +134,7 @@ TEST(SeedVR2SequenceParallel, SessionsEqualOneDevice) {
       ctx.slice_index = int64_t(i);
       ctx.first_slice = i == 0;
       ctx.last_slice = i + 1 == c.slices.size();
-      outs.push_back(session.run(frames_of(z, t0, c.slices[i]), ctx));
+      outs.push_back(session.run(frames(z, t0, c.slices[i]), ctx));
       t0 += c.slices[i];
     }
     const double err = max_abs_diff(concat(outs), whole);

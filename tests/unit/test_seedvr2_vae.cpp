@@ -22,12 +22,18 @@
 #include "src/models/seedvr2_blocks.h"
 #include "src/models/seedvr2_layout.h"
 #include "tests/support/media.h"
+#include "tests/support/planar_ops.h"
 
 using wm::Planar;
 using wm::RunContext;
 namespace seedvr2 = wm::models::seedvr2;
 
 namespace {
+
+using wm::test::concat;
+using wm::test::frames;
+using wm::test::max_abs_diff;
+using wm::test::read_planar;
 
 const std::string kGolden = std::string(WM_SOURCE_DIR) + "/tests/data/golden/seedvr2-tiny/";
 
@@ -45,62 +51,8 @@ wm::ModelConfig tiny_config(const std::string& task, const std::string& weights 
   return config;
 }
 
-// A float32 [1, C, T, H, W] tensor of a safetensors file as a [C, T, H, W] planar.
-Planar read_planar(const std::string& path, const std::string& name) {
-  wm::io::SafetensorsFile file(path);
-  const auto& info = file.info(name);
-  EXPECT_EQ(info.dtype, "F32");
-  EXPECT_EQ(info.shape.size(), 5u);
-  Planar p(int(info.shape[1]), int(info.shape[2]), int(info.shape[3]), int(info.shape[4]));
-  EXPECT_EQ(info.bytes, p.data.size() * sizeof(float));
-  std::memcpy(p.data.data(), info.data, info.bytes);
-  return p;
-}
-
 Planar golden(const std::string& name, const std::string& tensor) {
   return read_planar(kGolden + name + ".safetensors", tensor);
-}
-
-// Frames [t0, t0 + n) of `p`; channels [c0, c0 + nc) (nc 0: all).
-Planar frames(const Planar& p, int t0, int n, int c0 = 0, int nc = 0) {
-  if (nc == 0) nc = p.channels - c0;
-  Planar out(nc, n, p.height, p.width);
-  for (int c = 0; c < nc; ++c) {
-    for (int t = 0; t < n; ++t) {
-      std::memcpy(out.plane(c, t), p.plane(c0 + c, t0 + t), p.plane_size() * sizeof(float));
-    }
-  }
-  return out;
-}
-
-// `parts` concatenated along time.
-Planar concat(const std::vector<Planar>& parts) {
-  int total = 0;
-  for (const Planar& p : parts) total += p.frames;
-  Planar out(parts.front().channels, total, parts.front().height, parts.front().width);
-  int t0 = 0;
-  for (const Planar& p : parts) {
-    for (int c = 0; c < p.channels; ++c) {
-      for (int t = 0; t < p.frames; ++t) {
-        std::memcpy(out.plane(c, t0 + t), p.plane(c, t), p.plane_size() * sizeof(float));
-      }
-    }
-    t0 += p.frames;
-  }
-  return out;
-}
-
-double max_abs_diff(const Planar& a, const Planar& b) {
-  EXPECT_EQ(a.channels, b.channels);
-  EXPECT_EQ(a.frames, b.frames);
-  EXPECT_EQ(a.height, b.height);
-  EXPECT_EQ(a.width, b.width);
-  if (a.data.size() != b.data.size()) return INFINITY;
-  double m = 0;
-  for (size_t i = 0; i < a.data.size(); ++i) {
-    m = std::max(m, double(std::fabs(a.data[i] - b.data[i])));
-  }
-  return m;
 }
 
 // Runs `input` through a fresh session in slices of the given frame counts.

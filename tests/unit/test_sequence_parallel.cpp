@@ -26,8 +26,15 @@
 #include "src/exec/halo_exchange.h"
 #include "src/models/wan21_blocks.h"
 #include "src/models/wan21_vae.h"
+#include "tests/support/planar_ops.h"
+#include "tests/support/rank_threads.h"
 
 namespace {
+
+using wm::test::concat;
+using wm::test::forward_ranks;
+using wm::test::frames;
+using wm::test::max_abs_diff;
 
 namespace wan21 = wm::models::wan21;
 using wm::Planar;
@@ -76,41 +83,6 @@ Planar to_planar(const at::Tensor& t) {
   return p;
 }
 
-Planar frames_of(const Planar& p, int t0, int n) {
-  Planar out(p.channels, n, p.height, p.width);
-  for (int c = 0; c < p.channels; ++c) {
-    std::memcpy(out.plane(c, 0), p.plane(c, t0), size_t(n) * p.plane_size() * sizeof(float));
-  }
-  return out;
-}
-
-Planar concat(const std::vector<Planar>& parts) {
-  int t = 0;
-  for (const Planar& p : parts) t += p.frames;
-  Planar out(parts.at(0).channels, t, parts[0].height, parts[0].width);
-  int t0 = 0;
-  for (const Planar& p : parts) {
-    for (int c = 0; c < p.channels; ++c) {
-      std::memcpy(out.plane(c, t0), p.plane(c, 0),
-                  size_t(p.frames) * p.plane_size() * sizeof(float));
-    }
-    t0 += p.frames;
-  }
-  return out;
-}
-
-double max_abs_diff(const Planar& a, const Planar& b) {
-  EXPECT_EQ(a.channels, b.channels);
-  EXPECT_EQ(a.frames, b.frames);
-  EXPECT_EQ(a.height, b.height);
-  EXPECT_EQ(a.width, b.width);
-  if (a.data.size() != b.data.size()) return 1e30;
-  double m = 0;
-  for (size_t i = 0; i < a.data.size(); ++i)
-    m = std::max(m, double(std::abs(a.data[i] - b.data[i])));
-  return m;
-}
-
 // --- float64, network level ------------------------------------------------------------------
 
 // The golden weights, widened to float64.
@@ -141,43 +113,6 @@ std::unique_ptr<wan21::Network> float64_decoder(const std::string& tuning = "") 
       arch, wan21::Task::kDecode, weights, stat(wm::models::wan21_latent_mean()),
       stat(wm::models::wan21_latent_std()), at::MemoryFormat::Contiguous,
       wan21::Tuning::parse(tuning));
-}
-
-// One slice on ranks with `split` latent frames each (summing to x's frames), on threads that
-// exchange through an in-process group; `state` is the sequence's (rank 0's) and becomes the
-// last rank's at the end, as SequenceParallelSession hands it over.
-at::Tensor forward_ranks(const wan21::Network& net, const at::Tensor& x,
-                         wan21::SequenceState& state, bool first, const std::vector<int>& split,
-                         wm::parallel::InProcessGroup& group) {
-  const int ranks = int(split.size());
-  group.begin(ranks);
-  std::vector<wan21::SequenceState> states(static_cast<size_t>(ranks));
-  states[0] = state;
-  std::vector<at::Tensor> outs(static_cast<size_t>(ranks));
-  std::vector<std::string> errors(static_cast<size_t>(ranks));
-  std::vector<std::thread> threads;
-  int64_t t0 = 0;
-  for (int r = 0; r < ranks; ++r) {
-    const at::Tensor part = x.narrow(2, t0, split[size_t(r)]).contiguous();
-    t0 += split[size_t(r)];
-    threads.emplace_back([&, r, part] {
-      c10::InferenceMode inference;
-      wan21::SequenceState& st = states[size_t(r)];
-      st.halo = ranks > 1 ? &group.rank(r) : nullptr;
-      try {
-        outs[size_t(r)] = net.forward(part, st, first && r == 0);
-      } catch (const std::exception& e) {
-        errors[size_t(r)] = e.what();
-        group.abort(e.what());
-      }
-      st.halo = nullptr;
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (const std::string& e : errors) EXPECT_EQ(e, "");
-  EXPECT_EQ(t0, x.size(2));
-  state = states.back();
-  return at::cat(outs, 2);
 }
 
 struct SplitCase {
@@ -269,7 +204,7 @@ Planar run_slices(wm::ModelSession& session, const Planar& input, const std::vec
   std::vector<Planar> outs;
   int t0 = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    outs.push_back(session.run(frames_of(input, t0, sizes[i]),
+    outs.push_back(session.run(frames(input, t0, sizes[i]),
                                slice_context(int64_t(i), i == 0, i + 1 == sizes.size())));
     t0 += sizes[i];
   }
@@ -281,7 +216,7 @@ TEST(SequenceParallel, SessionsEqualOneDevice) {
   EXPECT_TRUE(model->traits().sequence_parallel);
   const Planar z = to_planar(golden_t9().input);
   const Planar whole =
-      model->open_session(wm::Device{})->run(frames_of(z, 0, 9), slice_context(0, true, true));
+      model->open_session(wm::Device{})->run(frames(z, 0, 9), slice_context(0, true, true));
   struct Case {
     int ranks;
     std::vector<int> split;   // per rank (empty: even)
@@ -309,7 +244,7 @@ TEST(SequenceParallel, FailingRankFailsTheSliceWithoutHanging) {
   std::vector<wm::parallel::DeviceWorker*> workers = {
       &wm::parallel::device_worker(wm::Device{}, 0), &wm::parallel::device_worker(wm::Device{}, 1)};
   wm::parallel::SequenceParallelSession session(std::move(sessions), std::move(workers));
-  Planar z = frames_of(to_planar(golden_t9().input), 0, 4);
+  Planar z = frames(to_planar(golden_t9().input), 0, 4);
   try {
     session.run(std::move(z), slice_context(0, true, true));
     ADD_FAILURE() << "no error";
@@ -320,7 +255,7 @@ TEST(SequenceParallel, FailingRankFailsTheSliceWithoutHanging) {
   // The group is usable again: a good pair of ranks decodes the next input.
   auto good = parallel_session(*decoder, 2);
   EXPECT_EQ(
-      good->run(frames_of(to_planar(golden_t9().input), 0, 3), slice_context(0, true, true)).frames,
+      good->run(frames(to_planar(golden_t9().input), 0, 3), slice_context(0, true, true)).frames,
       9);
 }
 
@@ -332,7 +267,7 @@ class LatentSlices : public wm::sched::SliceSource {
     out.index = int64_t(i_);
     out.first = i_ == 0;
     out.last = i_ + 1 == sizes_.size();
-    out.input = frames_of(z_, t0_, sizes_[i_]);
+    out.input = frames(z_, t0_, sizes_[i_]);
     for (int t = 0; t < sizes_[i_]; ++t) out.frames.push_back({t0_ + t, t0_ + t, 1});
     t0_ += sizes_[i_++];
     return true;

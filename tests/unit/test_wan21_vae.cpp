@@ -21,12 +21,18 @@
 #include "parallel/offload.h"
 #include "src/base/error.h"
 #include "src/models/wan21_blocks.h"
+#include "tests/support/planar_ops.h"
 
 namespace fs = std::filesystem;
 using wm::Planar;
 using wm::RunContext;
 
 namespace {
+
+using wm::test::concat;
+using wm::test::frames;
+using wm::test::max_abs_diff;
+using wm::test::read_planar;
 
 std::string golden(const std::string& name) { return ::wm::test::golden_file(name); }
 
@@ -51,18 +57,6 @@ std::unique_ptr<wm::Model> tiny_model(const std::string& task) {
   return wm::models::make_wan21_vae(tiny_config(task), wm::Device{});
 }
 
-// A float32 [1, C, T, H, W] tensor from a safetensors file as a [C, T, H, W] planar.
-Planar read_planar(const wm::io::SafetensorsFile& file, const std::string& name) {
-  const auto& info = file.info(name);
-  EXPECT_EQ(info.dtype, "F32");
-  EXPECT_EQ(info.shape.size(), 5u);
-  EXPECT_EQ(info.shape[0], 1);
-  Planar p(int(info.shape[1]), int(info.shape[2]), int(info.shape[3]), int(info.shape[4]));
-  EXPECT_EQ(info.bytes, p.data.size() * sizeof(float));
-  std::memcpy(p.data.data(), info.data, info.bytes);
-  return p;
-}
-
 struct GoldenCase {
   Planar input;
   Planar output;
@@ -71,42 +65,6 @@ struct GoldenCase {
 GoldenCase golden_case(const std::string& name) {
   wm::io::SafetensorsFile file(golden(name + ".safetensors"));
   return {read_planar(file, "input"), read_planar(file, "output")};
-}
-
-// Frames [t0, t0 + n) of `p`.
-Planar frames(const Planar& p, int t0, int n) {
-  Planar out(p.channels, n, p.height, p.width);
-  for (int c = 0; c < p.channels; ++c) {
-    std::memcpy(out.plane(c, 0), p.plane(c, t0), size_t(n) * p.plane_size() * sizeof(float));
-  }
-  return out;
-}
-
-// Concatenation along time.
-Planar concat(const std::vector<Planar>& parts) {
-  int t = 0;
-  for (const Planar& p : parts) t += p.frames;
-  Planar out(parts.at(0).channels, t, parts[0].height, parts[0].width);
-  int t0 = 0;
-  for (const Planar& p : parts) {
-    for (int c = 0; c < p.channels; ++c) {
-      std::memcpy(out.plane(c, t0), p.plane(c, 0), p.data.size() / p.channels * sizeof(float));
-    }
-    t0 += p.frames;
-  }
-  return out;
-}
-
-double max_abs_diff(const Planar& a, const Planar& b) {
-  EXPECT_EQ(a.channels, b.channels);
-  EXPECT_EQ(a.frames, b.frames);
-  EXPECT_EQ(a.height, b.height);
-  EXPECT_EQ(a.width, b.width);
-  if (a.data.size() != b.data.size()) return 1e30;
-  double m = 0;
-  for (size_t i = 0; i < a.data.size(); ++i)
-    m = std::max(m, double(std::abs(a.data[i] - b.data[i])));
-  return m;
 }
 
 RunContext slice_context(int64_t index, bool first, int tile = 0) {
