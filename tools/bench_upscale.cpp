@@ -20,6 +20,7 @@
 #include "scheduler/runner.h"
 #include "src/models/realesrgan.h"
 #include "tools/bench.h"
+#include "tools/bench_clip.h"
 
 namespace {
 
@@ -63,43 +64,11 @@ const char* kModelUsage =
     "  --baseline: runs the PyTorch eager script (python3, same size, one frame per call) and\n"
     "  reports its fps and the ratio. Sizes default to 1920x1080 (SRVGG) and 960x540 (RRDB).\n";
 
-// A WxH clip of `seconds` at 25 fps written with io::VideoWriter (libx264 veryfast crf 20, no
-// audio): a moving colour gradient with bars and per-pixel noise, for hosts without the ffmpeg
-// CLI. Returns false on failure.
+// A WxH clip of `seconds` at 25 fps written in process (libx264 veryfast crf 20, no audio),
+// for hosts without the ffmpeg CLI. Returns false on failure.
 bool write_clip_with_libav(const std::string& path, int width, int height, int seconds) {
   try {
-    wm::io::WriterConfig config;
-    config.path = path;
-    config.width = width;
-    config.height = height;
-    config.time_base = {1, 25};
-    config.frame_rate = {25, 1};
-    config.encode.preset = "veryfast";
-    config.encode.crf = 20;
-    wm::io::VideoWriter writer(config);
-    uint32_t seed = 12345;
-    for (int t = 0; t < seconds * 25; ++t) {
-      wm::io::VideoFrame frame;
-      frame.index = frame.pts = t;
-      frame.duration = 1;
-      frame.image = wm::Planar(3, 1, height, width);
-      for (int c = 0; c < 3; ++c) {
-        float* p = frame.image.plane(c, 0);
-        for (int y = 0; y < height; ++y) {
-          for (int x = 0; x < width; ++x) {
-            seed = seed * 1664525u + 1013904223u;
-            const float noise = float(seed >> 24) / 255.f - 0.5f;
-            const int bar = ((x + 8 * t) / 97 + y / 61 + c) % 3;
-            p[size_t(y) * width + x] = std::clamp(
-                0.15f + 0.5f * float((x + 3 * t) % width) / float(width) * (c + 1) / 3.f +
-                    0.2f * float(y) / float(height) + 0.15f * float(bar) + 0.05f * noise,
-                0.f, 1.f);
-          }
-        }
-      }
-      writer.write(frame);
-    }
-    writer.finish();
+    wm::bench::write_synthetic_clip(path, width, height, seconds * 25, "veryfast", 20);
     return true;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wmbench: writing %s: %s\n", path.c_str(), e.what());
@@ -360,40 +329,12 @@ int bench_upscale(int argc, char** argv) {
   }
   std::filesystem::create_directories(workdir);
   if (input.empty()) {
-    const auto x = make.find('x'), colon = make.find(':');
-    const std::string size = make.substr(0, colon), seconds = make.substr(colon + 1);
-    (void)x;
-    input = workdir + "/clip_" + size + "_" + seconds + "s.mp4";
-    if (!std::filesystem::exists(input)) {
-      const int rc =
-          run({"ffmpeg",
-               "-v",
-               "error",
-               "-y",
-               "-f",
-               "lavfi",
-               "-i",
-               "testsrc2=size=" + size + ":rate=25:duration=" + seconds + ",noise=alls=12:allf=t",
-               "-f",
-               "lavfi",
-               "-i",
-               "sine=frequency=440:duration=" + seconds,
-               "-c:v",
-               "libx264",
-               "-preset",
-               "medium",
-               "-crf",
-               "20",
-               "-pix_fmt",
-               "yuv420p",
-               "-c:a",
-               "aac",
-               "-shortest",
-               input});
-      if (rc != 0) {
-        std::fprintf(stderr, "wmbench: could not generate %s\n", input.c_str());
-        return 1;
-      }
+    const auto colon = make.find(':');
+    input = generated_clip(workdir, make.substr(0, colon), make.substr(colon + 1));
+    if (input.empty()) {
+      std::fprintf(stderr, "wmbench: could not generate a %s clip in %s\n", make.c_str(),
+                   workdir.c_str());
+      return 1;
     }
   }
   input = std::filesystem::absolute(input).string();

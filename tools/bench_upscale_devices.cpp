@@ -18,6 +18,7 @@
 #include "src/base/fs.h"
 #include "src/models/realesrgan.h"
 #include "tools/bench.h"
+#include "tools/bench_clip.h"
 
 namespace {
 
@@ -40,46 +41,6 @@ const char* kUsage =
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// A clip of `frames` frames: a moving gradient with noise, libx264 (fast to decode, like the
-// footage users upscale).
-void make_clip(const std::string& path, int width, int height, int frames) {
-  wm::io::WriterConfig config;
-  config.path = path;
-  config.width = width;
-  config.height = height;
-  config.time_base = {1, 25};
-  config.frame_rate = {25, 1};
-  config.encode.codec = "libx264";
-  config.encode.preset = "ultrafast";
-  config.encode.crf = 18;
-  config.encode.copy_audio = false;
-  config.encode.copy_subtitles = false;
-  config.encode.copy_other = false;
-  wm::io::VideoWriter writer(config);
-  uint32_t seed = 12345;
-  for (int t = 0; t < frames; ++t) {
-    wm::io::VideoFrame frame;
-    frame.index = t;
-    frame.pts = t;
-    frame.duration = 1;
-    frame.image = wm::Planar(3, 1, height, width);
-    for (int c = 0; c < 3; ++c) {
-      float* p = frame.image.plane(c, 0);
-      for (int y = 0; y < height; ++y) {
-        for (int x = 0; x < width; ++x) {
-          seed = seed * 1664525u + 1013904223u;
-          const float noise = float(seed >> 24) / 255.0f - 0.5f;
-          const float v = 0.5f + 0.35f * std::sin(0.03f * float(x + 3 * t) + 0.7f * float(c)) *
-                                     std::cos(0.02f * float(y - 2 * t));
-          p[size_t(y) * width + x] = std::min(1.0f, std::max(0.0f, v + 0.08f * noise));
-        }
-      }
-    }
-    writer.write(frame);
-  }
-  writer.finish();
 }
 
 struct Run {
@@ -245,7 +206,9 @@ int bench_upscale_devices(int argc, char** argv) {
     const int n = std::stoi(make.substr(colon + 1));
     input = workdir + "/clip_" + std::to_string(w) + "x" + std::to_string(h) + "_" +
             std::to_string(n) + ".mp4";
-    if (!std::filesystem::exists(input)) make_clip(input, w, h, n);
+    if (!std::filesystem::exists(input)) {
+      wm::bench::write_synthetic_clip(input, w, h, n, "ultrafast", 18);
+    }
   }
   input = std::filesystem::absolute(input).string();
   const std::string ext = std::filesystem::path(input).extension().string();
