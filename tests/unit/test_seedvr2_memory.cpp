@@ -145,28 +145,28 @@ struct FaultOff {
 // The fused path (channels-last, what CUDA runs): every slot's memory goes to host memory after
 // each use and comes back into its conv's time padding when the buffer is made (before the norm
 // fills the rest). Decode and encode, in slices and one-frame chunks, with the choice switching
-// between slices: bitwise the device-resident run.
+// between slices: bitwise the device-resident run (chunks vs whole stages: within rounding).
 TEST(SeedVR2HostState, HostResidentStateEqualsDeviceState) {
   const at::MemoryFormat cl = at::MemoryFormat::ChannelsLast3d;
   for (bool decoder : {true, false}) {
     const auto net = tiny_network(decoder, cl);
-    const at::Tensor x = decoder ? golden("decode_t5", "latent") : golden("encode_t17", "video");
+    const at::Tensor x = decoder ? golden("decode_t3", "latent") : golden("encode_t9", "video");
+    // (A 1-byte budget cuts every stage into single frames; encoder chunks keep whole stride-2
+    // windows.)
     const std::vector<int64_t> sizes =
-        decoder ? std::vector<int64_t>{2, 2, 1} : std::vector<int64_t>{5, 4, 8};
+        decoder ? std::vector<int64_t>{1, 1, 1} : std::vector<int64_t>{5, 4};
     const at::Tensor device = run_slices(*net, x, sizes, {0}, 0);
     const at::Tensor host = run_slices(*net, x, sizes, {1}, 0);
     const at::Tensor host_chunks = run_slices(*net, x, sizes, {1}, 1);
-    const at::Tensor device_chunks = run_slices(*net, x, sizes, {0}, 1);
     const at::Tensor switching = run_slices(*net, x, sizes, {0, 1, 0}, 1);
-    const double e1 = max_diff(host, device), e2 = max_diff(host_chunks, device_chunks),
-                 e3 = max_diff(switching, device_chunks), e4 = max_diff(host_chunks, device);
-    std::cout << "[ host     ] " << (decoder ? "decode" : "encode")
-              << ": host vs device state, whole stages " << e1 << ", one-frame chunks " << e2
-              << ", switching between slices " << e3 << "; chunks vs whole stages " << e4 << "\n";
+    const double e1 = max_diff(host, device), e2 = max_diff(switching, host_chunks),
+                 e3 = max_diff(host_chunks, device);
+    std::cout << "[ host     ] " << (decoder ? "decode" : "encode") << ": host vs device state "
+              << e1 << "; one-frame chunks, the choice switching "
+              << "between slices vs host state " << e2 << "; chunks vs whole stages " << e3 << "\n";
     EXPECT_EQ(e1, 0.0);
     EXPECT_EQ(e2, 0.0);
-    EXPECT_EQ(e3, 0.0);
-    EXPECT_LE(e4, 1e-5);
+    EXPECT_LE(e3, 1e-5);
   }
 }
 
