@@ -282,3 +282,17 @@ TEST(SeedVR2OomRetry, WithoutRetryTheSliceFails) {
   next.first_slice = false;
   EXPECT_THROW(session->run(frames_of(z, 2, 2), next), wm::ModelError);  // no earlier slice
 }
+
+TEST(SeedVR2HostState, TuningKeys) {
+  const seedvr2::Tuning t = seedvr2::Tuning::parse("host_state=1,device_state_mib=512,oom_retry=0");
+  EXPECT_EQ(t.host_state, 1);
+  EXPECT_EQ(t.device_state_mib, 512);
+  EXPECT_FALSE(t.oom_retry);
+  const seedvr2::Tuning d = seedvr2::Tuning::parse("");
+  EXPECT_EQ(d.host_state, -1);
+  EXPECT_EQ(d.device_state_mib, 0);
+  EXPECT_TRUE(d.oom_retry);
+  EXPECT_EQ(seedvr2::Tuning::parse(t.str()).str(), t.str());
+  EXPECT_THROW(seedvr2::Tuning::parse("host_state=-2"), wm::ModelError);
+  EXPECT_THROW(seedvr2::Tuning::parse("device_state_mib=x"), wm::ModelError);
+}
