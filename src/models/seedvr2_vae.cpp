@@ -366,7 +366,7 @@ class SeedVR2Session final : public ModelSession {
   // The plan for input `x` from the memory budget (or what the device has), after what is
   // allocated now less the device-resident state already counted in it:
   // - the causal state stays on the device when it fits beside a reserve for one chunk's
-  //   activations (6 frames of the widest conv input) — always at sizes where it fits, so their
+  //   activations (5 frames of the widest conv input) — always at sizes where it fits, so their
   //   speed is untouched; otherwise the lowest-resolution slots go to host memory until the rest
   //   fits (Network::host_slots). A later slice counts the device state twice: the snapshot of
   //   the state before the slice is kept until the slice succeeds (the out-of-memory retry);
@@ -397,7 +397,7 @@ class SeedVR2Session final : public ModelSession {
     const int64_t cap = budget > 0 ? budget : reserved + int64_t(free_bytes);
     const int64_t avail = cap - (allocated - resident) - cap / 10 - (int64_t(768) << 20);
     const int64_t copies = snapshot && !ctx.first_slice ? 2 : 1;
-    const int64_t reserve = 6 * net_->largest_frame_bytes(h, w, elt);
+    const int64_t reserve = 5 * net_->largest_frame_bytes(h, w, elt);
     int64_t device_budget =
         tuning.device_state_mib > 0 ? tuning.device_state_mib << 20 : (avail - reserve) / copies;
     device_budget = std::max<int64_t>(device_budget, 0) >> attempt;
