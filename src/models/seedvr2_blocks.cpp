@@ -3,15 +3,32 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <sstream>
 
+#ifdef WMBATCH_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 #include "src/base/error.h"
+#include "src/exec/device_context.h"
 #include "src/models/seedvr2_kernels.h"
 
 namespace wm::models::seedvr2 {
 
 constexpr double kNormEps = 1e-6;
+
+// A copy of a host-resident slot's memory between host and device (StreamState::written,
+// uploading). CUDA: `done` is recorded on the side stream after the copy; on the CPU the copy
+// is done when the object exists.
+struct HostCopy {
+#ifdef WMBATCH_WITH_CUDA
+  at::cuda::CUDAEvent done;
+#endif
+};
 
 // A causal Conv3d (spec §2). `down`: Downsample3D's conv (zero pad one column right and one row
 // at the bottom, spatial stride 2, no spatial padding). `causal` false: upscale_conv (plain).
@@ -75,9 +92,16 @@ Tuning Tuning::parse(const std::string& text) {
       t.conv_frames = int(number(-1));
     } else if (key == "work_mib") {
       t.work_mib = number(0);
+    } else if (key == "host_state") {
+      t.host_state = int(std::min<int64_t>(number(-1), 1));
+    } else if (key == "device_state_mib") {
+      t.device_state_mib = number(0);
+    } else if (key == "oom_retry") {
+      t.oom_retry = number(0) != 0;
     } else {
       throw ModelError("seedvr2-vae: unknown tuning key '" + key +
-                       "' (fused, cudnn_benchmark, conv_frames, work_mib)");
+                       "' (fused, cudnn_benchmark, conv_frames, work_mib, host_state, "
+                       "device_state_mib, oom_retry)");
     }
   }
   return t;
@@ -86,7 +110,8 @@ Tuning Tuning::parse(const std::string& text) {
 std::string Tuning::str() const {
   std::ostringstream o;
   o << "fused=" << fused << ",cudnn_benchmark=" << cudnn_benchmark << ",conv_frames=" << conv_frames
-    << ",work_mib=" << work_mib;
+    << ",work_mib=" << work_mib << ",host_state=" << host_state
+    << ",device_state_mib=" << device_state_mib << ",oom_retry=" << oom_retry;
   return o.str();
 }
 
@@ -95,6 +120,10 @@ namespace {
 class Builder {
  public:
   Builder(const ParamGetter& param, int& slots) : param_(param), slots_(slots) {}
+  // The resolution the next convs run at (a power of 2 of the network's input) and, per slot,
+  // {input channels, frames kept, resolution}.
+  int scale = 0;
+  std::vector<std::array<int64_t, 3>> slot_info;
   at::Tensor get(const std::string& key) const { return param_(key); }
   Conv conv(const std::string& name, int64_t stride_t = 1, bool down = false, bool causal = true) {
     Conv c;
@@ -106,7 +135,10 @@ class Builder {
     c.causal = causal;
     c.ss = down ? 2 : 1;
     c.pad = down ? 0 : c.w.size(3) / 2;
-    if (causal && c.kt > c.st) c.slot = slots_++;
+    if (causal && c.kt > c.st) {
+      c.slot = slots_++;
+      slot_info.push_back({c.w.size(1), c.kt - c.st, scale});
+    }
     return c;
   }
   Resnet resnet(const std::string& name, bool shortcut) {
@@ -171,6 +203,7 @@ Network::Network(const Architecture& arch, bool decoder, const ParamGetter& para
         const bool temporal = arch_.down_temporal(i);
         down_.push_back(std::make_unique<Conv>(
             b.conv(block + ".downsamplers.0.conv", temporal ? 2 : 1, /*down=*/true)));
+        ++b.scale;
       } else {
         down_.push_back(nullptr);
       }
@@ -201,6 +234,7 @@ Network::Network(const Architecture& arch, bool decoder, const ParamGetter& para
         auto u = std::make_unique<Upsample>();
         u->z = arch_.up_temporal(i) ? 2 : 1;
         u->upscale = b.conv(block + ".upsamplers.0.upscale_conv", 1, false, /*causal=*/false);
+        ++b.scale;
         u->conv = b.conv(block + ".upsamplers.0.conv");
         up_.push_back(std::move(u));
       } else {
@@ -211,6 +245,9 @@ Network::Network(const Architecture& arch, bool decoder, const ParamGetter& para
     norm_out_w_ = b.get("decoder.conv_norm_out.weight");
     norm_out_b_ = b.get("decoder.conv_norm_out.bias");
     conv_out_ = std::make_unique<Conv>(b.conv("decoder.conv_out"));
+  }
+  for (const auto& [channels, keep, scale] : b.slot_info) {
+    slot_info_.push_back({channels, keep, int(scale)});
   }
   // The execution order as stages (forward_chunks).
   auto add = [&](Stage::Kind kind, const Resnet* r = nullptr) {
@@ -275,12 +312,20 @@ at::Tensor Network::conv(const Conv& c, at::Tensor x, StreamState& s, bool first
       head = x.narrow(2, 0, 1).expand({-1, -1, c.kt - 1, -1, -1});
     } else {
       head = s.memory[size_t(c.slot)];
+      if (head.device() != x.device()) {
+        wait_written(c.slot, s);
+        head = head.to(x.device());
+      }
     }
     x = at::cat({head, x}, 2).contiguous(format_);
   }
   if (c.slot >= 0) {
     const int64_t keep = c.kt - c.st;
-    s.memory[size_t(c.slot)] = x.narrow(2, x.size(2) - keep, keep).clone();
+    at::Tensor kept = x.narrow(2, x.size(2) - keep, keep).clone();
+    // The reference path keeps host state synchronously (a debugging path on CUDA).
+    if (host_slot(c, s) && !kept.is_cpu()) kept = kept.to(at::kCPU);
+    s.memory[size_t(c.slot)] = kept;
+    if (size_t(c.slot) < s.written.size()) s.written[size_t(c.slot)].reset();
   }
   send_memory(c, s);
   if (c.down) x = at::constant_pad_nd(x, {0, 1, 0, 1}, 0).contiguous(format_);
@@ -429,11 +474,98 @@ at::Tensor packed_frames(const at::Tensor& t, int64_t t0, int64_t n) {
 
 int64_t head_frames(const Conv& c) { return c.causal ? c.kt - 1 : 0; }
 
+#ifdef WMBATCH_WITH_CUDA
+// The streams of host-state copies: the compute stream (current) and the worker's side streams
+// 0 (uploads) and 1 (write-backs), or streams from LibTorch's pool without a worker.
+struct CopyStreams {
+  c10::cuda::CUDAStream compute, up, down;
+  explicit CopyStreams(exec::DeviceContext* context)
+      : compute(c10::cuda::getCurrentCUDAStream()),
+        up(context ? c10::cuda::CUDAStream(context->side_stream(0))
+                   : c10::cuda::getStreamFromPool(false, compute.device_index())),
+        down(context ? c10::cuda::CUDAStream(context->side_stream(1))
+                     : c10::cuda::getStreamFromPool(false, compute.device_index())) {}
+};
+#endif
+
 }  // namespace
 
+bool Network::host_slot(const Conv& c, const StreamState& s) const {
+  return c.slot >= 0 && !s.halo && size_t(c.slot) < s.on_host.size() &&
+         s.on_host[size_t(c.slot)] != 0;
+}
+
+void Network::wait_written(int slot, StreamState& s) const {
+  if (size_t(slot) >= s.written.size() || !s.written[size_t(slot)]) return;
+#ifdef WMBATCH_WITH_CUDA
+  if (s.memory[size_t(slot)].is_cpu()) s.written[size_t(slot)]->done.synchronize();
+#endif
+}
+
 at::Tensor Network::conv_buffer(const Conv& c, int64_t channels, int64_t frames, int64_t h,
-                                int64_t w, const at::TensorOptions& options) const {
-  return at::empty({1, channels, head_frames(c) + frames, h, w}, options.memory_format(format_));
+                                int64_t w, const at::TensorOptions& options, StreamState& s,
+                                bool first) const {
+  at::Tensor buffer =
+      at::empty({1, channels, head_frames(c) + frames, h, w}, options.memory_format(format_));
+  const int64_t head = head_frames(c);
+  if (first || head == 0 || !host_slot(c, s) || !s.memory[size_t(c.slot)].defined() ||
+      !s.memory[size_t(c.slot)].is_cpu()) {
+    return buffer;  // conv_buffered fills the time padding
+  }
+  // A host slot's memory comes up into the time padding now, beside the norm that fills the
+  // rest of the buffer.
+  const size_t slot = size_t(c.slot);
+  at::Tensor pad = buffer.narrow(2, 0, head);
+  auto copy = std::make_shared<HostCopy>();
+#ifdef WMBATCH_WITH_CUDA
+  if (buffer.is_cuda()) {
+    const CopyStreams streams(s.context);
+    // The buffer's memory may have had earlier users on the compute stream, and the host copy
+    // may still be on its way down.
+    at::cuda::CUDAEvent allocated;
+    allocated.record(streams.compute);
+    allocated.block(streams.up);
+    if (s.written[slot]) s.written[slot]->done.block(streams.up);
+    {
+      const c10::cuda::CUDAStreamGuard guard(streams.up);
+      pad.copy_(s.memory[slot], /*non_blocking=*/true);
+    }
+    copy->done.record(streams.up);
+    s.uploading[slot] = std::move(copy);
+    return buffer;
+  }
+#endif
+  pad.copy_(s.memory[slot]);
+  s.uploading[slot] = std::move(copy);
+  return buffer;
+}
+
+void Network::write_back(const Conv& c, const at::Tensor& frames, StreamState& s) const {
+  const size_t slot = size_t(c.slot);
+#ifdef WMBATCH_WITH_CUDA
+  if (frames.is_cuda()) {
+    const CopyStreams streams(s.context);
+    at::cuda::CUDAEvent computed;
+    computed.record(streams.compute);
+    computed.block(streams.down);
+    auto copy = std::make_shared<HostCopy>();
+    at::Tensor host;
+    {
+      const c10::cuda::CUDAStreamGuard guard(streams.down);
+      host = at::empty_like(frames, frames.options().device(at::kCPU).pinned_memory(true));
+      host.copy_(frames, /*non_blocking=*/true);
+      copy->done.record(streams.down);
+    }
+    // The frames are part of a buffer the compute stream frees soon: keep its memory until the
+    // copy has run.
+    frames.record_stream(streams.down);
+    s.memory[slot] = host;
+    s.written[slot] = std::move(copy);
+    return;
+  }
+#endif
+  s.memory[slot] = frames.clone(format_);
+  s.written[slot].reset();
 }
 
 // `buffer`: [1, C, kt − 1 + T, H, W] with the slice's T input frames after kt − 1 free ones,
@@ -444,15 +576,31 @@ at::Tensor Network::conv_buffered(const Conv& c, at::Tensor buffer, StreamState&
   receive_memory(c, buffer, s);
   if (head > 0) {
     at::Tensor pad = buffer.narrow(2, 0, head);
-    if (first || c.slot < 0) {
+    if (c.slot >= 0 && size_t(c.slot) < s.uploading.size() && s.uploading[size_t(c.slot)]) {
+      // conv_buffer started the upload of a host slot's memory into the padding.
+#ifdef WMBATCH_WITH_CUDA
+      if (buffer.is_cuda()) {
+        s.uploading[size_t(c.slot)]->done.block(c10::cuda::getCurrentCUDAStream());
+      }
+#endif
+      s.uploading[size_t(c.slot)].reset();
+    } else if (first || c.slot < 0) {
       pad.copy_(buffer.narrow(2, head, 1).expand_as(pad));
     } else {
-      pad.copy_(s.memory[size_t(c.slot)]);
+      const at::Tensor& memory = s.memory[size_t(c.slot)];
+      if (memory.device() != buffer.device()) wait_written(c.slot, s);
+      pad.copy_(memory);
     }
   }
   if (c.slot >= 0) {
     const int64_t keep = c.kt - c.st;
-    s.memory[size_t(c.slot)] = buffer.narrow(2, buffer.size(2) - keep, keep).clone(format_);
+    const at::Tensor kept = buffer.narrow(2, buffer.size(2) - keep, keep);
+    if (host_slot(c, s)) {
+      write_back(c, kept, s);
+    } else {
+      s.memory[size_t(c.slot)] = kept.clone(format_);
+      if (size_t(c.slot) < s.written.size()) s.written[size_t(c.slot)].reset();
+    }
   }
   send_memory(c, s);
 #ifdef WMBATCH_WITH_CUDA
@@ -500,10 +648,10 @@ at::Tensor Network::pointwise(const Conv& c, const at::Tensor& x) const {
 at::Tensor Network::resnet_fused(const Resnet& r, const at::Tensor& x, StreamState& s,
                                  bool first) const {
   const int64_t T = x.size(2), H = x.size(3), W = x.size(4);
-  at::Tensor buffer = conv_buffer(r.conv1, x.size(1), T, H, W, x.options());
+  at::Tensor buffer = conv_buffer(r.conv1, x.size(1), T, H, W, x.options(), s, first);
   norm_into(x, r.norm1_w, r.norm1_b, true, buffer.narrow(2, head_frames(r.conv1), T));
   at::Tensor h = conv_buffered(r.conv1, std::move(buffer), s, first);
-  buffer = conv_buffer(r.conv2, h.size(1), T, H, W, x.options());
+  buffer = conv_buffer(r.conv2, h.size(1), T, H, W, x.options(), s, first);
   norm_into(h, r.norm2_w, r.norm2_b, true, buffer.narrow(2, head_frames(r.conv2), T));
   h = at::Tensor();
   at::Tensor y = conv_buffered(r.conv2, std::move(buffer), s, first);
@@ -523,7 +671,7 @@ at::Tensor Network::upsample_fused(const Upsample& u, const at::Tensor& x, Strea
   at::Tensor y = pointwise(u.upscale, x);  // [1, 4zC, T, H, W], channels-last
   const bool drop = z == 2 && first;
   const int64_t frames = T * z - (drop ? 1 : 0);
-  at::Tensor buffer = conv_buffer(u.conv, C, frames, 2 * H, 2 * W, x.options());
+  at::Tensor buffer = conv_buffer(u.conv, C, frames, 2 * H, 2 * W, x.options(), s, first);
   // [frames, 2H, 2W, C] and [T, H, W, a, b, c, C] (channel ((a·2 + b)·z + c)·C + ch).
   const at::Tensor dst = buffer.narrow(2, head_frames(u.conv), frames).permute({0, 2, 3, 4, 1})[0];
   const at::Tensor src = y.permute({0, 2, 3, 4, 1})[0].view({T, H, W, 2, 2, z, C});
@@ -552,7 +700,7 @@ at::Tensor Network::run_stage(const Stage& st, const at::Tensor& x, StreamState&
     case Stage::kConvIn: {
       if (!fused_) return conv(*conv_in_, x.contiguous(format_), s, first);
       at::Tensor buffer =
-          conv_buffer(*conv_in_, x.size(1), x.size(2), x.size(3), x.size(4), x.options());
+          conv_buffer(*conv_in_, x.size(1), x.size(2), x.size(3), x.size(4), x.options(), s, first);
       buffer.narrow(2, head_frames(*conv_in_), x.size(2)).copy_(x);
       return conv_buffered(*conv_in_, std::move(buffer), s, first);
     }
@@ -568,8 +716,8 @@ at::Tensor Network::run_stage(const Stage& st, const at::Tensor& x, StreamState&
     case Stage::kOut: {
       at::Tensor y;
       if (fused_) {
-        at::Tensor buffer =
-            conv_buffer(*conv_out_, x.size(1), x.size(2), x.size(3), x.size(4), x.options());
+        at::Tensor buffer = conv_buffer(*conv_out_, x.size(1), x.size(2), x.size(3), x.size(4),
+                                        x.options(), s, first);
         norm_into(x, norm_out_w_, norm_out_b_, true,
                   buffer.narrow(2, head_frames(*conv_out_), x.size(2)));
         y = conv_buffered(*conv_out_, std::move(buffer), s, first);
@@ -640,8 +788,52 @@ void Network::run_from(size_t index, at::Tensor x, StreamState& s, bool first, i
 void Network::forward_chunks(const at::Tensor& input, StreamState& state, bool first,
                              int64_t work_bytes,
                              const std::function<void(const at::Tensor&)>& emit) const {
-  if (int(state.memory.size()) != slots_) state.memory.resize(size_t(slots_));
+  size_state(state);
   run_from(0, input.contiguous(format_), state, first, work_bytes, emit);
+}
+
+void Network::size_state(StreamState& state) const {
+  state.memory.resize(size_t(slots_));
+  state.written.resize(size_t(slots_));
+  state.uploading.assign(size_t(slots_), nullptr);
+}
+
+int64_t Network::slot_bytes(int slot, int64_t h, int64_t w, int64_t element_size) const {
+  const SlotInfo& i = slot_info_.at(size_t(slot));
+  // Decoder: ×2 per upsampler; encoder: each downsampler halves (rounding down) the size.
+  const int64_t sh = decoder_ ? h << i.scale : h >> i.scale;
+  const int64_t sw = decoder_ ? w << i.scale : w >> i.scale;
+  return i.channels * i.keep * sh * sw * element_size;
+}
+
+std::vector<char> Network::host_slots(int64_t h, int64_t w, int64_t element_size,
+                                      int64_t device_bytes) const {
+  std::vector<char> host(size_t(slots_), 0);
+  int64_t on_device = 0;
+  std::vector<int> order(static_cast<size_t>(slots_));
+  for (int k = 0; k < slots_; ++k) {
+    order[size_t(k)] = k;
+    on_device += slot_bytes(k, h, w, element_size);
+  }
+  // Lowest resolution first (decoder: smallest scale; encoder: largest), then execution order.
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    const int sa = slot_info_[size_t(a)].scale, sb = slot_info_[size_t(b)].scale;
+    return decoder_ ? sa < sb : sa > sb;
+  });
+  for (int k : order) {
+    if (on_device <= device_bytes) break;
+    host[size_t(k)] = 1;
+    on_device -= slot_bytes(k, h, w, element_size);
+  }
+  return host;
+}
+
+int64_t Network::largest_frame_bytes(int64_t h, int64_t w, int64_t element_size) const {
+  int64_t most = 0;
+  for (int k = 0; k < slots_; ++k) {
+    most = std::max(most, slot_bytes(k, h, w, element_size) / slot_info_[size_t(k)].keep);
+  }
+  return most;
 }
 
 at::Tensor Network::forward(const at::Tensor& input, StreamState& state, bool first) const {
@@ -650,7 +842,7 @@ at::Tensor Network::forward(const at::Tensor& input, StreamState& state, bool fi
     forward_chunks(input, state, first, 0, [&](const at::Tensor& y) { parts.push_back(y); });
     return parts.size() == 1 ? parts[0] : at::cat(parts, 2);
   }
-  if (int(state.memory.size()) != slots_) state.memory.resize(size_t(slots_));
+  size_state(state);
   at::Tensor x = conv(*conv_in_, input.contiguous(format_), state, first);
   if (!decoder_) {
     for (size_t i = 0; i < blocks_.size(); ++i) {

@@ -20,12 +20,33 @@
 #include "src/exec/halo_exchange.h"
 #include "src/models/seedvr2_layout.h"
 
+namespace wm::exec {
+class DeviceContext;
+}
+
 namespace wm::models::seedvr2 {
 
+struct HostCopy;  // a slot's copy between host and device in flight (seedvr2_blocks.cpp)
+
 // Per causal conv (slot), the frames it keeps for the next slice. Slot tensors are replaced,
-// never written in place, so a copy of a StreamState is a snapshot.
+// never written in place (host-resident ones too), so a copy of a StreamState is a snapshot.
 struct StreamState {
   std::vector<at::Tensor> memory;  // undefined: nothing seen yet
+  // Slots whose memory lives in host memory between uses (empty or 0: on the memory's device).
+  // Set by the session before a call (Network::host_slots); may change between calls (a device
+  // memory comes down at its next use). A host slot's memory is copied straight into the time
+  // padding of its conv's input buffer when the buffer is made (CUDA: on side stream 0, so the
+  // copy overlaps the norm that fills the rest of the buffer) and its new memory goes back to
+  // pinned host memory on side stream 1. Only the fused path (channels-last networks) and the
+  // reference path without sequence parallelism honour it.
+  std::vector<char> on_host;
+  // Per slot: the copy that wrote memory[slot] to the host (CUDA: its event; the next upload
+  // waits for it), and the upload into a conv buffer in progress (made by conv_buffer, consumed
+  // by conv_buffered).
+  std::vector<std::shared_ptr<HostCopy>> written, uploading;
+  // For the call in progress: the device worker, whose side streams carry the host copies (none:
+  // streams from LibTorch's pool).
+  exec::DeviceContext* context = nullptr;
   // Sequence parallelism (spec §5), for the current call: rank r > 0 takes every causal conv's
   // memory from rank r − 1 and every rank but the last sends its own on; only the sequence's
   // first slice on rank 0 pads by replication and drops the Upsample3D head frame (`first`).
@@ -47,6 +68,14 @@ struct Tuning {
   // fit runs in time chunks, each taken through all later stages before the next (exact: the
   // causal state carries between chunks as between slices).
   int64_t work_mib = 0;
+  // Causal state in host memory between uses (StreamState::on_host): -1 when the state does not
+  // fit the memory budget (CUDA; the lowest resolutions go first), 0 never, 1 every slot.
+  int host_state = -1;
+  // Device-resident causal state the automatic choice may keep, in MiB (0: from the budget).
+  int64_t device_state_mib = 0;
+  // Retry a slice that runs out of device memory with a smaller plan (keeps the state from
+  // before the slice until it succeeds: on the device, twice the device-resident state).
+  bool oom_retry = true;
   static Tuning parse(const std::string& text);  // ModelError names a bad key or value
   std::string str() const;
 };
@@ -85,6 +114,18 @@ class Network {
   void forward_chunks(const at::Tensor& x, StreamState& state, bool first, int64_t work_bytes,
                       const std::function<void(const at::Tensor&)>& emit) const;
 
+  // Bytes of slot `slot`'s memory for an input of h × w pixels (decode: latent pixels) in
+  // `element_size`-byte values: kt − st frames of the conv's input at its resolution.
+  int64_t slot_bytes(int slot, int64_t h, int64_t w, int64_t element_size) const;
+  // Which slots to keep in host memory so that at most `device_bytes` of state stays on the
+  // device: the lowest resolutions go first (their convs do the most arithmetic per byte of
+  // state, so their copies hide best), then by execution order. All 0 when everything fits.
+  std::vector<char> host_slots(int64_t h, int64_t w, int64_t element_size,
+                               int64_t device_bytes) const;
+  // One frame of the widest conv input (channels × pixels at its resolution), in bytes: the
+  // unit of a time chunk's working memory.
+  int64_t largest_frame_bytes(int64_t h, int64_t w, int64_t element_size) const;
+
   bool decoder() const { return decoder_; }
   const Architecture& arch() const { return arch_; }
   int state_slots() const { return slots_; }
@@ -103,8 +144,17 @@ class Network {
   // The fused path (tuning.fused on a channels-last network).
   void norm_into(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool silu,
                  const at::Tensor& out) const;
+  // The conv's input buffer; a host-resident slot's memory starts coming up into its time
+  // padding at once (StreamState::uploading).
   at::Tensor conv_buffer(const Conv& c, int64_t channels, int64_t frames, int64_t h, int64_t w,
-                         const at::TensorOptions& options) const;
+                         const at::TensorOptions& options, StreamState& s, bool first) const;
+  bool host_slot(const Conv& c, const StreamState& s) const;
+  // Before the host reads a host slot's memory or the current stream copies it up outside
+  // conv_buffer: the copy that wrote it has landed.
+  void wait_written(int slot, StreamState& s) const;
+  void size_state(StreamState& state) const;
+  // A host slot's new memory (frames of a device tensor) to the host.
+  void write_back(const Conv& c, const at::Tensor& frames, StreamState& s) const;
   at::Tensor conv_buffered(const Conv& c, at::Tensor buffer, StreamState& s, bool first) const;
   at::Tensor pointwise(const Conv& c, const at::Tensor& x) const;
   at::Tensor resnet_fused(const Resnet& r, const at::Tensor& x, StreamState& s, bool first) const;
@@ -121,6 +171,13 @@ class Network {
   Tuning tuning_;
   bool fused_ = false;
   int slots_ = 0;
+  // Per slot: input channels, frames kept, resolution as a power of 2 of the network's input
+  // (decoder: up, encoder: down).
+  struct SlotInfo {
+    int64_t channels = 0, keep = 0;
+    int scale = 0;
+  };
+  std::vector<SlotInfo> slot_info_;
   std::vector<Stage> stages_;  // execution order
   std::unique_ptr<Conv> conv_in_, conv_out_;
   std::vector<std::vector<Resnet>> blocks_;    // per level, encoder or decoder order

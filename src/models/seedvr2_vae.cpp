@@ -6,6 +6,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 
 #include <cmath>
@@ -27,6 +28,7 @@
 #include "io/safetensors.h"
 #include "io/torch_pickle.h"
 #include "src/base/error.h"
+#include "src/base/log_text.h"
 #include "src/exec/device_context.h"
 #include "src/models/seedvr2_blocks.h"
 #include "src/models/tensor.h"
@@ -43,6 +45,25 @@ namespace {
 // Recommended spatial tile overlap in latent pixels (traits().halo; tiles are never exact, see
 // seedvr2_vae.h). Seam errors measured on the golden model: docs/seedvr2-vae.md.
 constexpr int kHaloLatent = 8;
+
+constexpr const char* kLogger = "seedvr2-vae";
+
+// Attempts per slice: the first, then retries with smaller plans after running out of device
+// memory (each halves the working memory and the device-resident state).
+constexpr int kAttempts = 4;
+
+// The test-only out-of-memory fault (seedvr2_oom_fault_for_test).
+std::atomic<int64_t> g_fault_chunk{-1};
+std::atomic<int64_t> g_chunks{0};
+
+// Called for every output chunk before it is delivered (the state already moved past it).
+void inject_oom_for_test() {
+  const int64_t chunk = g_chunks.fetch_add(1);
+  if (chunk == g_fault_chunk.load()) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false,
+                     "seedvr2-vae: injected out of memory (test fault) at output chunk ", chunk);
+  }
+}
 
 std::string shape_string(const std::vector<int64_t>& shape) {
   std::string s = "[";
@@ -220,7 +241,11 @@ class SeedVR2Session final : public ModelSession {
     const bool follower = ctx.halo && ctx.halo->rank() > 0;
     if (ctx.first_slice || follower) tiles_[ctx.tile_index] = StreamState{};
     StreamState& state = tiles_[ctx.tile_index];
-    state.halo = ctx.halo;
+    // The state before this slice, kept until the slice succeeds: a snapshot (slot tensors are
+    // replaced, never written in place), restored when an attempt runs out of device memory.
+    // Sequence-parallel ranks exchange histories as they go, so they do not retry.
+    const bool retry = !ctx.halo && net_->tuning().oom_retry;
+    const StreamState before = retry ? state : StreamState{};
     try {
       Planar out = guarded(traits_.name.c_str(), [&] {
         c10::InferenceMode inference;
@@ -233,18 +258,25 @@ class SeedVR2Session final : public ModelSession {
             if (!stream_) stream_ = c10::cuda::getStreamFromPool(false, device_.index());
             stream_guard.emplace(*stream_);
           }
-          Planar y = run_cuda(std::move(input), state, ctx);
-          if (ctx.halo) hand_over_state(state, *ctx.halo);
-          return y;
+          const c10::cuda::CUDAGuard device_guard(device_.index());
+          const at::Tensor x = upload(std::move(input), ctx);
+          return attempts(before, state, ctx, retry, [&](int attempt) {
+            Planar y = run_cuda(x, state, ctx, attempt, retry);
+            if (ctx.halo) hand_over_state(state, *ctx.halo);
+            return y;
+          });
         }
 #endif
         const at::Tensor x = to_tensor(std::move(input)).to(device_, dtype_);
-        at::Tensor y = net_->forward(x, state, ctx.first_slice);
-        if (!net_->decoder() && !logvar_) y = y.narrow(1, 0, net_->arch().latent_channels);
-        if (ctx.halo) hand_over_state(state, *ctx.halo);
-        return to_planar(y);
+        return attempts(before, state, ctx, retry, [&](int attempt) {
+          at::Tensor y = run_cpu(x, state, ctx, attempt);
+          if (!net_->decoder() && !logvar_) y = y.narrow(1, 0, net_->arch().latent_channels);
+          if (ctx.halo) hand_over_state(state, *ctx.halo);
+          return to_planar(y);
+        });
       });
       state.halo = nullptr;
+      state.context = nullptr;
       return out;
     } catch (...) {
       tiles_.erase(ctx.tile_index);  // half-updated state must not feed a later slice
@@ -253,6 +285,58 @@ class SeedVR2Session final : public ModelSession {
   }
 
  private:
+  // Runs `attempt(k)` for k = 0, 1, ... until one does not run out of device memory; before a
+  // retry the state goes back to `before` (what the failed attempt changed is dropped) and the
+  // allocator's cache is released. Each attempt makes the slice's whole output again, so no
+  // frame is lost or delivered twice.
+  template <typename Fn>
+  Planar attempts(const StreamState& before, StreamState& state, const RunContext& ctx, bool retry,
+                  Fn&& attempt) {
+    for (int k = 0;; ++k) {
+      state.halo = ctx.halo;
+      state.context = ctx.device;
+      try {
+        return attempt(k);
+      } catch (const c10::OutOfMemoryError& e) {
+        if (!retry || k + 1 >= kAttempts) throw;
+        state = before;
+#ifdef WMBATCH_WITH_CUDA
+        if (device_.is_cuda()) {
+          c10::cuda::device_synchronize();
+          c10::cuda::CUDACachingAllocator::emptyCache();
+        }
+#endif
+        log::warn(kLogger, traits_.name + ": out of device memory in slice " +
+                               std::to_string(ctx.slice_index) + "; retrying it with a smaller " +
+                               "plan (attempt " + std::to_string(k + 2) + " of " +
+                               std::to_string(kAttempts) + ")");
+      }
+    }
+  }
+
+  // CPU: the whole slice in one pass, or (tuning work_mib, host_state=1) the stage-by-stage
+  // path in time chunks with the state kept as on a device (the same code as CUDA's; on the
+  // CPU "host" and "device" memory are one, so it computes exactly the same thing).
+  at::Tensor run_cpu(const at::Tensor& x, StreamState& state, const RunContext& ctx,
+                     int attempt) const {
+    const seedvr2::Tuning& tuning = net_->tuning();
+    if (tuning.host_state == 1 && !ctx.halo) state.on_host.assign(size_t(net_->state_slots()), 1);
+    int64_t work = tuning.work_mib << 20;
+    if (ctx.halo) work = 0;
+    if (ctx.halo || (work <= 0 && tuning.host_state != 1)) {
+      at::Tensor y = net_->forward(x, state, ctx.first_slice);
+      inject_oom_for_test();
+      return y;
+    }
+    work = std::max<int64_t>(work >> attempt, 1);
+    std::vector<at::Tensor> parts;
+    net_->forward_chunks(x, state, ctx.first_slice, work, [&](const at::Tensor& y) {
+      inject_oom_for_test();
+      parts.push_back(y);
+    });
+    return parts.size() == 1 ? parts[0] : at::cat(parts, 2);
+  }
+
   // Sequence parallelism, after a rank's run: the last rank's memory replaces rank 0's, for the
   // next slice (every causal conv ran on every rank, so both hold the same slots).
   static void hand_over_state(StreamState& state, exec::HaloExchange& halo) {
@@ -271,14 +355,38 @@ class SeedVR2Session final : public ModelSession {
   }
 
 #ifdef WMBATCH_WITH_CUDA
-  // Working memory per stage chunk (Tuning::work_mib): a third of what the memory budget (or the
-  // device) leaves after what is allocated now, less a margin for cuDNN workspaces and
-  // fragmentation, at most kMostWork (larger chunks measured no faster; GPU memory then stays flat
-  // in the video's length and grows with the frame size only).
-  int64_t work_bytes(const RunContext& ctx) const {
-    // Ranks run whole stages: a later rank's conv waits for the earlier rank's whole input to it.
-    if (ctx.halo) return 0;
-    if (net_->tuning().work_mib > 0) return net_->tuning().work_mib << 20;
+  // How a CUDA attempt runs: the working memory per stage chunk (Tuning::work_mib) and the
+  // slots whose causal state lives in host memory (Tuning::host_state).
+  struct Plan {
+    int64_t work = 0;
+    std::vector<char> on_host;
+    int64_t device_state = 0, host_state = 0;  // bytes of causal state on each side
+  };
+
+  // The plan for input `x` from the memory budget (or what the device has), after what is
+  // allocated now less the device-resident state already counted in it:
+  // - the causal state stays on the device when it fits beside a reserve for one chunk's
+  //   activations (5 frames of the widest conv input) — always at sizes where it fits, so their
+  //   speed is untouched; otherwise the lowest-resolution slots go to host memory until the rest
+  //   fits (Network::host_slots). A later slice counts the device state twice: the snapshot of
+  //   the state before the slice is kept until the slice succeeds (the out-of-memory retry);
+  // - the working memory is a third of what is left then, at most kMostWork (larger chunks
+  //   measured no faster; GPU memory stays flat in the video's length);
+  // - retry k (after running out of memory) halves both k times.
+  Plan plan(const at::Tensor& x, const StreamState& state, const RunContext& ctx, int attempt,
+            bool snapshot) const {
+    const seedvr2::Tuning& tuning = net_->tuning();
+    Plan p;
+    // Ranks run whole stages with the state on the device: a later rank's conv waits for the
+    // earlier rank's whole input to it.
+    if (ctx.halo) return p;
+    const int64_t slots = net_->state_slots(), h = x.size(3), w = x.size(4);
+    const int64_t elt = int64_t(c10::elementSize(dtype_));
+    int64_t total = 0, resident = 0;
+    for (int k = 0; k < slots; ++k) total += net_->slot_bytes(k, h, w, elt);
+    for (const at::Tensor& m : state.memory) {
+      if (m.defined() && m.is_cuda()) resident += int64_t(m.nbytes());
+    }
     constexpr int64_t kMostWork = int64_t(4) << 30, kLeastWork = int64_t(256) << 20;
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index());
     const int64_t allocated = stats.allocated_bytes[0].current;
@@ -287,25 +395,57 @@ class SeedVR2Session final : public ModelSession {
     cudaMemGetInfo(&free_bytes, &total_bytes);
     const int64_t budget = ctx.device ? ctx.device->memory_budget() : 0;
     const int64_t cap = budget > 0 ? budget : reserved + int64_t(free_bytes);
-    const int64_t avail = cap - allocated - cap / 10 - (int64_t(768) << 20);
-    return std::clamp<int64_t>(avail / 3, kLeastWork, kMostWork);
+    const int64_t avail = cap - (allocated - resident) - cap / 10 - (int64_t(768) << 20);
+    const int64_t copies = snapshot && !ctx.first_slice ? 2 : 1;
+    const int64_t reserve = 5 * net_->largest_frame_bytes(h, w, elt);
+    int64_t device_budget =
+        tuning.device_state_mib > 0 ? tuning.device_state_mib << 20 : (avail - reserve) / copies;
+    device_budget = std::max<int64_t>(device_budget, 0) >> attempt;
+    if (tuning.host_state == 1) {
+      p.on_host.assign(size_t(slots), 1);
+    } else if (tuning.host_state < 0 && total > device_budget) {
+      p.on_host = net_->host_slots(h, w, elt, device_budget);
+    }
+    for (int k = 0; k < slots; ++k) {
+      const bool host = size_t(k) < p.on_host.size() && p.on_host[size_t(k)];
+      (host ? p.host_state : p.device_state) += net_->slot_bytes(k, h, w, elt);
+    }
+    if (tuning.work_mib > 0) {
+      p.work = tuning.work_mib << 20;
+    } else {
+      p.work = std::clamp<int64_t>((avail - copies * p.device_state) / 3, kLeastWork, kMostWork);
+    }
+    p.work = std::max<int64_t>(p.work >> attempt, 1);
+    return p;
   }
 
-  // CUDA: the network in time chunks sized from the memory budget; with a device worker the
-  // input goes up through its pinned staging and decoded chunks leave through its output sink
-  // (pinned, off this thread) while later chunks compute.
-  Planar run_cuda(Planar&& input, StreamState& state, const RunContext& ctx) {
-    const c10::cuda::CUDAGuard device_guard(device_.index());
+  // The slice's input on the device: through the worker's pinned staging, or a plain copy.
+  at::Tensor upload(Planar&& input, const RunContext& ctx) const {
     const at::MemoryFormat format = net_->memory_format();
-    at::Tensor x;
     if (ctx.device) {
       const at::Tensor staged = ctx.device->input_stager(0).upload(input, device_);
-      x = at::empty(staged.sizes(), staged.options().dtype(dtype_).memory_format(format));
+      at::Tensor x =
+          at::empty(staged.sizes(), staged.options().dtype(dtype_).memory_format(format));
       x.copy_(staged);
-    } else {
-      x = to_tensor(std::move(input)).to(device_, dtype_).contiguous(format);
+      return x;
     }
-    const int64_t work = work_bytes(ctx);
+    return to_tensor(std::move(input)).to(device_, dtype_).contiguous(format);
+  }
+
+  // CUDA: the network in time chunks sized from the memory budget (plan()); with a device worker
+  // decoded chunks leave through its output sink (pinned, off this thread) while later chunks
+  // compute.
+  Planar run_cuda(const at::Tensor& x, StreamState& state, const RunContext& ctx, int attempt,
+                  bool snapshot) {
+    const Plan p = plan(x, state, ctx, attempt, snapshot);
+    state.on_host = p.on_host;
+    if (attempt > 0 || (p.host_state > 0 && ctx.first_slice)) {
+      log::info(kLogger, traits_.name + ": " + std::to_string(p.device_state >> 20) +
+                             " MiB of causal state on the device, " +
+                             std::to_string(p.host_state >> 20) + " MiB in host memory, " +
+                             std::to_string(p.work >> 20) + " MiB of working memory per chunk");
+    }
+    const int64_t work = p.work;
     if (net_->decoder() && ctx.device) {
       exec::OutputSink& sink = ctx.device->output_sink(0);
       const int64_t tf = net_->arch().temporal_factor(), T = x.size(2);
@@ -316,6 +456,7 @@ class SeedVR2Session final : public ModelSession {
       int64_t frame0 = 0;
       try {
         net_->forward_chunks(x, state, ctx.first_slice, work, [&](const at::Tensor& y) {
+          inject_oom_for_test();
           if (frame0 + y.size(2) > total) {
             throw ModelError(traits_.name + ": decoder made more frames than expected");
           }
@@ -337,8 +478,10 @@ class SeedVR2Session final : public ModelSession {
       return out;
     }
     std::vector<at::Tensor> parts;
-    net_->forward_chunks(x, state, ctx.first_slice, work,
-                         [&](const at::Tensor& y) { parts.push_back(y); });
+    net_->forward_chunks(x, state, ctx.first_slice, work, [&](const at::Tensor& y) {
+      inject_oom_for_test();
+      parts.push_back(y);
+    });
     at::Tensor y = parts.size() == 1 ? parts[0] : at::cat(parts, 2);
     if (!net_->decoder() && !logvar_) y = y.narrow(1, 0, net_->arch().latent_channels);
     return to_planar(y);
@@ -513,6 +656,11 @@ class SeedVR2Model final : public Model {
 };
 
 }  // namespace
+
+void seedvr2_oom_fault_for_test(int64_t chunk) {
+  g_chunks = 0;
+  g_fault_chunk = chunk;
+}
 
 std::unique_ptr<Model> make_seedvr2_vae(const ModelConfig& config, const Device& device) {
   const bool decoder = is_decoder(config);

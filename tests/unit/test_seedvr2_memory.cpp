@@ -1,0 +1,298 @@
+// SeedVR2 VAE under memory pressure, on the CPU: causal state kept in host memory between uses
+// (the same code the CUDA path runs, with plain copies instead of side-stream ones) computes
+// exactly what device-resident state does; the choice of host slots; a slice that runs out of
+// device memory (an injected c10::OutOfMemoryError) is retried from the state before it and
+// gives the same output as a run without the fault.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "src/base/error.h"
+#include "src/models/seedvr2_blocks.h"
+#include "src/models/seedvr2_layout.h"
+#include "src/models/seedvr2_vae.h"
+
+using wm::Planar;
+using wm::RunContext;
+namespace seedvr2 = wm::models::seedvr2;
+
+namespace {
+
+const std::string kGolden = std::string(WM_SOURCE_DIR) + "/tests/data/golden/seedvr2-tiny/";
+
+seedvr2::Architecture tiny_arch() {
+  seedvr2::Architecture arch;
+  arch.channels = {16, 32, 64, 64};
+  arch.norm_groups = 4;
+  return arch;
+}
+
+// A float32 [1, C, T, H, W] tensor of a golden file.
+at::Tensor golden(const std::string& name, const std::string& tensor) {
+  wm::io::SafetensorsFile file(kGolden + name + ".safetensors");
+  const auto& info = file.info(tensor);
+  at::Tensor t = at::empty(info.shape, at::kFloat);
+  std::memcpy(t.data_ptr(), info.data, info.bytes);
+  return t;
+}
+
+Planar to_planar(const at::Tensor& t) {
+  const at::Tensor c = t.contiguous();
+  Planar p(int(c.size(1)), int(c.size(2)), int(c.size(3)), int(c.size(4)));
+  std::memcpy(p.data.data(), c.data_ptr<float>(), p.data.size() * sizeof(float));
+  return p;
+}
+
+at::Tensor to_tensor(const Planar& p) {
+  return at::from_blob(const_cast<float*>(p.data.data()),
+                       {1, p.channels, p.frames, p.height, p.width}, at::kFloat)
+      .clone();
+}
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) {
+  EXPECT_EQ(a.sizes(), b.sizes());
+  if (a.sizes() != b.sizes()) return 1e9;
+  return (a - b).abs().max().item<double>();
+}
+
+// The tiny golden model's network in `format` (ChannelsLast3d: the fused path, as on CUDA).
+std::unique_ptr<seedvr2::Network> tiny_network(bool decoder, at::MemoryFormat format) {
+  wm::io::SafetensorsFile weights(kGolden + "weights.safetensors");
+  auto getter = [&](const std::string& key) {
+    const auto& info = weights.info(key);
+    at::Tensor t = at::empty(info.shape, at::kFloat);
+    std::memcpy(t.data_ptr(), info.data, info.bytes);
+    return t.dim() == 5 ? t.contiguous(format) : t;
+  };
+  return std::make_unique<seedvr2::Network>(tiny_arch(), decoder, getter, format);
+}
+
+// `x` through `net` in slices of `sizes` frames (time chunks of `work` bytes; 0: whole stages),
+// slice k with its slots in host memory when on_host[k] (-1: the previous slice's choice).
+at::Tensor run_slices(const seedvr2::Network& net, const at::Tensor& x,
+                      const std::vector<int64_t>& sizes, const std::vector<int>& on_host,
+                      int64_t work) {
+  seedvr2::StreamState state;
+  std::vector<at::Tensor> parts;
+  int64_t t0 = 0;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (k < on_host.size() && on_host[k] >= 0) {
+      state.on_host.assign(size_t(net.state_slots()), char(on_host[k]));
+    }
+    net.forward_chunks(x.narrow(2, t0, sizes[k]), state, k == 0, work,
+                       [&](const at::Tensor& y) { parts.push_back(y.clone()); });
+    t0 += sizes[k];
+    if (k < on_host.size() && on_host[k] == 1) {
+      // Between slices every slot's memory is a host tensor.
+      for (const at::Tensor& m : state.memory) {
+        if (m.defined()) EXPECT_TRUE(m.is_cpu());
+      }
+    }
+  }
+  EXPECT_EQ(t0, x.size(2));
+  return at::cat(parts, 2);
+}
+
+Planar frames_of(const Planar& p, int t0, int n) {
+  Planar out(p.channels, n, p.height, p.width);
+  for (int c = 0; c < p.channels; ++c) {
+    for (int t = 0; t < n; ++t) {
+      std::memcpy(out.plane(c, t), p.plane(c, t0 + t), p.plane_size() * sizeof(float));
+    }
+  }
+  return out;
+}
+
+// `input` through a fresh session of `model` in slices of `sizes` frames.
+at::Tensor run_session(const wm::Model& model, const Planar& input, const std::vector<int>& sizes) {
+  auto session = model.open_session(wm::Device{});
+  std::vector<at::Tensor> outs;
+  int t0 = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    RunContext ctx;
+    ctx.slice_index = int64_t(i);
+    ctx.first_slice = i == 0;
+    ctx.last_slice = i + 1 == sizes.size();
+    outs.push_back(to_tensor(session->run(frames_of(input, t0, sizes[i]), ctx)));
+    t0 += sizes[i];
+  }
+  return at::cat(outs, 2);
+}
+
+wm::ModelConfig tiny_config(const std::string& task, const std::string& tuning = "") {
+  wm::ModelConfig config;
+  config.kind = "seedvr2-vae";
+  config.task = task;
+  config.weights = kGolden + "weights.safetensors";
+  config.norm_groups = 4;
+  config.tuning = tuning;
+  return config;
+}
+
+// Turns the injected fault off whatever the test does.
+struct FaultOff {
+  ~FaultOff() { wm::models::seedvr2_oom_fault_for_test(-1); }
+};
+
+}  // namespace
+
+// The fused path (channels-last, what CUDA runs): every slot's memory goes to host memory after
+// each use and comes back into its conv's time padding when the buffer is made (before the norm
+// fills the rest). Decode and encode, in slices and one-frame chunks, with the choice switching
+// between slices: bitwise the device-resident run (chunks vs whole stages: within rounding).
+TEST(SeedVR2HostState, HostResidentStateEqualsDeviceState) {
+  const at::MemoryFormat cl = at::MemoryFormat::ChannelsLast3d;
+  for (bool decoder : {true, false}) {
+    const auto net = tiny_network(decoder, cl);
+    const at::Tensor x = decoder ? golden("decode_t3", "latent") : golden("encode_t9", "video");
+    // (A 1-byte budget cuts every stage into single frames; encoder chunks keep whole stride-2
+    // windows.)
+    const std::vector<int64_t> sizes =
+        decoder ? std::vector<int64_t>{1, 1, 1} : std::vector<int64_t>{5, 4};
+    const at::Tensor device = run_slices(*net, x, sizes, {0}, 0);
+    const at::Tensor host = run_slices(*net, x, sizes, {1}, 0);
+    const at::Tensor host_chunks = run_slices(*net, x, sizes, {1}, 1);
+    const at::Tensor switching = run_slices(*net, x, sizes, {0, 1, 0}, 1);
+    const double e1 = max_diff(host, device), e2 = max_diff(switching, host_chunks),
+                 e3 = max_diff(host_chunks, device);
+    std::cout << "[ host     ] " << (decoder ? "decode" : "encode") << ": host vs device state "
+              << e1 << "; one-frame chunks, the choice switching "
+              << "between slices vs host state " << e2 << "; chunks vs whole stages " << e3 << "\n";
+    EXPECT_EQ(e1, 0.0);
+    EXPECT_EQ(e2, 0.0);
+    EXPECT_LE(e3, 1e-5);
+  }
+}
+
+// The reference path (the CPU session's contiguous network) through a session forced to keep
+// its state in host memory and run in 1 MiB chunks: the default session's output.
+TEST(SeedVR2HostState, ForcedOnACpuSessionEqualsTheDefault) {
+  const Planar z = to_planar(golden("decode_t5", "latent"));
+  auto plain = wm::models::make_seedvr2_vae(tiny_config("decode"), wm::Device{});
+  auto forced =
+      wm::models::make_seedvr2_vae(tiny_config("decode", "host_state=1,work_mib=1"), wm::Device{});
+  const at::Tensor want = run_session(*plain, z, {2, 2, 1});
+  const at::Tensor got = run_session(*forced, z, {2, 2, 1});
+  const double err = max_diff(got, want);
+  std::cout << "[ host     ] session host_state=1,work_mib=1 vs default: " << err << "\n";
+  EXPECT_LE(err, 1e-6);
+}
+
+// Host slots go lowest resolution first: with room for exactly the full-resolution slots (the
+// decoder's last 8: the last upsampler's conv, 3 resnets, conv_out), those stay on the device.
+TEST(SeedVR2HostState, LowestResolutionsGoToHostFirst) {
+  const auto net = tiny_network(true, at::MemoryFormat::Contiguous);
+  const int64_t h = 30, w = 40, elt = 2;
+  const int slots = net->state_slots();
+  ASSERT_GT(slots, 8);
+  int64_t total = 0, full = 0;
+  for (int k = 0; k < slots; ++k) {
+    total += net->slot_bytes(k, h, w, elt);
+    if (k >= slots - 8) full += net->slot_bytes(k, h, w, elt);
+  }
+  // conv_out keeps 2 frames of 16 channels at 8× the latent size.
+  EXPECT_EQ(net->slot_bytes(slots - 1, h, w, elt), 16 * 2 * (8 * h) * (8 * w) * elt);
+  EXPECT_EQ(net->largest_frame_bytes(h, w, elt), 32 * (8 * h) * (8 * w) * elt);
+  EXPECT_EQ(net->host_slots(h, w, elt, total), std::vector<char>(size_t(slots), 0));
+  EXPECT_EQ(net->host_slots(h, w, elt, 0), std::vector<char>(size_t(slots), 1));
+  std::vector<char> want(size_t(slots), 1);
+  for (int k = slots - 8; k < slots; ++k) want[size_t(k)] = 0;
+  EXPECT_EQ(net->host_slots(h, w, elt, full), want);
+}
+
+// The official decoder at 1080p in bf16: the causal state that docs/gpu.md accounts for.
+TEST(SeedVR2HostState, OfficialDecoderStateAt1080p) {
+  const seedvr2::Architecture arch;  // official widths
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const seedvr2::ParamSpec& p : seedvr2::layout(arch)) shapes[p.key] = p.shape;
+  const seedvr2::Network net(
+      arch, true, [&](const std::string& key) { return at::empty(shapes.at(key), at::kBFloat16); });
+  int64_t total = 0;
+  for (int k = 0; k < net.state_slots(); ++k) total += net.slot_bytes(k, 135, 240, 2);
+  EXPECT_EQ(net.state_slots(), 33);
+  // 2 frames of every 3×3×3 conv's input (docs/gpu.md, SeedVR2 memory at 1080p).
+  EXPECT_EQ(total, int64_t(17'917'977'600));
+  EXPECT_EQ(net.largest_frame_bytes(135, 240, 2), int64_t(256) * 1080 * 1920 * 2);
+}
+
+// A slice that runs out of device memory after its state moved on (the fault fires as its output
+// is delivered) is run again from the state before it: the output equals a run without the
+// fault, with no frame lost or repeated, and later slices continue from the right state.
+TEST(SeedVR2OomRetry, RetriedSliceEqualsTheRunWithoutTheFault) {
+  FaultOff off;
+  const Planar z = to_planar(golden("decode_t5", "latent"));
+  const Planar video = to_planar(golden("encode_t17", "video"));
+  struct Case {
+    std::string task, tuning;
+    std::vector<int> sizes;
+    int64_t fault;  // output chunk that fails
+  };
+  const std::vector<Case> cases = {
+      {"decode", "", {2, 2, 1}, 1},            // whole slices: slice 1 fails
+      {"decode", "work_mib=1", {2, 2, 1}, 7},  // mid-slice in one-frame chunks
+      {"decode", "host_state=1,work_mib=1", {2, 2, 1}, 9},
+      {"encode", "", {5, 4, 8}, 2},  // the last slice
+  };
+  for (const Case& c : cases) {
+    auto model = wm::models::make_seedvr2_vae(tiny_config(c.task, c.tuning), wm::Device{});
+    const Planar& in = c.task == "decode" ? z : video;
+    wm::models::seedvr2_oom_fault_for_test(-1);
+    const at::Tensor want = run_session(*model, in, c.sizes);
+    wm::models::seedvr2_oom_fault_for_test(c.fault);
+    const at::Tensor got = run_session(*model, in, c.sizes);
+    wm::models::seedvr2_oom_fault_for_test(-1);
+    const double err = max_diff(got, want);
+    std::cout << "[ oom      ] " << c.task << " '" << c.tuning << "' fault at chunk " << c.fault
+              << ": max abs diff " << err << "\n";
+    // Whole slices retry the same computation; chunked ones retry with half the chunk budget.
+    if (c.tuning.empty()) {
+      EXPECT_EQ(err, 0.0);
+    } else {
+      EXPECT_LE(err, 1e-6);
+    }
+  }
+}
+
+// Without retries (tuning oom_retry=0) the fault is the slice's error: a ModelError with exit
+// status 1 (a retry with more memory may pass), and the tile's state is dropped.
+TEST(SeedVR2OomRetry, WithoutRetryTheSliceFails) {
+  FaultOff off;
+  auto model = wm::models::make_seedvr2_vae(tiny_config("decode", "oom_retry=0"), wm::Device{});
+  const Planar z = to_planar(golden("decode_t5", "latent"));
+  auto session = model->open_session(wm::Device{});
+  RunContext ctx;
+  ctx.first_slice = true;
+  wm::models::seedvr2_oom_fault_for_test(0);
+  try {
+    session->run(frames_of(z, 0, 2), ctx);
+    FAIL() << "expected an out-of-memory error";
+  } catch (const wm::ModelError& e) {
+    EXPECT_EQ(e.exit_code(), wm::kExitFailure);
+    EXPECT_NE(std::string(e.what()).find("out of device memory"), std::string::npos) << e.what();
+  }
+  wm::models::seedvr2_oom_fault_for_test(-1);
+  RunContext next;
+  next.slice_index = 1;
+  next.first_slice = false;
+  EXPECT_THROW(session->run(frames_of(z, 2, 2), next), wm::ModelError);  // no earlier slice
+}
+
+TEST(SeedVR2HostState, TuningKeys) {
+  const seedvr2::Tuning t = seedvr2::Tuning::parse("host_state=1,device_state_mib=512,oom_retry=0");
+  EXPECT_EQ(t.host_state, 1);
+  EXPECT_EQ(t.device_state_mib, 512);
+  EXPECT_FALSE(t.oom_retry);
+  const seedvr2::Tuning d = seedvr2::Tuning::parse("");
+  EXPECT_EQ(d.host_state, -1);
+  EXPECT_EQ(d.device_state_mib, 0);
+  EXPECT_TRUE(d.oom_retry);
+  EXPECT_EQ(seedvr2::Tuning::parse(t.str()).str(), t.str());
+  EXPECT_THROW(seedvr2::Tuning::parse("host_state=-2"), wm::ModelError);
+  EXPECT_THROW(seedvr2::Tuning::parse("device_state_mib=x"), wm::ModelError);
+}
