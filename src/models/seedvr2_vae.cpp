@@ -244,7 +244,18 @@ class SeedVR2Session final : public ModelSession {
     // The state before this slice, kept until the slice succeeds: a snapshot (slot tensors are
     // replaced, never written in place), restored when an attempt runs out of device memory.
     // Sequence-parallel ranks exchange histories as they go, so they do not retry.
-    const bool retry = !ctx.halo && net_->tuning().oom_retry;
+    bool retry = !ctx.halo && net_->tuning().oom_retry;
+#ifdef WMBATCH_WITH_CUDA
+    // On a device the snapshot keeps the old state alive beside the new: only where that costs
+    // no speed (the plan that counts the state twice keeps as much of it on the device as the
+    // plan that does not). Otherwise memory goes to the state and an out-of-memory error fails
+    // the slice (exit 1), as without the retry.
+    if (retry && device_.is_cuda() && !ctx.first_slice) {
+      const c10::cuda::CUDAGuard device_guard(device_.index());
+      retry = plan(input.height, input.width, state, ctx, 0, true).host_state ==
+              plan(input.height, input.width, state, ctx, 0, false).host_state;
+    }
+#endif
     const StreamState before = retry ? state : StreamState{};
     try {
       Planar out = guarded(traits_.name.c_str(), [&] {
@@ -373,14 +384,14 @@ class SeedVR2Session final : public ModelSession {
   // - the working memory is a third of what is left then, at most kMostWork (larger chunks
   //   measured no faster; GPU memory stays flat in the video's length);
   // - retry k (after running out of memory) halves both k times.
-  Plan plan(const at::Tensor& x, const StreamState& state, const RunContext& ctx, int attempt,
+  Plan plan(int64_t h, int64_t w, const StreamState& state, const RunContext& ctx, int attempt,
             bool snapshot) const {
     const seedvr2::Tuning& tuning = net_->tuning();
     Plan p;
     // Ranks run whole stages with the state on the device: a later rank's conv waits for the
     // earlier rank's whole input to it.
     if (ctx.halo) return p;
-    const int64_t slots = net_->state_slots(), h = x.size(3), w = x.size(4);
+    const int64_t slots = net_->state_slots();
     const int64_t elt = int64_t(c10::elementSize(dtype_));
     int64_t total = 0, resident = 0;
     for (int k = 0; k < slots; ++k) total += net_->slot_bytes(k, h, w, elt);
@@ -437,7 +448,7 @@ class SeedVR2Session final : public ModelSession {
   // compute.
   Planar run_cuda(const at::Tensor& x, StreamState& state, const RunContext& ctx, int attempt,
                   bool snapshot) {
-    const Plan p = plan(x, state, ctx, attempt, snapshot);
+    const Plan p = plan(x.size(3), x.size(4), state, ctx, attempt, snapshot);
     state.on_host = p.on_host;
     if (attempt > 0 || (p.host_state > 0 && ctx.first_slice)) {
       log::info(kLogger, traits_.name + ": " + std::to_string(p.device_state >> 20) +
