@@ -27,6 +27,8 @@ struct SamplePlane {
 // of floats, then a horizontal pass), clamped to the sample range and rounded half up: within
 // 0.5 + 1e-3 levels of the exact (double) filter. Threaded over output rows (TBB); the scratch
 // rows are per thread and reused, so a call allocates nothing after the first on a thread.
+// 8-bit planes at scale 2 run an AVX2 form of the same float operations, in the same order, where
+// the CPU has AVX2 (checked at run time): the bytes are the same either way.
 void resample_plane(const ResampleKernel& kernel, const SamplePlane& in, const SamplePlane& out);
 
 }  // namespace wm::models

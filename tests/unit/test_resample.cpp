@@ -209,6 +209,59 @@ INSTANTIATE_TEST_SUITE_P(All, ResamplePlaneVsFormula,
                          testing::Combine(testing::Values("lanczos", "bicubic"),
                                           testing::Values(2, 3, 4), testing::Values(8, 10)));
 
+// 8-bit planes at scale 2 take a vectorised kernel (AVX2, 8 samples at a time, where the CPU has
+// it) whose contract is the portable code's float operations in the same order: every byte the
+// same. Checked against that sequence written out here (vertical pass into a float row with the
+// edges replicated, then the horizontal pass, clamp, + 0.5, truncate), on widths below, at and
+// around multiples of 8 (the vector loops' tails) and a 1080p-wide row, with padded strides.
+TEST(ResamplePlane, EightBitScaleTwoIsThePortableFloatSequence) {
+  for (const std::string kind : {"lanczos", "bicubic"}) {
+    const ResampleKernel k = resample_kernel(kind, 2);
+    const int taps = k.taps, pad = -k.offset;
+    for (const int w : {1, 2, 5, 7, 8, 9, 15, 16, 17, 31, 33, 1920}) {
+      const int h = 9, in_stride = w + 3, out_stride = 2 * w + 5;
+      std::mt19937 rng(w);
+      std::vector<uint8_t> in(size_t(h) * in_stride);
+      // Hard edges and noise: overshoot past 0 and 255, so the clamping is exercised.
+      for (int y = 0; y < h; ++y) {
+        for (int x = 0; x < w; ++x) {
+          in[size_t(y) * in_stride + x] = ((x / 3 + y / 2) % 2 ? 250 : 5) + int(rng() % 6);
+        }
+      }
+      std::vector<uint8_t> out(size_t(2 * h) * out_stride, 0);
+      resample_plane(k, SamplePlane{in.data(), in_stride, w, h, 8},
+                     SamplePlane{out.data(), out_stride, 2 * w, 2 * h, 8});
+      std::vector<float> row(size_t(w) + 2 * pad);
+      int differ = 0;
+      for (int y = 0; y < 2 * h; ++y) {
+        const int i = y / 2;
+        for (int x = 0; x < w; ++x) {
+          float acc = float(k.weights[y % 2][0]) *
+                      float(in[size_t(std::clamp(i - pad, 0, h - 1)) * in_stride + x]);
+          for (int t = 1; t < taps; ++t) {
+            acc += float(k.weights[y % 2][t]) *
+                   float(in[size_t(std::clamp(i + t - pad, 0, h - 1)) * in_stride + x]);
+          }
+          row[size_t(pad) + x] = acc;
+        }
+        for (int x = 0; x < pad; ++x) {
+          row[x] = row[pad];
+          row[size_t(pad) + w + x] = row[size_t(pad) + w - 1];
+        }
+        for (int x = 0; x < 2 * w; ++x) {
+          const std::vector<double>& wh = k.weights[x % 2];
+          float acc = float(wh[0]) * row[x / 2];
+          for (int t = 1; t < taps; ++t) acc += float(wh[t]) * row[x / 2 + t];
+          const auto want = uint8_t(std::min(255.0f, std::max(0.0f, acc)) + 0.5f);
+          differ += out[size_t(y) * out_stride + x] != want;
+        }
+        for (int x = 2 * w; x < out_stride; ++x) ASSERT_EQ(out[size_t(y) * out_stride + x], 0);
+      }
+      EXPECT_EQ(differ, 0) << kind << " width " << w;
+    }
+  }
+}
+
 TEST(ResamplePlane, RefusesMismatchedPlanes) {
   std::vector<uint8_t> a(16 * 16), b(32 * 32);
   const ResampleKernel kernel = resample_kernel("lanczos", 2);
