@@ -8,7 +8,8 @@
 //    the state from frame 0 instead: still the same frames;
 //  - SIGKILL after a chunk finished, rerun: byte-identical to the uninterrupted chunked run; the
 //    finished chunks are not redone and the first chunk the rerun works on starts from the saved
-//    state, not from the prefix.
+//    state, not from the prefix; the same through `wmbatch watch` (the queue's chunk rows say no
+//    finished chunk started again).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -16,6 +17,7 @@
 #include <random>
 
 #include "tests/integration/test_farm_helpers.h"
+#include "tests/integration/test_watch_helpers.h"
 #include "tests/support/media.h"
 #include "tests/support/run.h"
 
@@ -215,6 +217,55 @@ TEST(CausalChunks, SigkillAfterAChunkResumesFromTheSavedState) {
     ++resumed;
   }
   EXPECT_GE(resumed, 2) << "the kills must land while chunks remain";
+}
+
+// The watch daemon SIGKILLed once a chunk of a reconstruct file is done, restarted: the file
+// resumes from the saved state (no finished chunk started again, per the queue) and decodes to
+// the whole-file run's frames.
+TEST(CausalChunks, WatchKilledAfterAChunkResumesFromTheSavedState) {
+  WatchSetup s("causal");
+  write_text(s.watch_file(),
+             "settle_seconds: 0.3\npoll_seconds: 1\nchunk_frames: 8\nwatch:\n"
+             "  - folder: in\n    job:\n      task: reconstruct\n      " +
+                 model_of("wan") +
+                 "      encode: {codec: ffv1, pix_fmt: yuv444p}\n"
+                 "    output: out/{stem}_rec.mkv\n");
+  const std::string clip = s.dir().file("clip.mp4");
+  make_input(clip, 41);
+  write_text(s.dir().file("plain.yaml"), job("wan", clip, s.dir().file("plain.mkv")));
+  ASSERT_EQ(wmbatch({s.dir().file("plain.yaml")}).exit_code, 0);
+
+  Background& daemon = s.start();
+  stdfs::copy_file(clip, s.in("a.mp4"));
+  ASSERT_TRUE(wait_until([&] {
+    for (const auto& [item, chunks] : read_chunks(s.queue_file())) {
+      for (const ChunkRowT& c : chunks) {
+        if (c.done) return true;
+      }
+    }
+    return daemon.exited();
+  })) << s.log();
+  ASSERT_FALSE(daemon.exited()) << s.log();
+  daemon.signal(SIGKILL);
+  daemon.wait();
+  ASSERT_FALSE(exists(s.out("a_rec.mkv"))) << "the file finished before the kill";
+
+  s.start();
+  ASSERT_TRUE(s.wait_finished(1)) << s.log();
+  EXPECT_EQ(s.stop(), 0) << s.log();
+  const auto rows = s.queue();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].state, "done") << rows[0].last_error;
+  EXPECT_EQ(count(s.log(), "started from the saved model state"), 1) << s.log();
+  EXPECT_EQ(count(s.log(), "rebuilt the model state"), 0) << s.log();
+  const auto chunks = read_chunks(s.queue_file())[rows[0].id];
+  ASSERT_EQ(chunks.size(), 5u);
+  EXPECT_EQ(chunks.front().starts, 1) << "the first chunk finished before the kill";
+  for (const ChunkRowT& c : chunks) {
+    EXPECT_TRUE(c.done) << c.first_frame;
+    EXPECT_EQ(c.starts, c.starts_at_done) << c.first_frame << ": started again after it finished";
+  }
+  expect_same_frames(s.out("a_rec.mkv"), s.dir().file("plain.mkv"), 41);
 }
 
 }  // namespace
