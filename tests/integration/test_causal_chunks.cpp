@@ -95,7 +95,7 @@ TEST_P(CausalChunks, ChunksEqualTheWholeRun) {
   CommandResult plain = wmbatch({dir.file("plain.yaml")});
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
 
-  CommandResult plan = wm({"plan", dir.file("chunked.yaml")});
+  CommandResult plan = wm({"plan", dir.file("chunked.yaml"), "--chunk-frames", "8"});
   ASSERT_EQ(plan.exit_code, 0) << plan.output;
   EXPECT_EQ(count(plan.output, "\"whole_input\": false"), 3) << plan.output;
 
