@@ -33,4 +33,12 @@ Planar WorkerSession::run(Planar&& input, const RunContext& ctx) {
   }
 }
 
+bool WorkerSession::export_state(std::vector<StateTensor>& out) const {
+  return worker_.call([&] { return session_->export_state(out); });
+}
+
+bool WorkerSession::import_state(const std::vector<StateTensor>& in) {
+  return worker_.call([&] { return session_->import_state(in); });
+}
+
 }  // namespace wm::parallel

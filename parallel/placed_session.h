@@ -26,6 +26,9 @@ class WorkerSession final : public PlacedSession {
   // Runs the slice on the worker with ctx.device set to it. A failure is rethrown as one line
   // naming the rank, its device and the slice (rank_fault.h), a wm::Error unchanged.
   Planar run(Planar&& input, const RunContext& ctx) override;
+  // The wrapped session's, run on the worker (its device, stream and thread).
+  bool export_state(std::vector<StateTensor>& out) const override;
+  bool import_state(const std::vector<StateTensor>& in) override;
 
   DeviceWorker& worker() const { return worker_; }
   int rank() const { return rank_; }

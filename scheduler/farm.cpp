@@ -174,10 +174,23 @@ std::string segment_name(const ChunkRange& r, const std::string& ext) {
   return buf + ext;
 }
 
-// Tasks whose runner honours RunOptions' chunk fields (first/end/write_from frame). reconstruct
-// (video → video through the causal VAE) is planned by the same rules once its runner drops the
-// context frames (VideoFileSink::set_write_from); until then it runs whole inputs.
-bool chunked_task(Task task) { return task == Task::kUpscale; }
+// Tasks whose runner honours RunOptions' chunk fields (first/end/write_from frame).
+bool chunked_task(Task task) { return task == Task::kUpscale || task == Task::kReconstruct; }
+
+// Chunked tasks of causal models whose runner carries the model state from chunk to chunk
+// (RunOptions::carry: a session kept in memory, a state file saved after each chunk).
+bool carries_state(Task task) { return task == Task::kReconstruct; }
+
+// The state saved after a chunk ending at `last_frame`, and its journal entry (a plan-cache row:
+// the journal's schema stays): {"file", "size", "sequence"}.
+std::string state_name(int64_t last_frame) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "state-%08" PRId64 ".safetensors", last_frame);
+  return buf;
+}
+std::string state_key(int64_t last_frame) {
+  return "causal-state after " + std::to_string(last_frame);
+}
 
 Fingerprint fingerprint(const JobSpec& job, const std::string& input) {
   const auto stamp = stamp_file(input);
@@ -546,6 +559,45 @@ bool output_needs_work(const JobSpec& job, Journal* journal, const std::string& 
   return true;
 }
 
+// A causal state file recorded in the journal (carries_state tasks).
+struct StateRecord {
+  std::string file;  // in the farm folder; empty: none
+  int64_t size = 0;
+  std::string sequence;
+};
+
+std::optional<StateRecord> state_record(Journal& journal, int64_t last_frame) {
+  try {
+    const auto text = journal.plan(state_key(last_frame));
+    if (!text || text->empty()) return std::nullopt;
+    const auto j = nlohmann::json::parse(*text);
+    StateRecord r{j.at("file").get<std::string>(), j.at("size").get<int64_t>(),
+                  j.at("sequence").get<std::string>()};
+    if (r.file.empty() || r.file.find('/') != std::string::npos) return std::nullopt;
+    return r;
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;  // not ours to trust: the prefix is recomputed
+  }
+}
+
+// Records (or, with an empty file, forgets) the state after `last_frame`.
+void put_state_record(Journal& journal, int64_t last_frame, const StateRecord& r) {
+  journal.put_plan(
+      state_key(last_frame),
+      r.file.empty()
+          ? std::string()
+          : nlohmann::json{{"file", r.file}, {"size", r.size}, {"sequence", r.sequence}}.dump());
+}
+
+// Removes the causal state files left in a farm folder (after assembly).
+void remove_states(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename();
+    if (name.rfind("state-", 0) == 0) remove_file(e.path());
+  }
+}
+
 // Runs one chunk to its segment (or a whole-input chunk to its output). Throws wm::Error.
 void run_chunk(const FarmPlan& plan, const Chunk& c, const FarmOptions& options, Progress& progress,
                ChunkRunners& runners) {
@@ -638,6 +690,22 @@ void run_chunk(const FarmPlan& plan, const Chunk& c, const FarmOptions& options,
     journal.put_slice({first, last_frame, slice, written});
     if (options.on_slice) options.on_slice(written);
   };
+  // A causal model's state: from the chunk before (kept by the runner, or saved), and saved for
+  // the chunk after.
+  CausalCarry carry;
+  std::optional<StateRecord> resume;
+  if (carries_state(job.task)) {
+    carry.sequence = fp.str();
+    if (c.range.first_frame > 0) {
+      resume = state_record(journal, c.range.first_frame - 1);
+      if (resume && resume->sequence == carry.sequence) {
+        carry.resume_from = dir + "/" + resume->file;
+        carry.resume_size = resume->size;
+      }
+    }
+    if (!last) carry.save_to = dir + "/" + state_name(c.range.last_frame);
+    run.carry = &carry;
+  }
   if (options.on_chunk_start) options.on_chunk_start(c);
   int64_t written = 0;
   try {
@@ -670,7 +738,27 @@ void run_chunk(const FarmPlan& plan, const Chunk& c, const FarmOptions& options,
   rec.segment_mtime_ns = stamp->mtime_ns;
   rec.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   rec.host = host_name();
+  if (carry.saved_bytes > 0) {
+    // Before the chunk's row: a finished chunk is never without its recorded state.
+    put_state_record(journal, c.range.last_frame,
+                     {state_name(c.range.last_frame), carry.saved_bytes, carry.sequence});
+  }
   journal.put_chunk(rec);  // after the segment's rename: the journal never lists a partial file
+  if (run.carry) {
+    const char* how = carry.resumed == "session" ? "continued the model state in memory"
+                      : carry.resumed == "state" ? "started from the saved model state"
+                      : c.range.first_frame == 0 ? "started at the sequence's start"
+                                                 : "rebuilt the model state from frame 0";
+    log->info("{}: {}{}", label, how,
+              carry.saved_bytes > 0
+                  ? "; saved its state (" + std::to_string(carry.saved_bytes) + " bytes)"
+                  : std::string());
+  }
+  if (resume) {
+    // The next chunk starts from this chunk's state now: the one before it has served.
+    remove_file(dir + "/" + resume->file);
+    put_state_record(journal, c.range.first_frame - 1, {});
+  }
   log->info("{}: done, {} frames in {:.1f} s", label, written, rec.seconds);
   if (options.on_chunk_done) options.on_chunk_done(c, written);
 }
@@ -813,6 +901,7 @@ void assemble_output(const FarmPlan& plan, const PlannedInput& in, const FarmOpt
             std::chrono::duration<double>(Clock::now() - start).count());
   if (!options.keep_segments) {
     for (const std::string& path : paths) remove_file(path);
+    remove_states(dir);
   }
 }
 
@@ -1023,7 +1112,9 @@ InputChunksResult run_input_chunks(ChunkRunners& runners, const std::string& inp
     std::lock_guard<std::mutex> lock(g_traits_mutex);
     g_traits.emplace(traits_key, it->second);
   }
-  const bool one_chunk = in.plan.whole || in.plan.rule.causal || in.plan.ranges.size() <= 1;
+  const bool one_chunk = in.plan.whole ||
+                         (in.plan.rule.causal && !carries_state(plan.jobs.front().task)) ||
+                         in.plan.ranges.size() <= 1;
   InputChunksResult result;
   result.whole = one_chunk;
   result.chunks = one_chunk ? 1 : int64_t(in.plan.ranges.size());

@@ -15,9 +15,16 @@
 //    Boundaries fall on the job's slice boundaries (first chunk first_frames + j*slice_frames
 //    frames — 1+4k for the VAE encoder —, later ones j*slice_frames), so every slice the model
 //    sees is the one a single run sees.
+//    reconstruct (the causal VAEs, video → video) carries the model state instead (CausalCarry in
+//    scheduler/runner.h): in one process, an input's chunks run in order on one kept session, so
+//    an uninterrupted chunked run costs what a whole run costs; after each chunk the session's
+//    state is saved to "state-<last>.safetensors" in the work folder (scheduler/causal_state.h,
+//    recorded in the journal with its size; the previous chunk's state is removed once this
+//    chunk is recorded), and a chunk run by a later process (a resume after a kill, another farm
+//    task) starts from that state when it is there and whole, else from the context frames.
 //  - Tasks whose input or output is not a video stream of the same frames (decode_latents,
-//    encode_latents), and reconstruct until its runner drops context frames, are one whole-input
-//    chunk per input, written straight to the output (farming by input).
+//    encode_latents) are one whole-input chunk per input, written straight to the output
+//    (farming by input).
 //  - Every chunk is encoded by its own encoder, so each segment starts with an IDR frame and the
 //    segments concatenate without re-encoding.
 //
@@ -169,7 +176,8 @@ struct InputChunksResult {
 // resumable path of `wmbatch watch`. The work folder is "<output>.wmfarm" (journal, segments,
 // locks) as for run_farm, so a call after an interrupted one (SIGKILL, Cancelled) keeps every
 // chunk that finished and redoes only the others. Chunks as run_farm plans them with
-// options.chunk_frames. An input of one chunk — short, a causal model (a chunk of one decodes
+// options.chunk_frames (reconstruct: with its model state carried, as above). An input of one
+// chunk — short, a causal model whose task does not carry its state (a chunk of one decodes
 // every frame before it: chunking would multiply the work), a task that farms by input — runs
 // whole, straight to `output`, as a plain run does (a rerun redoes it). After success the work
 // folder is removed (unless options.keep_segments). The caller owns `output`: nothing else may

@@ -14,6 +14,22 @@
 
 namespace wm::sched {
 
+// Causal models run as farm chunks (reconstruct; scheduler/farm.h): how a chunk's model state
+// continues the previous chunk's, and where its own goes (scheduler/causal_state.h). The task
+// runner fills the outcome fields; runners of other tasks ignore it.
+struct CausalCarry {
+  // The input and settings: a session the runner kept from its previous call continues only the
+  // same sequence, and a state file only one saved for it.
+  std::string sequence;
+  std::string resume_from;   // a state saved after frame write_from_frame - 1 ("": none)
+  int64_t resume_size = -1;  // its size as recorded
+  std::string save_to;       // where the state after the chunk's last frame goes ("": not saved)
+  // Outcome: how the chunk started ("session": the kept one; "state": resume_from; "": from the
+  // sequence's start, over the context frames), and the size of save_to once written (0: none).
+  std::string resumed;
+  int64_t saved_bytes = 0;
+};
+
 struct RunOptions {
   ProgressStyle progress = ProgressStyle::kAuto;
   bool keep_going = true;   // process the remaining inputs after a failure
@@ -32,6 +48,8 @@ struct RunOptions {
   // Writing a farm segment: video only (assemble muxes audio/subtitles from the source) and
   // exact container timestamps (WriterConfig::exact_timescale).
   bool segment = false;
+  // Causal farm chunks: the model state carried between chunks (null: none).
+  CausalCarry* carry = nullptr;
   // `wmbatch --devices`: replaces every job's `devices:` (cpu, auto, or GPU indices "0,1").
   std::string devices;
 };

@@ -12,11 +12,13 @@
 #include "io/safetensors.h"
 #include "io/video_reader.h"
 #include "io/video_writer.h"
+#include "scheduler/causal_state.h"
 #include "scheduler/quality.h"
 #include "scheduler/tasks.h"
 #include "scheduler/video_stages.h"
 #include "src/base/clock.h"
 #include "src/base/error.h"
+#include "src/base/fs.h"
 #include "src/base/log.h"
 
 namespace wm::sched {
@@ -466,9 +468,10 @@ class EncodeLatentsRunner : public TaskRunner {
 // Encoder then decoder in one session, measuring the round trip against its input.
 class ReconstructSession : public ModelSession {
  public:
-  ReconstructSession(std::unique_ptr<ModelSession> encoder, std::unique_ptr<ModelSession> decoder,
-                     QualityMeter& meter)
-      : encoder_(std::move(encoder)), decoder_(std::move(decoder)), meter_(meter) {}
+  ReconstructSession(std::unique_ptr<ModelSession> encoder, std::unique_ptr<ModelSession> decoder)
+      : encoder_(std::move(encoder)), decoder_(std::move(decoder)) {}
+  // Where the round trip's quality goes (set before each input's pipeline runs).
+  void set_meter(QualityMeter* meter) { meter_ = meter; }
   Planar run(Planar&& input, const RunContext& ctx) override {
     Planar reference = input.clone();
     RunContext inner = ctx;
@@ -479,18 +482,36 @@ class ReconstructSession : public ModelSession {
                       std::to_string(reference.frames),
                   kExitSoftware);
     }
-    for (int t = 0; t < reference.frames - ctx.padded_frames; ++t) {
-      meter_.add_frame(reference, out, t, kVaeRange.scale, kVaeRange.bias);
+    for (int t = 0; meter_ && t < reference.frames - ctx.padded_frames; ++t) {
+      meter_->add_frame(reference, out, t, kVaeRange.scale, kVaeRange.bias);
     }
     return out;
+  }
+  // Both halves' state, named "encode/..." and "decode/...".
+  bool export_state(std::vector<StateTensor>& out) const override {
+    std::vector<StateTensor> enc, dec;
+    if (!encoder_->export_state(enc) || !decoder_->export_state(dec)) return false;
+    for (StateTensor& t : enc) out.push_back(std::move(t)), out.back().name.insert(0, "encode/");
+    for (StateTensor& t : dec) out.push_back(std::move(t)), out.back().name.insert(0, "decode/");
+    return true;
+  }
+  // On false either half may have taken its part: do not run this session further.
+  bool import_state(const std::vector<StateTensor>& in) override {
+    return encoder_->import_state(state_part(in, "encode/")) &&
+           decoder_->import_state(state_part(in, "decode/"));
   }
 
  private:
   std::unique_ptr<ModelSession> encoder_;
   std::unique_ptr<ModelSession> decoder_;
-  QualityMeter& meter_;
+  QualityMeter* meter_ = nullptr;
 };
 
+// Video → encoder → decoder → video. Runs farm chunks (RunOptions first/end/write_from frame):
+// a chunk after the first continues the causal state of the chunk before it, from the session
+// kept since the previous call when that call ran the chunk before (one process running an
+// input's chunks in order costs what one whole run costs), else from a saved state
+// (RunOptions::carry), else over every frame before it (the exact prefix recompute).
 class ReconstructRunner : public TaskRunner {
  public:
   explicit ReconstructRunner(const JobSpec& job)
@@ -500,17 +521,54 @@ class ReconstructRunner : public TaskRunner {
 
   int64_t process(const std::string& input, const std::string& output, const RunOptions& options,
                   Progress& progress) override {
+    auto log = log::get("job:" + job_.name);
     io::VideoReader reader(input, reader_options(job_, encoder_.devices()));
     const io::VideoInfo& info = reader.info();
     check_multiple_of_8(input, info.width, info.height, job_.model.kind);
     const ModelTraits& traits = encoder_.traits();
+    const SliceRule rule = job_slice_rule(job_, traits, info.width, info.height);
 
+    // Where the model starts: frame `start`, continuing the sequence at slice `slice` (> 0) or
+    // from its beginning. Chunks start on slice boundaries (scheduler/farm.h).
+    CausalCarry* carry = options.carry;
+    const int64_t write_from = std::max(options.first_frame, options.write_from_frame);
+    int64_t start = options.first_frame;
+    std::unique_ptr<ReconstructSession> session = std::move(kept_);
+    const bool continues = write_from > start && write_from >= rule.first_frames &&
+                           (write_from - rule.first_frames) % rule.slice_frames == 0;
+    if (session &&
+        (!carry || !continues || kept_sequence_ != carry->sequence || kept_next_ != write_from)) {
+      session.reset();
+    }
+    if (carry) carry->resumed.clear();
+    if (session) {
+      start = write_from;
+      if (carry) carry->resumed = "session";
+    } else {
+      session = open_session();
+      if (carry && continues && !carry->resume_from.empty()) {
+        std::string why;
+        auto state = load_causal_state(carry->resume_from, carry->sequence, write_from,
+                                       carry->resume_size, &why);
+        if (state && session->import_state(*state)) {
+          start = write_from;
+          carry->resumed = "state";
+          log->info("{}: resuming at frame {} from the saved state {}", input, write_from,
+                    carry->resume_from);
+        } else {
+          if (state) why = "it does not fit the model";
+          log->warn(
+              "{}: the saved state {} is not usable ({}); running the model over frames "
+              "{}-{} again to rebuild it",
+              input, carry->resume_from, why, start, write_from - 1);
+          session = open_session();
+        }
+      }
+    }
     QualityMeter meter;
-    auto enc = encoder_.open_sessions();
-    auto dec = decoder_.open_sessions();
+    session->set_meter(&meter);
     std::vector<std::unique_ptr<ModelSession>> sessions;
-    sessions.push_back(std::make_unique<ReconstructSession>(std::move(enc.front()),
-                                                            std::move(dec.front()), meter));
+    sessions.push_back(std::move(session));
 
     PipelineOptions pipeline;
     pipeline.tokens = job_.tokens;
@@ -528,20 +586,47 @@ class ReconstructRunner : public TaskRunner {
     config.source_path = input;
     config.source = info;
     config.encode = encode_settings(job_.encode, decoder_.devices());
+    if (options.segment) {
+      config.encode.copy_audio = false;
+      config.encode.copy_subtitles = false;
+      config.encode.copy_other = false;
+      config.exact_timescale = true;
+    }
     io::VideoWriter writer(config);
-    VideoSliceSource source(reader, job_slice_rule(job_, traits, info.width, info.height),
-                            kVaeRange, options.first_frame, options.end_frame);
+    VideoSliceSource source(reader, rule, kVaeRange, start, options.end_frame);
+    if (start > 0) source.continue_sequence();
     VideoFileSink sink(writer, info.width, info.height, /*same_timing=*/true, kVaeRange, &progress);
-    progress.begin(input, info.frames_estimate);
+    sink.set_write_from(write_from);
+    if (options.on_slice) sink.set_on_slice(options.on_slice);
+    int64_t frames_total = info.frames_estimate - write_from;
+    if (options.end_frame >= 0) frames_total = options.end_frame - write_from;
+    progress.begin(input, std::max<int64_t>(frames_total, 0));
     run_pipeline(source, sessions, sink, pipeline);
     const int64_t written = writer.finish();
     progress.end();
+    session.reset(static_cast<ReconstructSession*>(sessions.front().release()));
+    session->set_meter(nullptr);
     decoder_name_ = reader.decoder_name();
     dropped_ = writer.dropped();
     metrics_ = {{"psnr", meter.psnr()}, {"ssim", meter.ssim()}};
-    log::get("job:" + job_.name)
-        ->info("{}: reconstruction PSNR {:.2f} dB, SSIM {:.4f} over {} frames", input, meter.psnr(),
-               meter.ssim(), meter.frames());
+    log->info("{}: reconstruction PSNR {:.2f} dB, SSIM {:.4f} over {} frames", input, meter.psnr(),
+              meter.ssim(), meter.frames());
+    // A chunk that stopped before the end: its state goes on to the next chunk, in memory and
+    // (when asked) in a file.
+    if (carry && options.end_frame >= 0) {
+      carry->saved_bytes = 0;
+      if (!carry->save_to.empty()) {
+        std::vector<StateTensor> state;
+        if (session->export_state(state)) {
+          fs::remove_stale_temps(carry->save_to);
+          carry->saved_bytes =
+              save_causal_state(carry->save_to, state, carry->sequence, options.end_frame);
+        }
+      }
+      kept_ = std::move(session);
+      kept_sequence_ = carry->sequence;
+      kept_next_ = options.end_frame;
+    }
     return written;
   }
   std::map<std::string, double> metrics() const override { return metrics_; }
@@ -553,12 +638,21 @@ class ReconstructRunner : public TaskRunner {
     config.task = task;
     return config;
   }
+  std::unique_ptr<ReconstructSession> open_session() const {
+    auto enc = encoder_.open_sessions();
+    auto dec = decoder_.open_sessions();
+    return std::make_unique<ReconstructSession>(std::move(enc.front()), std::move(dec.front()));
+  }
   JobSpec job_;
   ModelSet encoder_;
   ModelSet decoder_;
   std::map<std::string, double> metrics_;
   std::string decoder_name_;
   std::vector<std::string> dropped_;
+  // The session of the last chunk that stopped before its input's end, and where it stopped.
+  std::unique_ptr<ReconstructSession> kept_;
+  std::string kept_sequence_;
+  int64_t kept_next_ = -1;
 };
 
 }  // namespace

@@ -47,7 +47,8 @@ bool VideoSliceSource::fetch(io::VideoFrame& frame) {
 }
 
 bool VideoSliceSource::next(SliceWork& out) {
-  const int want = next_index_ == 0 ? rule_.first_frames : rule_.slice_frames;
+  const bool starts = next_index_ == 0 && !continued_;
+  const int want = starts ? rule_.first_frames : rule_.slice_frames;
   std::vector<io::VideoFrame> frames;
   frames.reserve(want);
   io::VideoFrame frame;
@@ -58,7 +59,7 @@ bool VideoSliceSource::next(SliceWork& out) {
     have_lookahead_ = true;
   }
   out.index = next_index_;
-  out.first = next_index_ == 0;
+  out.first = starts;
   out.last = !have_lookahead_ && !cut_;
   const int real = int(frames.size());
   out.padded = 0;

@@ -46,6 +46,11 @@ class VideoSliceSource : public SliceSource {
   int64_t frames_read() const { return frames_read_; }
   // Frames' alpha planes go to `store` (which must outlive the source and the sink).
   void set_alpha_store(AlphaStore* store) { alpha_ = store; }
+  // The frames continue a sequence whose earlier slices a causal model has already seen (a farm
+  // chunk resumed from a kept session or a saved state): no slice is the sequence's first, and
+  // every slice has the rule's later slice length. (Slice indices still count from 0: the
+  // pipeline's sequencer orders by them.)
+  void continue_sequence() { continued_ = true; }
 
  private:
   AlphaStore* alpha_ = nullptr;
@@ -57,6 +62,7 @@ class VideoSliceSource : public SliceSource {
   // Stopped at end_frame with frames left in the stream: the last slice is not the sequence's
   // last (a farm chunk), so it is neither marked last nor padded.
   bool cut_ = false;
+  bool continued_ = false;
   int64_t next_index_ = 0;
   int64_t frames_read_ = 0;
   bool have_lookahead_ = false;

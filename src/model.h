@@ -132,6 +132,18 @@ struct RunContext {
   std::function<Planar()>* deferred = nullptr;
 };
 
+// One tensor of a session's causal state, torch-free: its bytes as the session holds them
+// (dtype as it is: "F32", "BF16", "F16", "I64"; logical row-major order), for snapshots saved
+// between farm chunks (scheduler/causal_state.h). `channels_last`: the session keeps it in
+// channels-last-3d memory order (restored so on import, so the next slice computes the same bits).
+struct StateTensor {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;
+  bool channels_last = false;
+};
+
 class ModelSession {
  public:
   virtual ~ModelSession() = default;
@@ -139,6 +151,20 @@ class ModelSession {
   // T' = Model::output_frames(T) for a whole sequence, or the part of it this slice yields.
   // Throws ModelError on failure.
   virtual Planar run(Planar&& input, const RunContext& ctx) = 0;
+  // The causal state after the last slice run (every tile's), copied to the host: `out` gets the
+  // tensors; false when the session cannot (then nothing is added). Call between slices, on the
+  // thread (device worker) the session runs on. Throws ModelError on a device failure.
+  virtual bool export_state(std::vector<StateTensor>& out) const {
+    (void)out;
+    return false;
+  }
+  // Replaces the session's state with one export_state() made (by a session of the same model
+  // and settings): the next slice then continues that sequence (run it with first_slice false).
+  // False (state unchanged) when the session cannot or the tensors do not fit it.
+  virtual bool import_state(const std::vector<StateTensor>& in) {
+    (void)in;
+    return false;
+  }
 };
 
 class Model {

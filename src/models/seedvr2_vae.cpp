@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdlib>
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -31,6 +32,7 @@
 #include "src/base/log_text.h"
 #include "src/exec/device_context.h"
 #include "src/models/seedvr2_blocks.h"
+#include "src/models/state_tensor.h"
 #include "src/models/tensor.h"
 
 namespace wm::models {
@@ -293,6 +295,83 @@ class SeedVR2Session final : public ModelSession {
       tiles_.erase(ctx.tile_index);  // half-updated state must not feed a later slice
       throw;
     }
+  }
+
+  // State tensors: "tile<k>.count" (I64 [1]: the slot count) and "tile<k>.memory<i>" for each
+  // defined slot.
+  bool export_state(std::vector<StateTensor>& out) const override {
+    return guarded((traits_.name + ": saving the causal state").c_str(), [&] {
+#ifdef WMBATCH_WITH_CUDA
+      // The memory may come from a stream other than the current one (a direct call's own).
+      if (device_.is_cuda()) c10::cuda::device_synchronize();
+#endif
+      std::vector<StateTensor> all;
+      for (const auto& [k, state] : tiles_) {
+        const std::string tile = "tile" + std::to_string(k) + ".";
+        at::Tensor count = at::full({1}, int64_t(state.memory.size()), at::kLong);
+        all.push_back(export_tensor(tile + "count", count));
+        for (size_t i = 0; i < state.memory.size(); ++i) {
+          if (state.memory[i].defined()) {
+            all.push_back(export_tensor(tile + "memory" + std::to_string(i), state.memory[i]));
+          }
+        }
+      }
+      out.insert(out.end(), std::make_move_iterator(all.begin()),
+                 std::make_move_iterator(all.end()));
+      return true;
+    });
+  }
+
+  bool import_state(const std::vector<StateTensor>& in) override {
+    return guarded((traits_.name + ": loading the causal state").c_str(), [&] {
+      std::map<int, StreamState> tiles;
+      // "tile<k>.<rest>" → k and rest; false when the name is not of that form.
+      auto split = [](const std::string& name, int& k, std::string& rest) {
+        if (name.rfind("tile", 0) != 0) return false;
+        const size_t dot = name.find('.');
+        if (dot == std::string::npos || dot == 4 || dot > 13) return false;
+        for (size_t i = 4; i < dot; ++i) {
+          if (!std::isdigit(static_cast<unsigned char>(name[i]))) return false;
+        }
+        k = std::stoi(name.substr(4, dot - 4));
+        rest = name.substr(dot + 1);
+        return true;
+      };
+      for (const StateTensor& s : in) {
+        int k = 0;
+        std::string rest;
+        if (!split(s.name, k, rest)) return false;
+        if (rest != "count") continue;
+        if (s.dtype != "I64" || s.shape != std::vector<int64_t>{1} || s.bytes.size() != 8) {
+          return false;
+        }
+        int64_t n = 0;
+        std::memcpy(&n, s.bytes.data(), 8);
+        if (n < 0 || n > 100000) return false;
+        tiles[k].memory.resize(size_t(n));
+      }
+      for (const StateTensor& s : in) {
+        int k = 0;
+        std::string rest;
+        split(s.name, k, rest);
+        if (rest == "count") continue;
+        auto it = tiles.find(k);
+        if (it == tiles.end() || rest.rfind("memory", 0) != 0 || rest.size() == 6 ||
+            rest.size() > 12) {
+          return false;
+        }
+        for (size_t i = 6; i < rest.size(); ++i) {
+          if (!std::isdigit(static_cast<unsigned char>(rest[i]))) return false;
+        }
+        const size_t i = size_t(std::stoul(rest.substr(6)));
+        if (i >= it->second.memory.size()) return false;
+        it->second.memory[i] = import_tensor(s, device_);
+        if (!it->second.memory[i].defined()) return false;
+      }
+      if (tiles.empty()) return false;
+      tiles_ = std::move(tiles);
+      return true;
+    });
   }
 
  private:

@@ -6,6 +6,7 @@
 
 #include <torch/version.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +30,7 @@
 #include "src/base/log_text.h"
 #include "src/exec/device_context.h"
 #include "src/exec/halo_exchange.h"
+#include "src/models/state_tensor.h"
 #include "src/models/tensor.h"
 #include "src/models/wan21_blocks.h"
 
@@ -233,6 +235,8 @@ class Wan21Session final : public ModelSession {
         temporal_factor_(temporal_factor),
         pinned_pool_bytes_(pinned_pool_bytes) {}
   Planar run(Planar&& input, const RunContext& ctx) override;
+  bool export_state(std::vector<StateTensor>& out) const override;
+  bool import_state(const std::vector<StateTensor>& in) override;
 
  private:
   void check(const Planar& input, const RunContext& ctx) const;
@@ -447,6 +451,127 @@ Planar Wan21Session::run(Planar&& input, const RunContext& ctx) {
     plans_.erase(ctx.tile_index);
     throw;
   }
+}
+
+// State tensors: per tile k, "tile<k>.meta" (I64: slot count, tail grid rows and columns, tail
+// tiles, tail slots per tile, then the tail plan when there is one: frames, rows, cols,
+// host_state, in_h, in_w), "tile<k>.slot<i>" for each defined slot and "tile<k>.tail<m>.<j>" for
+// each defined slot of tail tile m (on the host between slices when the plan says host_state).
+bool Wan21Session::export_state(std::vector<StateTensor>& out) const {
+  return guarded((traits_.name + ": saving the causal state").c_str(), [&] {
+#ifdef WMBATCH_WITH_CUDA
+    // Tail state written back to pinned host memory on a copy stream must have landed.
+    if (device_.is_cuda()) c10::cuda::device_synchronize();
+#endif
+    std::vector<StateTensor> all;
+    for (const auto& [k, state] : tiles_) {
+      const std::string tile = "tile" + std::to_string(k) + ".";
+      std::vector<int64_t> meta = {
+          int64_t(state.slots.size()), state.tail_rows, state.tail_cols,
+          int64_t(state.tail_tiles.size()),
+          state.tail_tiles.empty() ? 0 : int64_t(state.tail_tiles[0].size())};
+      if (auto it = plans_.find(k); it != plans_.end()) {
+        const TailPlan& p = it->second;
+        meta.insert(meta.end(), {p.frames, p.rows, p.cols, p.host_state ? 1 : 0, p.in_h, p.in_w});
+      }
+      at::Tensor m = at::empty({int64_t(meta.size())}, at::kLong);
+      std::memcpy(m.data_ptr<int64_t>(), meta.data(), meta.size() * sizeof(int64_t));
+      all.push_back(export_tensor(tile + "meta", m));
+      for (size_t i = 0; i < state.slots.size(); ++i) {
+        if (state.slots[i].defined()) {
+          all.push_back(export_tensor(tile + "slot" + std::to_string(i), state.slots[i]));
+        }
+      }
+      for (size_t t = 0; t < state.tail_tiles.size(); ++t) {
+        for (size_t j = 0; j < state.tail_tiles[t].size(); ++j) {
+          if (!state.tail_tiles[t][j].defined()) continue;
+          all.push_back(export_tensor(tile + "tail" + std::to_string(t) + "." + std::to_string(j),
+                                      state.tail_tiles[t][j]));
+        }
+      }
+    }
+    out.insert(out.end(), std::make_move_iterator(all.begin()), std::make_move_iterator(all.end()));
+    return true;
+  });
+}
+
+bool Wan21Session::import_state(const std::vector<StateTensor>& in) {
+  return guarded((traits_.name + ": loading the causal state").c_str(), [&] {
+    std::map<int, SequenceState> tiles;
+    std::map<int, TailPlan> plans;
+    // Parses "<prefix><number><rest>"; false when `name` does not start so.
+    auto number_after = [](const std::string& name, size_t& at, int64_t& value) {
+      size_t end = at;
+      while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
+      if (end == at || end - at > 9) return false;
+      value = std::stoll(name.substr(at, end - at));
+      at = end;
+      return true;
+    };
+    // Metas first: they size the slots.
+    for (const StateTensor& s : in) {
+      size_t at = 4;
+      int64_t k = 0;
+      if (s.name.rfind("tile", 0) != 0 || !number_after(s.name, at, k)) return false;
+      if (s.name.compare(at, std::string::npos, ".meta") != 0) continue;
+      if (s.dtype != "I64" || s.shape.size() != 1 || (s.shape[0] != 5 && s.shape[0] != 11) ||
+          s.bytes.size() != size_t(s.shape[0]) * 8) {
+        return false;
+      }
+      std::vector<int64_t> m(size_t(s.shape[0]));
+      std::memcpy(m.data(), s.bytes.data(), s.bytes.size());
+      if (m[0] < 0 || m[0] > 100000 || m[3] < 0 || m[3] > 100000 || m[4] < 0 || m[4] > 100000) {
+        return false;
+      }
+      SequenceState& state = tiles[int(k)];
+      state.slots.resize(size_t(m[0]));
+      state.tail_rows = int(m[1]);
+      state.tail_cols = int(m[2]);
+      state.tail_tiles.assign(size_t(m[3]), std::vector<at::Tensor>(size_t(m[4])));
+      if (m.size() == 11) {
+        plans[int(k)] = TailPlan{m[5], int(m[6]), int(m[7]), m[8] != 0, m[9], m[10]};
+      }
+    }
+    for (const StateTensor& s : in) {
+      size_t at = 4;
+      int64_t k = 0, i = 0, j = 0;
+      number_after(s.name, at, k);
+      auto it = tiles.find(int(k));
+      if (it == tiles.end()) return false;
+      SequenceState& state = it->second;
+      const std::string rest = s.name.substr(at);
+      if (rest == ".meta") continue;
+      at = 0;
+      if (rest.rfind(".slot", 0) == 0) {
+        at = 5;
+        if (!number_after(rest, at, i) || at != rest.size() || i >= int64_t(state.slots.size())) {
+          return false;
+        }
+        state.slots[size_t(i)] = import_tensor(s, device_);
+        if (!state.slots[size_t(i)].defined()) return false;
+      } else if (rest.rfind(".tail", 0) == 0) {
+        at = 5;
+        if (!number_after(rest, at, i) || at >= rest.size() || rest[at] != '.') return false;
+        ++at;
+        if (!number_after(rest, at, j) || at != rest.size() ||
+            i >= int64_t(state.tail_tiles.size()) ||
+            j >= int64_t(state.tail_tiles[size_t(i)].size())) {
+          return false;
+        }
+        auto plan = plans.find(int(k));
+        const bool host = plan != plans.end() && plan->second.host_state;
+        at::Tensor t = import_tensor(s, host ? at::Device(at::kCPU) : device_);
+        if (!t.defined()) return false;
+        state.tail_tiles[size_t(i)][size_t(j)] = t;
+      } else {
+        return false;
+      }
+    }
+    if (tiles.empty()) return false;
+    tiles_ = std::move(tiles);
+    plans_ = std::move(plans);
+    return true;
+  });
 }
 
 void Wan21Session::hand_over_state(SequenceState& state, exec::HaloExchange& halo) {

@@ -1,0 +1,272 @@
+// reconstruct (the causal VAEs: Wan2.1, SeedVR2) in farm chunks (docs/farm.md, "Causal models"),
+// with the tiny golden weights of tests/data. What is checked, exactly:
+//  - the single-process chunked run (`wmbatch run JOB --chunk-frames 8`: one session kept from
+//    chunk to chunk) and chunks run as separate processes (each resumed from the state file the
+//    chunk before saved) decode to the whole-file run's frames and pts (lossless ffv1), and the
+//    two chunked outputs are byte-identical;
+//  - a damaged (bit flip) or truncated state file is refused with a warning and the chunk rebuilds
+//    the state from frame 0 instead: still the same frames;
+//  - SIGKILL after a chunk finished, rerun: byte-identical to the uninterrupted chunked run; the
+//    finished chunks are not redone and the first chunk the rerun works on starts from the saved
+//    state, not from the prefix; the same through `wmbatch watch` (the queue's chunk rows say no
+//    finished chunk started again).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <random>
+
+#include "tests/integration/test_farm_helpers.h"
+#include "tests/integration/test_watch_helpers.h"
+#include "tests/support/media.h"
+#include "tests/support/run.h"
+
+namespace wm::test {
+namespace {
+
+const bool kFarmEnvironmentCleared = [] {
+  ::unsetenv("SLURM_ARRAY_TASK_ID");
+  ::unsetenv("JOB_COMPLETION_INDEX");
+  return true;
+}();
+
+namespace stdfs = std::filesystem;
+
+CommandResult wm(std::vector<std::string> args) {
+  args.insert(args.begin(), wmbatch_path());
+  return run_command(args);
+}
+
+int count(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+std::string model_of(const std::string& kind) {
+  if (kind == "wan") {
+    return "model: {kind: wan2.1-vae, weights: '" + golden_file("weights.safetensors") +
+           "', dim: 16}\n";
+  }
+  return "model: {kind: seedvr2-vae, weights: '" + std::string(WM_SOURCE_DIR) +
+         "/tests/data/golden/seedvr2-tiny/weights.safetensors', norm_groups: 4}\n";
+}
+
+std::string job(const std::string& kind, const std::string& input, const std::string& output) {
+  return "task: reconstruct\ninput: " + input + "\noutput: " + output + "\n" + model_of(kind) +
+         "encode: {codec: ffv1, pix_fmt: yuv444p}\n";
+}
+
+void make_input(const std::string& path, int frames, int width = 64, int height = 48) {
+  ClipSpec spec;
+  spec.width = width;
+  spec.height = height;
+  spec.frames = frames;
+  make_clip(path, spec);
+}
+
+void expect_same_frames(const std::string& got, const std::string& want, size_t frames) {
+  const auto a = read_all(got);
+  const auto b = read_all(want);
+  ASSERT_EQ(a.size(), frames) << got;
+  ASSERT_EQ(b.size(), frames) << want;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].pts, b[i].pts) << "frame " << i;
+    EXPECT_TRUE(a[i].image.data == b[i].image.data) << got << " frame " << i;
+  }
+}
+
+std::string state_file(const std::string& output, int last_frame) {
+  char name[64];
+  std::snprintf(name, sizeof name, "/state-%08d.safetensors", last_frame);
+  return output + ".wmfarm" + name;
+}
+
+// 25 frames in chunks of 8 (slices 5, 4, 4, ...): chunks 0-8, 9-16, 17-24.
+class CausalChunks : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CausalChunks, ChunksEqualTheWholeRun) {
+  const std::string kind = GetParam();
+  TempDir dir("causal-chunks");
+  make_input(dir.file("in.mp4"), 25);
+  write_text(dir.file("plain.yaml"), job(kind, "in.mp4", "plain.mkv"));
+  write_text(dir.file("chunked.yaml"), job(kind, "in.mp4", "chunked.mkv"));
+  write_text(dir.file("split.yaml"), job(kind, "in.mp4", "split.mkv"));
+  CommandResult plain = wmbatch({dir.file("plain.yaml")});
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+
+  CommandResult plan = wm({"plan", dir.file("chunked.yaml"), "--chunk-frames", "8"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.output;
+  EXPECT_EQ(count(plan.output, "\"whole_input\": false"), 3) << plan.output;
+
+  // One process: the session goes on from chunk to chunk (no prefix is run again).
+  CommandResult chunked =
+      wm({"run", dir.file("chunked.yaml"), "--chunk-frames", "8", "--progress", "none"});
+  ASSERT_EQ(chunked.exit_code, 0) << chunked.output;
+  EXPECT_EQ(count(chunked.output, "continued the model state in memory"), 2) << chunked.output;
+  EXPECT_EQ(count(chunked.output, "rebuilt the model state"), 0) << chunked.output;
+  expect_same_frames(dir.file("chunked.mkv"), dir.file("plain.mkv"), 25);
+  EXPECT_FALSE(exists(state_file(dir.file("chunked.mkv"), 8))) << "states go with the segments";
+
+  // One process per chunk: each later chunk starts from the state the one before saved, which
+  // goes once that chunk is recorded.
+  for (int chunk = 0; chunk < 3; ++chunk) {
+    CommandResult r = wm({"run", dir.file("split.yaml"), "--chunk-frames", "8", "--chunk",
+                          std::to_string(chunk), "--progress", "none"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    if (chunk > 0) {
+      EXPECT_EQ(count(r.output, "started from the saved model state"), 1) << r.output;
+      EXPECT_FALSE(exists(state_file(dir.file("split.mkv"), 8 * chunk)));
+    }
+    if (chunk < 2) {
+      EXPECT_TRUE(exists(state_file(dir.file("split.mkv"), 8 + 8 * chunk)));
+    }
+  }
+  CommandResult assemble = wm({"assemble", dir.file("split.yaml")});
+  ASSERT_EQ(assemble.exit_code, 0) << assemble.output;
+  EXPECT_TRUE(same_bytes(dir.file("split.mkv"), dir.file("chunked.mkv")));
+  expect_same_frames(dir.file("split.mkv"), dir.file("plain.mkv"), 25);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CausalChunks, ::testing::Values("wan", "seedvr2"));
+
+TEST(CausalChunks, DamagedStateFallsBackToThePrefix) {
+  TempDir dir("causal-damaged");
+  make_input(dir.file("in.mp4"), 25);
+  write_text(dir.file("plain.yaml"), job("wan", "in.mp4", "plain.mkv"));
+  write_text(dir.file("farm.yaml"), job("wan", "in.mp4", "farm.mkv"));
+  ASSERT_EQ(wmbatch({dir.file("plain.yaml")}).exit_code, 0);
+  auto run_chunk = [&](int chunk) {
+    return wm({"run", dir.file("farm.yaml"), "--chunk-frames", "8", "--chunk",
+               std::to_string(chunk), "--progress", "none"});
+  };
+  ASSERT_EQ(run_chunk(0).exit_code, 0);
+  // One bit flipped in the data area: same size, other values.
+  const std::string first = state_file(dir.file("farm.mkv"), 8);
+  std::string bytes = read_text(first);
+  ASSERT_GT(bytes.size(), 100u);
+  bytes[bytes.size() - 5] ^= 0x04;
+  write_text(first, bytes);
+  CommandResult r = run_chunk(1);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("is not usable (checksum"), std::string::npos) << r.output;
+  EXPECT_EQ(count(r.output, "rebuilt the model state from frame 0"), 1) << r.output;
+  // Truncated.
+  const std::string second = state_file(dir.file("farm.mkv"), 16);
+  bytes = read_text(second);
+  write_text(second, bytes.substr(0, bytes.size() / 3));
+  r = run_chunk(2);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("is not usable (size"), std::string::npos) << r.output;
+  EXPECT_EQ(count(r.output, "rebuilt the model state from frame 0"), 1) << r.output;
+  ASSERT_EQ(wm({"assemble", dir.file("farm.yaml")}).exit_code, 0);
+  expect_same_frames(dir.file("farm.mkv"), dir.file("plain.mkv"), 25);
+}
+
+// SIGKILL once a chunk is done (seeded: after chunk 0 or 1, plus a random delay), then rerun.
+TEST(CausalChunks, SigkillAfterAChunkResumesFromTheSavedState) {
+  TempDir dir("causal-kill");
+  make_input(dir.file("in.mp4"), 41);
+  write_text(dir.file("ref.yaml"), job("wan", "in.mp4", "ref.mkv"));
+  write_text(dir.file("job.yaml"), job("wan", "in.mp4", "out.mkv"));
+  auto args = [&](const std::string& file) {
+    return std::vector<std::string>{wmbatch_path(), "run", dir.file(file), "--chunk-frames", "8",
+                                    "--progress",   "none"};
+  };
+  CommandResult ref = run_command(args("ref.yaml"));
+  ASSERT_EQ(ref.exit_code, 0) << ref.output;
+  // 41 frames in chunks of 8: 0-8, 9-16, 17-24, 25-32, 33-40.
+  std::mt19937 rng(20261124);
+  std::uniform_real_distribution<double> jitter(0.0, 0.05);
+  int resumed = 0;
+  for (int round = 0; round < 3; ++round) {
+    stdfs::remove_all(dir.file("out.mkv.wmfarm"));
+    stdfs::remove(dir.file("out.mkv"));
+    const int after = int(rng() % 2);  // kill once chunk `after` is done
+    Background run(args("job.yaml"), dir.file("kill-" + std::to_string(round) + ".log"));
+    const std::string mark = "chunk " + std::to_string(after) + " (";
+    const bool seen = wait_until(
+        [&] {
+          const std::string log = run.output();
+          const size_t at = log.find(mark);
+          return run.exited() ||
+                 (at != std::string::npos && log.find(": done,", at) != std::string::npos);
+        },
+        120);
+    ASSERT_TRUE(seen);
+    std::this_thread::sleep_for(std::chrono::duration<double>(jitter(rng)));
+    if (run.exited()) continue;  // finished first: nothing to resume
+    run.signal(SIGKILL);
+    run.wait();
+    EXPECT_FALSE(exists(dir.file("out.mkv")));
+    CommandResult again = run_command(args("job.yaml"));
+    ASSERT_EQ(again.exit_code, 0) << again.output;
+    // Chunks done before the kill are not redone.
+    for (int c = 0; c <= after; ++c) {
+      EXPECT_NE(
+          again.output.find("chunk " + std::to_string(c) + " (" + dir.file("out.mkv") + ", frames"),
+          std::string::npos);
+      const std::string line_start = "chunk " + std::to_string(c) + " (";
+      const size_t at = again.output.find(line_start);
+      ASSERT_NE(at, std::string::npos) << again.output;
+      EXPECT_NE(again.output.find("already done", at), std::string::npos) << again.output;
+    }
+    EXPECT_EQ(count(again.output, "started from the saved model state"), 1) << again.output;
+    EXPECT_EQ(count(again.output, "rebuilt the model state"), 0) << again.output;
+    EXPECT_TRUE(same_bytes(dir.file("out.mkv"), dir.file("ref.mkv")));
+    ++resumed;
+  }
+  EXPECT_GE(resumed, 2) << "the kills must land while chunks remain";
+}
+
+// The watch daemon SIGKILLed once a chunk of a reconstruct file is done, restarted: the file
+// resumes from the saved state (no finished chunk started again, per the queue) and decodes to
+// the whole-file run's frames.
+TEST(CausalChunks, WatchKilledAfterAChunkResumesFromTheSavedState) {
+  WatchSetup s("causal");
+  write_text(s.watch_file(),
+             "settle_seconds: 0.3\npoll_seconds: 1\nchunk_frames: 8\nwatch:\n"
+             "  - folder: in\n    job:\n      task: reconstruct\n      " +
+                 model_of("wan") +
+                 "      encode: {codec: ffv1, pix_fmt: yuv444p}\n"
+                 "    output: out/{stem}_rec.mkv\n");
+  const std::string clip = s.dir().file("clip.mp4");
+  make_input(clip, 41);
+  write_text(s.dir().file("plain.yaml"), job("wan", clip, s.dir().file("plain.mkv")));
+  ASSERT_EQ(wmbatch({s.dir().file("plain.yaml")}).exit_code, 0);
+
+  Background& daemon = s.start();
+  stdfs::copy_file(clip, s.in("a.mp4"));
+  ASSERT_TRUE(wait_until([&] {
+    for (const auto& [item, chunks] : read_chunks(s.queue_file())) {
+      for (const ChunkRowT& c : chunks) {
+        if (c.done) return true;
+      }
+    }
+    return daemon.exited();
+  })) << s.log();
+  ASSERT_FALSE(daemon.exited()) << s.log();
+  daemon.signal(SIGKILL);
+  daemon.wait();
+  ASSERT_FALSE(exists(s.out("a_rec.mkv"))) << "the file finished before the kill";
+
+  s.start();
+  ASSERT_TRUE(s.wait_finished(1)) << s.log();
+  EXPECT_EQ(s.stop(), 0) << s.log();
+  const auto rows = s.queue();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].state, "done") << rows[0].last_error;
+  EXPECT_EQ(count(s.log(), "started from the saved model state"), 1) << s.log();
+  EXPECT_EQ(count(s.log(), "rebuilt the model state"), 0) << s.log();
+  const auto chunks = read_chunks(s.queue_file())[rows[0].id];
+  ASSERT_EQ(chunks.size(), 5u);
+  EXPECT_EQ(chunks.front().starts, 1) << "the first chunk finished before the kill";
+  for (const ChunkRowT& c : chunks) {
+    EXPECT_TRUE(c.done) << c.first_frame;
+    EXPECT_EQ(c.starts, c.starts_at_done) << c.first_frame << ": started again after it finished";
+  }
+  expect_same_frames(s.out("a_rec.mkv"), s.dir().file("plain.mkv"), 41);
+}
+
+}  // namespace
+}  // namespace wm::test
