@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <cctype>
 #include <iostream>
 #include <random>
@@ -95,20 +96,23 @@ TEST_P(CausalStateGpu, ImportedStateContinuesAsTheOriginal) {
   ASSERT_TRUE(worker.call([&] { return b->import_state(state); }));
   const Planar want = run_on(worker, *a, *model, 2);
   const Planar got = run_on(worker, *b, *model, 2);
-  // A fresh session (no state) computes something else: the state is what carries.
+  // Without the state a session refuses to continue a sequence: the import is what carries.
   std::unique_ptr<ModelSession> fresh = model->open_session(kCuda);
-  RunContext later;
-  later.slice_index = 2;
-  later.first_slice = false;
-  later.device = worker.context();
-  const Planar other = worker.call([&] { return fresh->run(slice(*model, 2), later); });
+  EXPECT_THROW(run_on(worker, *fresh, *model, 2), std::exception);
 
+  // The same import twice: what the device's own run-to-run noise is (cuDNN algorithms, atomics).
+  std::unique_ptr<ModelSession> b2 = model->open_session(kCuda);
+  ASSERT_TRUE(worker.call([&] { return b2->import_state(state); }));
+  const double noise = max_abs_diff(run_on(worker, *b2, *model, 2), got);
+  std::cout << "[ state    ] run-to-run difference of two imported sessions " << noise << "\n";
   const double err = max_abs_diff(got, want);
   std::cout << "[ state    ] " << name_of(::testing::TestParamInfo<Case>(c, 0)) << ": "
             << state.size() << " tensors, " << bytes << " bytes; imported vs original max diff "
             << err << "\n";
-  EXPECT_LE(err, c.precision == Precision::kFloat32 ? 1e-5 : 1e-2);
-  EXPECT_GT(max_abs_diff(other, want), 10 * err + 1e-4);
+  // Within the device's own run-to-run noise (measured on an H200: 0 for Wan2.1, whose import
+  // is bitwise; SeedVR2's GPU path varies between runs, 5e-6 in fp32, 0.025 in bf16, and its
+  // import differs by as much: 4.6e-6, 0.023).
+  EXPECT_LE(err, std::max(2 * noise, c.precision == Precision::kFloat32 ? 1e-5 : 5e-2));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CausalStateGpu,
