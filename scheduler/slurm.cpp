@@ -200,8 +200,16 @@ SlurmScripts make_slurm_scripts(const FarmPlan& plan, const std::string& job_fil
 
   std::ostringstream a;
   a << "#!/bin/bash\n";
+  // Chunks that continue a causal model's state (reconstruct through a VAE: context_before > 0)
+  // run one at a time, in order, so that each starts from the state its predecessor saved; run
+  // at once, each would recompute every frame before it (n chunks: n(n+1)/2 chunks of work).
+  // --max-parallel overrides.
+  bool carried = false;
+  for (const Chunk& c : plan.chunks)
+    carried = carried || (!c.whole_input && c.range.context_before > 0);
+  const int parallel = o.max_parallel > 0 ? o.max_parallel : carried ? 1 : 0;
   a << "#SBATCH --array=0-" << (s.chunks - 1);
-  if (o.max_parallel > 0) a << "%" << o.max_parallel;
+  if (parallel > 0) a << "%" << parallel;
   a << "\n";
   common(a, name, "%x-%A_%a.out");
   if (gpus > 0) a << "#SBATCH --gpus-per-task=" << gpus << "\n";

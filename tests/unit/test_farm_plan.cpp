@@ -192,6 +192,16 @@ TEST(Slurm, Scripts) {
   plan.jobs[0].devices = "auto";
   EXPECT_NE(make_slurm_scripts(plan, "/j.yaml", o).array_script.find("--gpus-per-task=1"),
             std::string::npos);
+
+  // Chunks that carry a causal model's state (context before them) run one at a time, in order,
+  // unless --max-parallel says otherwise.
+  plan.chunks[3].range.first_frame = 96;
+  plan.chunks[3].range.context_before = 96;
+  EXPECT_NE(make_slurm_scripts(plan, "/j.yaml", o).array_script.find("#SBATCH --array=0-4%1\n"),
+            std::string::npos);
+  o.max_parallel = 3;
+  EXPECT_NE(make_slurm_scripts(plan, "/j.yaml", o).array_script.find("#SBATCH --array=0-4%3\n"),
+            std::string::npos);
 }
 
 // The farm fingerprint is derived from the whole validated job: changing any key that can change
