@@ -589,6 +589,65 @@ void put_state_record(Journal& journal, int64_t last_frame, const StateRecord& r
           : nlohmann::json{{"file", r.file}, {"size", r.size}, {"sequence", r.sequence}}.dump());
 }
 
+// The newest state recorded for `sequence` in `dir` that ends before frame `before`, and the
+// last frame it follows; nullopt when none.
+std::optional<std::pair<int64_t, StateRecord>> newest_state(Journal& journal,
+                                                            const std::string& dir,
+                                                            const std::string& sequence,
+                                                            int64_t before) {
+  std::vector<int64_t> lasts;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    long long last = -1;
+    char tail = 0;
+    const std::string name = e.path().filename();
+    if (std::sscanf(name.c_str(), "state-%lld.safetensor%c", &last, &tail) == 2 && tail == 's' &&
+        last >= 0 && last < before && name == state_name(last)) {
+      lasts.push_back(last);
+    }
+  }
+  std::sort(lasts.rbegin(), lasts.rend());
+  for (int64_t last : lasts) {
+    auto r = state_record(journal, last);
+    if (r && r->sequence == sequence && r->file == state_name(last)) return std::pair{last, *r};
+  }
+  return std::nullopt;
+}
+
+// What saving causal states has cost against the chunks' own work, per sequence, in this
+// process: a state is saved after a chunk only while saving stays within kStateBudget of the
+// work (always after the first chunk this process runs of a sequence). At 1080p the official
+// Wan2.1 VAE's state is ~15 GiB: saved after every 240-frame chunk it would cost a large part of
+// the chunk's time; so it is saved every few chunks, and a resumed chunk runs the chunks since
+// the newest state again (not written) before its own frames.
+constexpr double kStateBudget = 0.1;
+struct StateLedger {
+  double work_seconds = 0, save_seconds = 0;
+  int chunks = 0;
+};
+std::mutex g_ledger_mutex;
+std::map<std::string, StateLedger> g_ledgers;
+
+bool state_due(const std::string& sequence) {
+  std::lock_guard<std::mutex> lock(g_ledger_mutex);
+  const auto it = g_ledgers.find(sequence);
+  return it == g_ledgers.end() || it->second.chunks == 0 ||
+         it->second.save_seconds <= kStateBudget * it->second.work_seconds;
+}
+
+void account_state(const std::string& sequence, double chunk_seconds, double save_seconds,
+                   bool last) {
+  std::lock_guard<std::mutex> lock(g_ledger_mutex);
+  if (last) {
+    g_ledgers.erase(sequence);
+    return;
+  }
+  StateLedger& l = g_ledgers[sequence];
+  l.work_seconds += std::max(0.0, chunk_seconds - save_seconds);
+  l.save_seconds += save_seconds;
+  ++l.chunks;
+}
+
 // Removes the causal state files left in a farm folder (after assembly).
 void remove_states(const std::string& dir) {
   std::error_code ec;
@@ -693,17 +752,20 @@ void run_chunk(const FarmPlan& plan, const Chunk& c, const FarmOptions& options,
   // A causal model's state: from the chunk before (kept by the runner, or saved), and saved for
   // the chunk after.
   CausalCarry carry;
-  std::optional<StateRecord> resume;
+  std::optional<std::pair<int64_t, StateRecord>> resume;
   if (carries_state(job.task)) {
     carry.sequence = fp.str();
     if (c.range.first_frame > 0) {
-      resume = state_record(journal, c.range.first_frame - 1);
-      if (resume && resume->sequence == carry.sequence) {
-        carry.resume_from = dir + "/" + resume->file;
-        carry.resume_size = resume->size;
+      resume = newest_state(journal, dir, carry.sequence, c.range.first_frame);
+      if (resume) {
+        carry.resume_from = dir + "/" + resume->second.file;
+        carry.resume_size = resume->second.size;
+        carry.resume_next = resume->first + 1;
       }
     }
-    if (!last) carry.save_to = dir + "/" + state_name(c.range.last_frame);
+    if (!last && state_due(carry.sequence)) {
+      carry.save_to = dir + "/" + state_name(c.range.last_frame);
+    }
     run.carry = &carry;
   }
   if (options.on_chunk_start) options.on_chunk_start(c);
@@ -754,10 +816,12 @@ void run_chunk(const FarmPlan& plan, const Chunk& c, const FarmOptions& options,
                   ? "; saved its state (" + std::to_string(carry.saved_bytes) + " bytes)"
                   : std::string());
   }
-  if (resume) {
-    // The next chunk starts from this chunk's state now: the one before it has served.
-    remove_file(dir + "/" + resume->file);
-    put_state_record(journal, c.range.first_frame - 1, {});
+  if (run.carry) account_state(carry.sequence, rec.seconds, carry.save_seconds, last);
+  if (resume && (carry.saved_bytes > 0 || last)) {
+    // Later chunks start from this chunk's state now (or there are none): the one before it
+    // has served.
+    remove_file(dir + "/" + resume->second.file);
+    put_state_record(journal, resume->first, {});
   }
   log->info("{}: done, {} frames in {:.1f} s", label, written, rec.seconds);
   if (options.on_chunk_done) options.on_chunk_done(c, written);

@@ -21,13 +21,17 @@ struct CausalCarry {
   // The input and settings: a session the runner kept from its previous call continues only the
   // same sequence, and a state file only one saved for it.
   std::string sequence;
-  std::string resume_from;   // a state saved after frame write_from_frame - 1 ("": none)
+  std::string resume_from;   // a saved state ("": none)
   int64_t resume_size = -1;  // its size as recorded
-  std::string save_to;       // where the state after the chunk's last frame goes ("": not saved)
+  // The frame resume_from continues at (a slice boundary <= write_from_frame; frames from it to
+  // write_from_frame are run again, not written); -1: write_from_frame.
+  int64_t resume_next = -1;
+  std::string save_to;  // where the state after the chunk's last frame goes ("": not saved)
   // Outcome: how the chunk started ("session": the kept one; "state": resume_from; "": from the
   // sequence's start, over the context frames), and the size of save_to once written (0: none).
   std::string resumed;
   int64_t saved_bytes = 0;
+  double save_seconds = 0;  // spent exporting and writing save_to
 };
 
 struct RunOptions {

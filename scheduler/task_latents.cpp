@@ -1,6 +1,7 @@
 // The VAE tasks (wan2.1-vae, seedvr2-vae): decode_latents (latents → video or tensor),
 // encode_latents (video or tensor → latents with metadata) and reconstruct (video → VAE → video,
 // with PSNR/SSIM).
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -546,15 +547,26 @@ class ReconstructRunner : public TaskRunner {
       if (carry) carry->resumed = "session";
     } else {
       session = open_session();
-      if (carry && continues && !carry->resume_from.empty()) {
+      const int64_t state_next = carry && carry->resume_next >= 0 ? carry->resume_next : write_from;
+      const bool on_boundary = state_next > start && state_next <= write_from &&
+                               state_next >= rule.first_frames &&
+                               (state_next - rule.first_frames) % rule.slice_frames == 0;
+      if (carry && continues && on_boundary && !carry->resume_from.empty()) {
         std::string why;
-        auto state = load_causal_state(carry->resume_from, carry->sequence, write_from,
+        auto state = load_causal_state(carry->resume_from, carry->sequence, state_next,
                                        carry->resume_size, &why);
         if (state && session->import_state(*state)) {
-          start = write_from;
+          start = state_next;
           carry->resumed = "state";
-          log->info("{}: resuming at frame {} from the saved state {}", input, write_from,
-                    carry->resume_from);
+          if (state_next == write_from) {
+            log->info("{}: resuming at frame {} from the saved state {}", input, write_from,
+                      carry->resume_from);
+          } else {
+            log->info(
+                "{}: resuming at frame {} from the saved state {} (frames {}-{} run again "
+                "to reach it)",
+                input, write_from, carry->resume_from, state_next, write_from - 1);
+          }
         } else {
           if (state) why = "it does not fit the model";
           log->warn(
@@ -617,11 +629,14 @@ class ReconstructRunner : public TaskRunner {
       carry->saved_bytes = 0;
       if (!carry->save_to.empty()) {
         std::vector<StateTensor> state;
+        const auto saving = std::chrono::steady_clock::now();
         if (session->export_state(state)) {
           fs::remove_stale_temps(carry->save_to);
           carry->saved_bytes =
               save_causal_state(carry->save_to, state, carry->sequence, options.end_frame);
         }
+        carry->save_seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - saving).count();
       }
       kept_ = std::move(session);
       kept_sequence_ = carry->sequence;

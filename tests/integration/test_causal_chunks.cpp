@@ -163,6 +163,33 @@ TEST(CausalChunks, DamagedStateFallsBackToThePrefix) {
   expect_same_frames(dir.file("farm.mkv"), dir.file("plain.mkv"), 25);
 }
 
+// States are saved only while saving costs little against the chunks' work (every few chunks
+// when they are large), so a chunk may find only an older state: it starts there and runs the
+// chunks between again, unwritten. Here chunk 2 runs right after chunk 0 (chunk 1's state does
+// not exist yet): it starts from chunk 0's state and runs frames 9-16 again.
+TEST(CausalChunks, AnOlderStateIsContinuedOverTheChunksBetween) {
+  TempDir dir("causal-older");
+  make_input(dir.file("in.mp4"), 25);
+  write_text(dir.file("plain.yaml"), job("wan", "in.mp4", "plain.mkv"));
+  write_text(dir.file("farm.yaml"), job("wan", "in.mp4", "farm.mkv"));
+  ASSERT_EQ(wmbatch({dir.file("plain.yaml")}).exit_code, 0);
+  auto run_chunk = [&](int chunk) {
+    return wm({"run", dir.file("farm.yaml"), "--chunk-frames", "8", "--chunk",
+               std::to_string(chunk), "--progress", "none"});
+  };
+  ASSERT_EQ(run_chunk(0).exit_code, 0);
+  ASSERT_TRUE(exists(state_file(dir.file("farm.mkv"), 8)));
+  CommandResult r = run_chunk(2);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "started from the saved model state"), 1) << r.output;
+  EXPECT_NE(r.output.find("(frames 9-16 run again to reach it)"), std::string::npos) << r.output;
+  EXPECT_EQ(count(r.output, "rebuilt the model state"), 0) << r.output;
+  r = run_chunk(1);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(wm({"assemble", dir.file("farm.yaml")}).exit_code, 0);
+  expect_same_frames(dir.file("farm.mkv"), dir.file("plain.mkv"), 25);
+}
+
 // SIGKILL once a chunk is done (seeded: after chunk 0 or 1, plus a random delay), then rerun.
 TEST(CausalChunks, SigkillAfterAChunkResumesFromTheSavedState) {
   TempDir dir("causal-kill");
