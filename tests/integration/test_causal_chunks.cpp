@@ -24,24 +24,7 @@
 namespace wm::test {
 namespace {
 
-const bool kFarmEnvironmentCleared = [] {
-  ::unsetenv("SLURM_ARRAY_TASK_ID");
-  ::unsetenv("JOB_COMPLETION_INDEX");
-  return true;
-}();
-
 namespace stdfs = std::filesystem;
-
-CommandResult wm(std::vector<std::string> args) {
-  args.insert(args.begin(), wmbatch_path());
-  return run_command(args);
-}
-
-int count(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
 
 std::string model_of(const std::string& kind) {
   if (kind == "wan") {

@@ -29,21 +29,8 @@
 namespace wm::test {
 namespace {
 
-// `wmbatch run JOB` without --chunk takes its chunk from these when set (as when CI itself runs
-// as a Slurm array task); the tests mean every chunk.
-const bool kFarmEnvironmentCleared = [] {
-  ::unsetenv("SLURM_ARRAY_TASK_ID");
-  ::unsetenv("JOB_COMPLETION_INDEX");
-  return true;
-}();
-
 namespace stdfs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-CommandResult wm(std::vector<std::string> args) {
-  args.insert(args.begin(), wmbatch_path());
-  return run_command(args);
-}
 
 std::string job_text(const std::string& input, const std::string& output,
                      const std::string& encode = "{preset: superfast}",
@@ -79,12 +66,6 @@ std::vector<std::string> segments_of(const std::string& output) {
 int last_percent(const std::string& log) {
   const size_t at = log.rfind("Progress: ");
   return at == std::string::npos ? -1 : std::atoi(log.c_str() + at + 10);
-}
-
-int count(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
 }
 
 // A 40-frame NTSC-rate clip (30000/1001: pts that 1/1000 s cannot hold) with audio and

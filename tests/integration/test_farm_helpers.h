@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -20,6 +21,27 @@
 #include "tests/support/run.h"
 
 namespace wm::test {
+
+// `wmbatch run JOB` without --chunk takes its chunk from these when set (as when CI itself runs
+// as a Slurm array task); the farm tests mean every chunk. Cleared once, before any test runs.
+inline const bool kFarmEnvironmentCleared = [] {
+  ::unsetenv("SLURM_ARRAY_TASK_ID");
+  ::unsetenv("JOB_COMPLETION_INDEX");
+  return true;
+}();
+
+// build/wmbatch ARGS (no --progress default: farm commands choose their own).
+inline CommandResult wm(std::vector<std::string> args) {
+  args.insert(args.begin(), wmbatch_path());
+  return run_command(args);
+}
+
+// How often `needle` occurs in `text` (overlaps counted).
+inline int count(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
 
 // A child process whose stdout+stderr go to `log`. Killed (SIGKILL) and reaped on destruction.
 class Background {

@@ -18,14 +18,6 @@
 namespace wm::test {
 namespace {
 
-// `wmbatch run JOB` without --chunk takes its chunk from these when set (as when CI itself runs
-// as a Slurm array task); the tests mean every chunk.
-const bool kFarmEnvironmentCleared = [] {
-  ::unsetenv("SLURM_ARRAY_TASK_ID");
-  ::unsetenv("JOB_COMPLETION_INDEX");
-  return true;
-}();
-
 std::string script() { return std::string(WM_SOURCE_DIR) + "/scripts/slurm-local.sh"; }
 
 std::string job_text(const std::string& input, const std::string& output) {

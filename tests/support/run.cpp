@@ -53,6 +53,21 @@ CommandResult wmbatch(const std::vector<std::string>& args) {
   return run_command(argv);
 }
 
+ModelConfig tiny_vae_config(const std::string& kind, const std::string& task) {
+  ModelConfig config;
+  config.kind = kind;
+  config.task = task;
+  if (kind == "wan2.1-vae") {
+    config.weights = golden_file("weights.safetensors");
+    config.dim = 16;
+  } else {
+    config.weights =
+        std::string(WM_SOURCE_DIR) + "/tests/data/golden/seedvr2-tiny/weights.safetensors";
+    config.norm_groups = 4;
+  }
+  return config;
+}
+
 void write_text(const std::string& path, const std::string& content) {
   std::ofstream out(path, std::ios::binary);
   out << content;

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "src/model.h"
+
 namespace wm::test {
 
 struct CommandResult {
@@ -24,6 +26,9 @@ CommandResult wmbatch(const std::vector<std::string>& args);
 // file in it. The suite needs nothing outside the checkout.
 std::string golden_dir();
 std::string golden_file(const std::string& name);
+// The tiny golden VAEs of tests/data as a model config: kind "wan2.1-vae" (wan21-tiny, dim 16)
+// or "seedvr2-vae" (seedvr2-tiny, 4 norm groups), for `task` (encode | decode).
+ModelConfig tiny_vae_config(const std::string& kind, const std::string& task);
 
 void write_text(const std::string& path, const std::string& content);
 std::string read_text(const std::string& path);

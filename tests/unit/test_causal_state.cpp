@@ -26,20 +26,7 @@ struct Case {
   const char* task;
 };
 
-ModelConfig config_of(const Case& c) {
-  ModelConfig config;
-  config.kind = c.kind;
-  config.task = c.task;
-  if (std::string(c.kind) == "wan2.1-vae") {
-    config.weights = golden_file("weights.safetensors");
-    config.dim = 16;
-  } else {
-    config.weights =
-        std::string(WM_SOURCE_DIR) + "/tests/data/golden/seedvr2-tiny/weights.safetensors";
-    config.norm_groups = 4;
-  }
-  return config;
-}
+ModelConfig config_of(const Case& c) { return tiny_vae_config(c.kind, c.task); }
 
 // Slice `index` of a sequence: encoders take 5 then 4 frames of RGB 64×48, decoders 2 latent
 // frames of 8×6; values from a fixed seed.

@@ -39,19 +39,9 @@ std::string name_of(const ::testing::TestParamInfo<Case>& info) {
 }
 
 ModelConfig config_of(const Case& c) {
-  ModelConfig config;
-  config.kind = c.kind;
-  config.task = c.task;
+  ModelConfig config = tiny_vae_config(c.kind, c.task);
   config.precision = c.precision;
   config.tuning = c.tuning;
-  if (std::string(c.kind) == "wan2.1-vae") {
-    config.weights = golden_file("weights.safetensors");
-    config.dim = 16;
-  } else {
-    config.weights =
-        std::string(WM_SOURCE_DIR) + "/tests/data/golden/seedvr2-tiny/weights.safetensors";
-    config.norm_groups = 4;
-  }
   return config;
 }
 
