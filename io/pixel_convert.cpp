@@ -25,6 +25,8 @@ namespace wm::io {
 // few ms per 4K frame next to ~100+ ms of x264 veryfast encode on the same cores.
 const int kDecodeSwsFlags = SWS_BILINEAR | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT;
 const int kEncodeSwsFlags = SWS_BILINEAR | SWS_ACCURATE_RND;
+// Narrower decoded frames are converted through a padded frame (FrameToPlanar::convert).
+const int kSwsMinDirectWidth = 8;
 
 namespace {
 
@@ -268,9 +270,30 @@ void FrameToPlanar::convert(const AVFrame& frame, Planar& out, Planar* alpha) {
   av_check(av_frame_ref(src.get(), &frame), "av_frame_ref", "decoded frame");
   src->format = format;  // yuvj* → yuv* (same layout)
   FramePtr dst = make_frame();
-  wrap_planar(out, dst.get(), true);
+  if (frame.width >= kSwsMinDirectWidth) {
+    wrap_planar(out, dst.get(), true);
+    av_check(sws_scale_frame(sws_.get(), dst.get(), src.get()), "sws_scale_frame", "decoded frame",
+             kExitSoftware);
+    return;
+  }
+  // libswscale 6.7 writes up to 20 bytes past the rows of a GBRPF32 picture 1 or 2 pixels wide:
+  // into the next plane when the planes are packed as in a Planar (wrong colours; found by
+  // fuzzing, docs/testing.md). Such frames go through a padded frame of libav's own.
+  dst->format = AV_PIX_FMT_GBRPF32;
+  dst->width = frame.width;
+  dst->height = frame.height;
+  av_check(av_frame_get_buffer(dst.get(), 0), "av_frame_get_buffer", "decoded frame",
+           kExitSoftware);
   av_check(sws_scale_frame(sws_.get(), dst.get(), src.get()), "sws_scale_frame", "decoded frame",
            kExitSoftware);
+  const int order[3] = {1, 2, 0};  // GBRP planes → R, G, B
+  for (int i = 0; i < 3; ++i) {
+    float* plane = out.plane(order[i], 0);
+    for (int y = 0; y < frame.height; ++y) {
+      std::memcpy(plane + size_t(y) * frame.width, dst->data[i] + size_t(y) * dst->linesize[i],
+                  size_t(frame.width) * sizeof(float));
+    }
+  }
 }
 
 namespace {

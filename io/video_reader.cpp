@@ -131,6 +131,12 @@ struct VideoReader::Impl {
   AVFilterContext* graph_source = nullptr;
   AVFilterContext* graph_sink = nullptr;
   bool graph_flushed = false;
+  int graph_width = 0, graph_height = 0, graph_format = -1;  // what the graph was built for
+  // A decoded frame whose size or format differs from the graph's: it waits while the old graph
+  // drains, then starts a new one. (libavfilter 8's buffer source only warns of such a change,
+  // and bwdif then reads its neighbours' planes out of bounds: found by fuzzing.)
+  FramePtr held = make_frame();
+  bool have_held = false;
 
   // NVDEC state. kTrying: the decoder runs on NVDEC but no frame has come out of it yet; any
   // failure until then restarts the file in software (fall_back). kOn: frames came out.
@@ -416,6 +422,20 @@ struct VideoReader::Impl {
     av_check(avfilter_graph_config(graph.get(), nullptr), "avfilter_graph_config", path,
              kExitDataErr);
     graph_flushed = false;
+    graph_width = f.width;
+    graph_height = f.height;
+    graph_format = f.format;
+  }
+
+  // Feeds `frame` (just decoded) to the graph.
+  void add_to_graph() {
+    frame->pts = frame->best_effort_timestamp;
+    const int rc = av_buffersrc_add_frame(graph_source, frame.get());
+    if (rc < 0) {
+      throw InputError(path + ": cannot deinterlace frame " + std::to_string(next_index) + ": " +
+                           av_error_string(rc) + " (deinterlace: off reads it)",
+                       kExitDataErr);
+    }
   }
 
   // The next decoded frame (deinterlaced when on) into `frame`; false at end of stream.
@@ -433,26 +453,46 @@ struct VideoReader::Impl {
           frame->best_effort_timestamp = frame->pts;
           return true;
         }
-        if (rc == AVERROR_EOF) return false;
-        if (rc != AVERROR(EAGAIN)) av_check(rc, "av_buffersink_get_frame", path, kExitDataErr);
-        if (graph_flushed) return false;
+        if (rc != AVERROR_EOF && rc != AVERROR(EAGAIN)) {
+          av_check(rc, "av_buffersink_get_frame", path, kExitDataErr);
+        }
+        if (rc == AVERROR_EOF || graph_flushed) {
+          if (!have_held) return false;
+          // The old graph is drained: the held frame starts the next one.
+          av_frame_unref(frame.get());
+          av_frame_move_ref(frame.get(), held.get());
+          have_held = false;
+          build_graph(*frame);
+          add_to_graph();
+          continue;
+        }
       }
       if (!decode_raw()) {
         if (!graph) return false;
-        av_check(av_buffersrc_add_frame(graph_source, nullptr), "av_buffersrc_add_frame", path,
-                 kExitSoftware);
-        graph_flushed = true;
+        flush_graph();
         continue;
       }
-      if (!graph) build_graph(*frame);
-      frame->pts = frame->best_effort_timestamp;
-      const int rc = av_buffersrc_add_frame(graph_source, frame.get());
-      if (rc < 0) {  // e.g. a stream whose frame size changes midway
-        throw InputError(path + ": cannot deinterlace frame " + std::to_string(next_index) + ": " +
-                             av_error_string(rc) + " (deinterlace: off reads it)",
-                         kExitDataErr);
+      if (!graph) {
+        build_graph(*frame);
+      } else if (frame->width != graph_width || frame->height != graph_height ||
+                 frame->format != graph_format) {
+        log->info(
+            "{}: the frame size changes from {}x{} to {}x{}: deinterlacing goes on with a new "
+            "filter",
+            path, graph_width, graph_height, frame->width, frame->height);
+        av_frame_move_ref(held.get(), frame.get());
+        have_held = true;
+        flush_graph();
+        continue;
       }
+      add_to_graph();
     }
+  }
+
+  void flush_graph() {
+    av_check(av_buffersrc_add_frame(graph_source, nullptr), "av_buffersrc_add_frame", path,
+             kExitSoftware);
+    graph_flushed = true;
   }
 
   std::string decoder_name() const {
@@ -582,6 +622,8 @@ struct VideoReader::Impl {
     av_frame_unref(primed.get());
     have_primed = false;
     graph.reset();  // rebuilt on the next frame
+    av_frame_unref(held.get());
+    have_held = false;
     demux_eof = false;
     last_pts = AV_NOPTS_VALUE;
     last_duration = 0;

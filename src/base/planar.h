@@ -5,17 +5,47 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <utility>
 #include <vector>
 
 namespace wm {
+
+// io/ hands Planar memory to libswscale as a GBRPF32 frame without copying, and libswscale
+// (6.7, Debian 12) reads up to 32 bytes past the last row of such a source (SIMD loads), and
+// writes up to 20 bytes past a destination 1 or 2 pixels wide; found by fuzzing, measured with a
+// guard page after the buffer (docs/testing.md). So every Planar allocation carries this much
+// slack past its last element: those accesses stay inside memory it owns.
+constexpr size_t kPlanarTailBytes = 64;
+
+template <class T>
+struct TailPaddedAllocator {
+  using value_type = T;
+  TailPaddedAllocator() = default;
+  template <class U>
+  TailPaddedAllocator(const TailPaddedAllocator<U>&) noexcept {}
+  T* allocate(size_t n) {
+    return static_cast<T*>(::operator new(n * sizeof(T) + kPlanarTailBytes));
+  }
+  void deallocate(T* p, size_t) noexcept { ::operator delete(p); }
+  template <class U>
+  bool operator==(const TailPaddedAllocator<U>&) const noexcept {
+    return true;
+  }
+  template <class U>
+  bool operator!=(const TailPaddedAllocator<U>&) const noexcept {
+    return false;
+  }
+};
+
+using PlanarData = std::vector<float, TailPaddedAllocator<float>>;
 
 struct Planar {
   int channels = 0;
   int frames = 0;
   int height = 0;
   int width = 0;
-  std::vector<float> data;
+  PlanarData data;
 
   Planar() = default;
   Planar(int c, int t, int h, int w)

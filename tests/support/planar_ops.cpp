@@ -36,20 +36,29 @@ Planar concat(const std::vector<Planar>& parts) {
   return out;
 }
 
-double max_abs_diff(const Planar& a, const Planar& b) {
-  EXPECT_EQ(a.channels, b.channels);
-  EXPECT_EQ(a.frames, b.frames);
-  EXPECT_EQ(a.height, b.height);
-  EXPECT_EQ(a.width, b.width);
-  return max_abs_diff(a.data, b.data);
-}
+namespace {
 
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+template <class A, class B>
+double max_abs_diff_of(const A& a, const B& b) {
   EXPECT_EQ(a.size(), b.size());
   if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
   double m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
   return m;
+}
+
+}  // namespace
+
+double max_abs_diff(const Planar& a, const Planar& b) {
+  EXPECT_EQ(a.channels, b.channels);
+  EXPECT_EQ(a.frames, b.frames);
+  EXPECT_EQ(a.height, b.height);
+  EXPECT_EQ(a.width, b.width);
+  return max_abs_diff_of(a.data, b.data);
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  return max_abs_diff_of(a, b);
 }
 
 Planar read_planar(const io::SafetensorsFile& file, const std::string& name) {

@@ -432,6 +432,52 @@ TEST(VideoReader, AudioOnlyFileHasNoVideoStream) {
   EXPECT_EQ(std::string(e.what()), path + ": no video stream");
 }
 
+// Frames 1 and 2 pixels wide convert exactly as the same columns of a wide frame. libswscale
+// writes past the rows of so narrow a GBRPF32 picture, which in a Planar (planes packed) landed in
+// the next plane: wrong colours, and past the end of the buffer a heap overflow (found by fuzzing).
+TEST(FrameToPlanar, NarrowFramesConvertLikeTheColumnsOfAWideFrame) {
+  for (AVPixelFormat format : {AV_PIX_FMT_YUV420P, AV_PIX_FMT_YUV444P, AV_PIX_FMT_GRAY8}) {
+    const int height = 8;
+    const auto frame_of_width = [&](int width) {
+      io::FramePtr frame = io::make_frame();
+      frame->format = format;
+      frame->width = width;
+      frame->height = height;
+      EXPECT_EQ(av_frame_get_buffer(frame.get(), 0), 0);
+      const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(format);
+      for (int p = 0; p < desc->nb_components; ++p) {
+        const int rows = p == 0 ? height : AV_CEIL_RSHIFT(height, desc->log2_chroma_h);
+        const int cols = p == 0 ? width : AV_CEIL_RSHIFT(width, desc->log2_chroma_w);
+        for (int y = 0; y < rows; ++y) {
+          for (int x = 0; x < cols; ++x) {  // every column alike: a row's value
+            frame->data[p][y * frame->linesize[p] + x] = uint8_t(40 + 23 * y + 31 * p);
+          }
+        }
+      }
+      return frame;
+    };
+    io::FrameToPlanar wide_converter(1);
+    Planar wide;
+    wide_converter.convert(*frame_of_width(16), wide);
+    for (int width : {1, 2, 3, 7}) {
+      io::FrameToPlanar converter(1);
+      Planar narrow;
+      converter.convert(*frame_of_width(width), narrow);
+      ASSERT_EQ(narrow.width, width);
+      ASSERT_EQ(narrow.height, height);
+      for (int c = 0; c < 3; ++c) {
+        for (int y = 0; y < height; ++y) {
+          for (int x = 0; x < width; ++x) {
+            EXPECT_NEAR(narrow.plane(c, 0)[y * width + x], wide.plane(c, 0)[y * 16 + x], 1e-6)
+                << av_get_pix_fmt_name(format) << " width " << width << " c" << c << " y" << y
+                << " x" << x;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(VideoReader, GarbageFileIsDataError) {
   TempDir dir("io");
   const std::string path = dir.file("garbage.mp4");

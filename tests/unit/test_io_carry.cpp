@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -500,6 +501,50 @@ TEST(CarryInterlaced, SeekGivesTheSequentialFrames) {
     EXPECT_EQ(frame.index, target);
     EXPECT_EQ(frame.image.data, all[size_t(target)].image.data) << "frame " << target;
   }
+}
+
+// A stream whose frame size changes midway (two interlaced clips joined, as MPEG-TS allows):
+// deinterlacing drains the first size's filter and starts a new one at the change, so every frame
+// comes out, at its own size. libavfilter's buffer source only warns of such a change; fed on,
+// bwdif read the smaller frames' planes out of bounds (found by fuzzing; the same bytes are kept in
+// tests/fuzz/regressions/video_reader/bwdif-frame-size-change.ts).
+TEST(CarryInterlaced, FrameSizeChangeMidwayStartsANewDeinterlacer) {
+  TempDir dir("carry");
+  ClipSpec big = interlaced_clip();
+  big.container_ext = ".ts";
+  big.frames = 4;
+  ClipSpec small = big;
+  small.width = 48;
+  small.height = 32;
+  make_clip(dir.file("big.ts"), big);
+  make_clip(dir.file("small.ts"), small);
+  {
+    std::ofstream joined(dir.file("joined.ts"), std::ios::binary);
+    for (const char* part : {"big.ts", "small.ts"}) {
+      std::ifstream in(dir.file(part), std::ios::binary);
+      joined << in.rdbuf();
+    }
+  }
+  io::ReaderOptions off;
+  off.deinterlace = io::Deinterlace::kOff;
+  off.max_error_rate = 0.5;  // the join breaks a packet's continuity: a decode error
+  const auto fields = read_all(dir.file("joined.ts"), off);
+  io::ReaderOptions bwdif = off;
+  bwdif.deinterlace = io::Deinterlace::kBwdif;
+  test::LogCapture log({"dec:h264"});
+  const auto frames = read_all(dir.file("joined.ts"), bwdif);
+  ASSERT_EQ(frames.size(), fields.size());
+  int changes = 0;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    EXPECT_EQ(frames[i].image.width, fields[i].image.width) << "frame " << i;
+    EXPECT_EQ(frames[i].image.height, fields[i].image.height) << "frame " << i;
+    EXPECT_EQ(frames[i].pts, fields[i].pts) << "frame " << i;
+    if (i > 0 && frames[i].image.width != frames[i - 1].image.width) ++changes;
+  }
+  EXPECT_EQ(changes, 1);
+  EXPECT_EQ(frames.front().image.width, 96);
+  EXPECT_EQ(frames.back().image.width, 48);
+  EXPECT_NE(log.text().find("changes from 96x64 to 48x32"), std::string::npos) << log.text();
 }
 
 TEST(CarryInterlaced, OutputFieldOrderIsTruthful) {
