@@ -87,9 +87,8 @@ YuvRunResult run_yuv_upscale(io::VideoReader& reader, io::VideoWriter& writer,
     if (first.empty()) first = in;
     if (in.format != first.format || in.width != first.width || in.height != first.height ||
         in.colorspace != first.colorspace || in.color_range != first.color_range) {
-      throw Error("frame " + std::to_string(item->timing.index) +
-                      " changes the pixel format, size or colour tags of the video",
-                  kExitSoftware);
+      throw InputError("frame " + std::to_string(item->timing.index) +
+                       " changes the pixel format, size or colour tags of the video");
     }
     item->keep = item->timing.index >= options.write_from;
     ++result.frames_read;

@@ -43,6 +43,17 @@ bool VideoSliceSource::fetch(io::VideoFrame& frame) {
     cut_ = true;
     return false;
   }
+  // A slice is one block of one frame size: a stream whose size changes midway is refused, as
+  // the YUV path refuses it (upscale_yuv.cpp), never copied out of bounds.
+  if (width_ == 0) {
+    width_ = frame.image.width;
+    height_ = frame.image.height;
+  } else if (frame.image.width != width_ || frame.image.height != height_) {
+    throw InputError("frame " + std::to_string(frame.index) +
+                     " changes the pixel format, size or colour tags of the video (" +
+                     std::to_string(frame.image.width) + "x" + std::to_string(frame.image.height) +
+                     " after " + std::to_string(width_) + "x" + std::to_string(height_) + ")");
+  }
   return true;
 }
 

@@ -67,6 +67,7 @@ class VideoSliceSource : public SliceSource {
   int64_t frames_read_ = 0;
   bool have_lookahead_ = false;
   io::VideoFrame lookahead_;
+  int width_ = 0, height_ = 0;  // the first frame's: every frame must have them
 };
 
 // Writes each output frame of each slice. With `same_timing`, output frame i of a slice takes

@@ -216,5 +216,37 @@ TEST(Upscalers, BadModelFilesExit65WithOneClearLine) {
   }
 }
 
+// A video whose frame size changes midway (two clips joined, as MPEG-TS allows) is bad data,
+// named by the frame, on the neural path (slices of one size: a smaller frame was copied out of
+// bounds) and on the YUV resampler's: exit 65, one line, no output.
+TEST(Upscalers, AVideoThatChangesSizeMidwayIsBadDataNamingTheFrame) {
+  TempDir dir("upscaler-size-change");
+  ClipSpec spec;
+  spec.container_ext = ".ts";
+  spec.audio = false;
+  spec.frames = 4;
+  make_clip(dir.file("a.ts"), spec);
+  spec.width = 32;
+  spec.height = 32;
+  make_clip(dir.file("b.ts"), spec);
+  write_text(dir.file("joined.ts"), read_text(dir.file("a.ts")) + read_text(dir.file("b.ts")));
+  const std::string srvgg = kGolden + "srvgg-x2-tiny/weights.safetensors";
+  for (const std::string model :
+       {"{kind: realesrgan, weights: '" + srvgg + "'}", std::string("{kind: lanczos, scale: 2}")}) {
+    SCOPED_TRACE(model);
+    // The join breaks one packet's continuity: tolerated, so that the size change is the error.
+    write_text(dir.file("job.yaml"),
+               "input: joined.ts\noutput: out.mp4\nmax_error_rate: 0.5\n"
+               "model: " +
+                   model + "\n");
+    const CommandResult r = wmbatch(dir.file("job.yaml"));
+    EXPECT_EQ(r.exit_code, 65) << r.output;
+    EXPECT_NE(r.output.find("joined.ts: frame 4 changes the pixel format, size or colour tags"),
+              std::string::npos)
+        << r.output;
+    EXPECT_FALSE(exists(dir.file("out.mp4")));
+  }
+}
+
 }  // namespace
 }  // namespace wm::test
