@@ -230,7 +230,7 @@ class Concatenator {
       pkt->stream_index = video_->index;
       pkt->pos = -1;
       const int64_t t = pkt->dts != AV_NOPTS_VALUE ? pkt->dts : pkt->pts;
-      copy_source_until(t, video_->time_base, false);
+      if (source_) copy_source_until(t, video_->time_base, false);
       write_packet(pkt.get());
       ++frames_;
     }

@@ -21,6 +21,7 @@
 
 #include "io/image_output.h"
 #include "io/output_file.h"
+#include "io/safetensors.h"
 #include "io/segments.h"
 #include "scheduler/fingerprint.h"
 #include "scheduler/journal.h"
@@ -58,6 +59,23 @@ ChunkRule make_chunk_rule(const ModelTraits& traits, const SliceRule& slices,
     rule.align_first = offset;
     rule.align = group;
   }
+  return rule;
+}
+
+ChunkRule make_latent_chunk_rule(const ModelTraits& encoder, int64_t slice_latents,
+                                 int64_t chunk_frames) {
+  if (chunk_frames <= 0) chunk_frames = kDefaultChunkFrames;
+  const int64_t group = std::max(1, encoder.frame_group);
+  const int64_t offset = std::max(0, encoder.frame_offset);
+  const int64_t slice = std::max<int64_t>(1, slice_latents);
+  const auto frames_of = [&](int64_t latents) { return offset + group * (latents - 1); };
+  const int64_t k = std::max<int64_t>(1, chunk_frames / (group * slice));
+  ChunkRule rule;
+  rule.causal = true;
+  rule.first_frames = frames_of(k * slice);
+  rule.frames = group * k * slice;
+  rule.align_first = frames_of(slice);
+  rule.align = group * slice;
   return rule;
 }
 
@@ -175,11 +193,43 @@ std::string segment_name(const ChunkRange& r, const std::string& ext) {
 }
 
 // Tasks whose runner honours RunOptions' chunk fields (first/end/write_from frame).
-bool chunked_task(Task task) { return task == Task::kUpscale || task == Task::kReconstruct; }
+bool chunked_task(Task task) {
+  return task == Task::kUpscale || task == Task::kReconstruct || task == Task::kDecodeLatents;
+}
+
+bool is_tensor_file(const std::string& path) { return extension_of(path) == ".safetensors"; }
+
+// An input run in chunks: a video (or, for decode_latents, a latent file) to a video.
+bool chunked_input(const JobSpec& job, const std::string& input, const std::string& output) {
+  if (!chunked_task(job.task) || is_tensor_file(output)) return false;
+  return job.task == Task::kDecodeLatents || !is_tensor_file(input);
+}
+
+// decode_latents: the frames `input`'s latents decode to (trimmed to its "frames" metadata, as
+// the runner trims them), under the model's encode traits (make_latent_chunk_rule).
+int64_t latent_output_frames(const JobSpec& job, const std::string& input,
+                             const ModelTraits& encoder) {
+  io::SafetensorsFile file(input);
+  const std::vector<int64_t>& shape = file.info(job.input_tensor).shape;
+  if (shape.size() != 4 && !(shape.size() == 5 && shape[0] == 1)) {
+    throw InputError(input + ": tensor '" + job.input_tensor + "' must be [C,T,H,W] or [1,C,T,H,W]",
+                     kExitDataErr);
+  }
+  const int64_t latents = shape[shape.size() - 3];
+  int64_t frames = latents < 1 ? 0
+                               : std::max(0, encoder.frame_offset) +
+                                     std::max(1, encoder.frame_group) * (latents - 1);
+  if (auto it = file.metadata().find("frames"); it != file.metadata().end()) {
+    char* end = nullptr;
+    const long long n = std::strtoll(it->second.c_str(), &end, 10);
+    if (end && *end == 0 && n >= 0) frames = std::min<int64_t>(frames, n);
+  }
+  return frames;
+}
 
 // Chunked tasks of causal models whose runner carries the model state from chunk to chunk
 // (RunOptions::carry: a session kept in memory, a state file saved after each chunk).
-bool carries_state(Task task) { return task == Task::kReconstruct; }
+bool carries_state(Task task) { return task == Task::kReconstruct || task == Task::kDecodeLatents; }
 
 // The state saved after a chunk ending at `last_frame`, and its journal entry (a plan-cache row:
 // the journal's schema stays): {"file", "size", "sequence"}.
@@ -377,14 +427,18 @@ class Planner {
   InputPlan plan(const JobSpec& job, size_t job_index, const std::string& input,
                  const std::string& output) {
     InputPlan p;
-    if (!chunked_task(job.task)) {
+    if (!chunked_input(job, input, output)) {
       p.whole = true;
       p.ranges.push_back({0, -1, 0, 0});
       return p;
     }
     const Fingerprint fp = fingerprint(job, input);
-    const std::string frames_key =
-        "frames 1 " + fp.input + " " + std::to_string(fp.size) + " " + std::to_string(fp.mtime_ns);
+    // decode_latents: the output's frames, which depend on the model too.
+    const bool latents = job.task == Task::kDecodeLatents;
+    const std::string frames_key = latents
+                                       ? "latent-frames 1 " + fp.str()
+                                       : "frames 1 " + fp.input + " " + std::to_string(fp.size) +
+                                             " " + std::to_string(fp.mtime_ns);
     const std::string plan_key =
         "plan 1 " + fp.str() + " chunk_frames " + std::to_string(chunk_frames_);
     std::unique_ptr<Journal> journal;
@@ -407,7 +461,8 @@ class Planner {
       }
     }
     if (!frames) {
-      frames = io::count_video_frames(input);
+      frames = latents ? latent_output_frames(job, input, traits(job, job_index))
+                       : io::count_video_frames(input);
       if (journal && write_cache_) journal->put_plan(frames_key, std::to_string(*frames));
     }
     p.frames = *frames;
@@ -417,7 +472,9 @@ class Planner {
     }
     // The slices the task runner will cut (temporal models: independent of the frame size).
     const ModelTraits& t = traits(job, job_index);
-    p.rule = make_chunk_rule(t, job_slice_rule(job, t, 0, 0), chunk_frames_);
+    p.rule = latents ? make_latent_chunk_rule(t, auto_slice_frames(job.slice_frames, true, 0),
+                                              chunk_frames_)
+                     : make_chunk_rule(t, job_slice_rule(job, t, 0, 0), chunk_frames_);
     p.ranges = plan_chunks(p.frames, p.rule);
     if (journal && write_cache_) journal->put_plan(plan_key, to_json(p).dump());
     return p;
@@ -428,7 +485,10 @@ class Planner {
     auto it = traits_.find(job_index);
     if (it == traits_.end()) {
       // Built on the CPU only to read its traits (the weights are checked on the way).
-      std::unique_ptr<Model> model = make_model(job.model, Device{});
+      // decode_latents reads the encoder's: its frame grouping maps latents to frames.
+      ModelConfig config = job.model;
+      if (job.task == Task::kDecodeLatents) config.task = "encode";
+      std::unique_ptr<Model> model = make_model(config, Device{});
       it = traits_.emplace(job_index, model->traits()).first;
     }
     return it->second;
@@ -936,7 +996,8 @@ void assemble_output(const FarmPlan& plan, const PlannedInput& in, const FarmOpt
   io::ConcatConfig concat;
   concat.segments = paths;
   concat.output = in.output;
-  concat.source_path = in.input;
+  // A latent file carries no streams to copy.
+  concat.source_path = job.task == Task::kDecodeLatents ? std::string() : in.input;
   concat.copy_audio = job.encode.copy_audio;
   concat.copy_subtitles = job.encode.copy_subtitles;
   concat.cancel = options.cancel;
@@ -1163,9 +1224,8 @@ InputChunksResult run_input_chunks(ChunkRunners& runners, const std::string& inp
   in.input = input;
   in.output = output;
   // Planned without writing first: an input of one chunk needs no work folder. Tensor files
-  // (upscale's .safetensors path) hold no video stream to cut.
-  const auto tensor = [](const std::string& path) { return extension_of(path) == ".safetensors"; };
-  if (tensor(input) || tensor(output)) {
+  // (upscale's .safetensors path) hold no video stream to cut; decode_latents' latents do.
+  if (!chunked_input(runners.job(), input, output)) {
     in.plan.whole = true;
   } else {
     in.plan =

@@ -70,6 +70,13 @@ struct ChunkRule {
 // <= 0 means kDefaultChunkFrames.
 ChunkRule make_chunk_rule(const ModelTraits& traits, const SliceRule& slices, int64_t chunk_frames);
 
+// decode_latents: chunks in output frames that hold whole slices of `slice_latents` latent frames
+// (so every slice is the one a whole run decodes). `encoder`: the model's encode traits, whose
+// frame grouping is the latent↔frame map (T latents decode to frame_offset + frame_group·(T−1)
+// frames: Wan2.1 1 + 4(T−1)).
+ChunkRule make_latent_chunk_rule(const ModelTraits& encoder, int64_t slice_latents,
+                                 int64_t chunk_frames);
+
 struct ChunkRange {
   int64_t first_frame = 0;
   int64_t last_frame = 0;  // inclusive

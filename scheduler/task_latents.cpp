@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -149,17 +150,25 @@ class TensorSliceSource : public SliceSource {
     }
     if (t_ < 1 || h_ < 1 || w_ < 1)
       throw InputError(file.path() + ": tensor '" + name + "' is empty");
+    end_ = t_;
   }
   int64_t frames() const { return t_; }
   int height() const { return int(h_); }
   int width() const { return int(w_); }
+  // Farm chunks: only frames [first, end) (end < 0: to the last); with first > 0 they continue a
+  // sequence whose earlier slices the model has seen (VideoSliceSource::continue_sequence).
+  void set_range(int64_t first, int64_t end) {
+    next_frame_ = first;
+    end_ = end < 0 ? t_ : std::min(end, t_);
+  }
 
   bool next(SliceWork& out) override {
-    if (next_frame_ >= t_) return false;
-    const int64_t want = index_ == 0 ? rule_.first_frames : rule_.slice_frames;
-    const int64_t real = std::min<int64_t>(want, t_ - next_frame_);
+    if (next_frame_ >= end_) return false;
+    const bool starts = index_ == 0 && next_frame_ == 0;
+    const int64_t want = starts ? rule_.first_frames : rule_.slice_frames;
+    const int64_t real = std::min<int64_t>(want, end_ - next_frame_);
     out.index = index_;
-    out.first = index_ == 0;
+    out.first = starts;
     out.last = next_frame_ + real == t_;
     out.padded = out.last ? int(pad_frames(real, rule_.group, out.first ? rule_.offset : 0)) : 0;
     out.input = Planar(int(c_), int(real) + out.padded, int(h_), int(w_));
@@ -188,6 +197,7 @@ class TensorSliceSource : public SliceSource {
   LatentRule latent_;
   int64_t c_ = 0, t_ = 0, h_ = 0, w_ = 0;
   int64_t next_frame_ = 0;
+  int64_t end_ = 0;
   int64_t index_ = 0;
 };
 
@@ -298,6 +308,106 @@ void check_multiple_of_8(const std::string& path, int width, int height,
   }
 }
 
+using Sessions = std::vector<std::unique_ptr<ModelSession>>;
+
+// The causal model state of an input's farm chunks (RunOptions::carry) in one runner, in the
+// farm's frames (the task's output frames). A chunk after the first continues the state of the
+// chunk before it: from the sessions kept since the previous call when that call ran the chunk
+// before (one process running an input's chunks in order costs what one whole run costs), else
+// from a saved state, else over every frame before it (the exact prefix recompute).
+class ChunkCarrier {
+ public:
+  // Fills `sessions` for a chunk and returns the frame the model starts at: write_from (kept
+  // sessions), a saved state's frame, or first_frame (fresh sessions from `open`). `boundary(f)`:
+  // the sequence's slices start at frame f (f > 0).
+  int64_t begin(const std::string& input, const std::string& log_name, const RunOptions& options,
+                const std::function<bool(int64_t)>& boundary, const std::function<Sessions()>& open,
+                Sessions& sessions) {
+    auto log = log::get(log_name);
+    CausalCarry* carry = options.carry;
+    const int64_t write_from = std::max(options.first_frame, options.write_from_frame);
+    int64_t start = options.first_frame;
+    sessions = std::move(kept_);
+    const bool continues = write_from > start && boundary(write_from);
+    if (!sessions.empty() &&
+        (!carry || !continues || sequence_ != carry->sequence || next_ != write_from)) {
+      sessions.clear();
+    }
+    if (carry) carry->resumed.clear();
+    if (!sessions.empty()) {
+      if (carry) carry->resumed = "session";
+      return write_from;
+    }
+    sessions = open();
+    const int64_t state_next = carry && carry->resume_next >= 0 ? carry->resume_next : write_from;
+    if (!carry || !continues || carry->resume_from.empty() || !(state_next > start) ||
+        state_next > write_from || !boundary(state_next)) {
+      return start;
+    }
+    std::string why;
+    auto state = load_causal_state(carry->resume_from, carry->sequence, state_next,
+                                   carry->resume_size, &why);
+    if (state && sessions.size() == 1 && sessions.front()->import_state(*state)) {
+      carry->resumed = "state";
+      if (state_next == write_from) {
+        log->info("{}: resuming at frame {} from the saved state {}", input, write_from,
+                  carry->resume_from);
+      } else {
+        log->info(
+            "{}: resuming at frame {} from the saved state {} (frames {}-{} run again to reach "
+            "it)",
+            input, write_from, carry->resume_from, state_next, write_from - 1);
+      }
+      return state_next;
+    }
+    if (state) why = "it does not fit the model";
+    log->warn(
+        "{}: the saved state {} is not usable ({}); running the model over frames {}-{} again "
+        "to rebuild it",
+        input, carry->resume_from, why, start, write_from - 1);
+    sessions = open();  // a failed import may have taken part of the state
+    return start;
+  }
+
+  // After a chunk: one that stopped before its input's end hands its state on, in memory and
+  // (when asked, and the state is one session's) in a file.
+  void end(const RunOptions& options, Sessions& sessions) {
+    CausalCarry* carry = options.carry;
+    if (!carry || options.end_frame < 0) return;
+    carry->saved_bytes = 0;
+    if (!carry->save_to.empty()) {
+      std::vector<StateTensor> state;
+      const auto saving = std::chrono::steady_clock::now();
+      if (sessions.size() == 1 && sessions.front()->export_state(state)) {
+        fs::remove_stale_temps(carry->save_to);
+        carry->saved_bytes =
+            save_causal_state(carry->save_to, state, carry->sequence, options.end_frame);
+      }
+      carry->save_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - saving).count();
+    }
+    kept_ = std::move(sessions);
+    sequence_ = carry->sequence;
+    next_ = options.end_frame;
+  }
+
+ private:
+  // The sessions of the last chunk that stopped before its input's end, and where it stopped.
+  Sessions kept_;
+  std::string sequence_;
+  int64_t next_ = -1;
+};
+
+// A farm segment holds the video only (assembly muxes the rest once) in the source's exact time
+// scale.
+void configure_segment(io::WriterConfig& config, const RunOptions& options) {
+  if (!options.segment) return;
+  config.encode.copy_audio = false;
+  config.encode.copy_subtitles = false;
+  config.encode.copy_other = false;
+  config.exact_timescale = true;
+}
+
 class DecodeLatentsRunner : public FinishingRunner {
  public:
   explicit DecodeLatentsRunner(const JobSpec& job)
@@ -330,18 +440,46 @@ class DecodeLatentsRunner : public FinishingRunner {
     pipeline.cancel = options.cancel;
     pipeline.tiles = plan_job_tiles(job_, traits, source.width(), source.height());
     const double input_open_seconds = seconds_since(input_start);
+    // Farm chunks are in output frames, on latent slice boundaries (farm.cpp
+    // make_latent_chunk_rule): latent L starts output frame output_frames(L).
+    const Model& model = models_.model();
+    const int64_t slice = auto_slice_frames(job_.slice_frames, true, 0);
+    auto latent_at = [&](int64_t frame) -> int64_t {
+      for (int64_t l = 0; l <= source.frames(); ++l) {
+        if (model.output_frames(l) == frame) return l;
+      }
+      return -1;
+    };
     const auto open_start = Clock::now();
-    auto sessions = models_.open_sessions();  // the first one uploads the weights
+    Sessions sessions;  // the first one opened uploads the weights
+    const int64_t start = carrier_.begin(
+        input, "job:" + job_.name, options,
+        [&](int64_t frame) {
+          const int64_t l = latent_at(frame);
+          return l > 0 && l % slice == 0;
+        },
+        [&] { return models_.open_sessions(); }, sessions);
+    const int64_t end = options.end_frame < 0 ? -1 : latent_at(options.end_frame);
+    if (latent_at(start) < 0 || (options.end_frame >= 0 && end < 0)) {
+      throw Error(input + ": frames " + std::to_string(start) + "-" +
+                      std::to_string(options.end_frame) + " do not start and end on latent frames",
+                  kExitSoftware);
+    }
+    source.set_range(latent_at(start), end);
+    const int64_t write_from = std::max(options.first_frame, options.write_from_frame);
     pipeline.devices = models_.session_devices();
     const DeviceMeter meter(models_);
     const double open_seconds = seconds_since(open_start);
-    progress.begin(input, frames);
+    progress.begin(
+        input,
+        std::max<int64_t>(0, (options.end_frame < 0 ? frames : options.end_frame) - write_from));
     PipelineStats stats;
     pipeline.stats = &stats;
     // Ends the sessions (their threads, device buffers) and the progress; the input's metrics.
     auto close = [&](std::map<std::string, double> metrics) {
       const std::map<std::string, double> device_metrics = meter.metrics(sessions);
       metrics.insert(device_metrics.begin(), device_metrics.end());
+      carrier_.end(options, sessions);  // a chunk before the end keeps them
       const auto close_start = Clock::now();
       sessions.clear();
       metrics["input_open_seconds"] = input_open_seconds;
@@ -371,12 +509,16 @@ class DecodeLatentsRunner : public FinishingRunner {
     config.frame_rate = rational_fps(fps);
     config.time_base = {config.frame_rate.den, config.frame_rate.num};
     config.encode = encode_settings(job_.encode, models_.devices());
+    configure_segment(config, options);
     const auto writer_start = Clock::now();
     auto writer = std::make_unique<io::VideoWriter>(config);
     const double writer_open_seconds = seconds_since(writer_start);
     VideoFileSink sink(*writer, config.width, config.height, /*same_timing=*/false, kVaeRange,
                        &progress);
     sink.set_limit(frames);
+    sink.set_first_frame(start);
+    sink.set_write_from(write_from);
+    if (options.on_slice) sink.set_on_slice(options.on_slice);
     run_pipeline(source, sessions, sink, pipeline);
     TaskResult result{0, close(stage_metrics(stats)), {}};
     result.metrics["writer_open_seconds"] = writer_open_seconds;
@@ -388,6 +530,7 @@ class DecodeLatentsRunner : public FinishingRunner {
 
   JobSpec job_;
   ModelSet models_;
+  ChunkCarrier carrier_;
 };
 
 class EncodeLatentsRunner : public TaskRunner {
@@ -508,11 +651,8 @@ class ReconstructSession : public ModelSession {
   QualityMeter* meter_ = nullptr;
 };
 
-// Video → encoder → decoder → video. Runs farm chunks (RunOptions first/end/write_from frame):
-// a chunk after the first continues the causal state of the chunk before it, from the session
-// kept since the previous call when that call ran the chunk before (one process running an
-// input's chunks in order costs what one whole run costs), else from a saved state
-// (RunOptions::carry), else over every frame before it (the exact prefix recompute).
+// Video → encoder → decoder → video. Runs farm chunks (RunOptions first/end/write_from frame),
+// each continuing the causal state of the chunk before it (ChunkCarrier).
 class ReconstructRunner : public TaskRunner {
  public:
   explicit ReconstructRunner(const JobSpec& job)
@@ -529,58 +669,23 @@ class ReconstructRunner : public TaskRunner {
     const ModelTraits& traits = encoder_.traits();
     const SliceRule rule = job_slice_rule(job_, traits, info.width, info.height);
 
-    // Where the model starts: frame `start`, continuing the sequence at slice `slice` (> 0) or
-    // from its beginning. Chunks start on slice boundaries (scheduler/farm.h).
-    CausalCarry* carry = options.carry;
+    // Chunks start on slice boundaries (scheduler/farm.h).
+    Sessions sessions;
+    const int64_t start = carrier_.begin(
+        input, "job:" + job_.name, options,
+        [&](int64_t frame) {
+          return frame >= rule.first_frames && (frame - rule.first_frames) % rule.slice_frames == 0;
+        },
+        [&] {
+          Sessions fresh;
+          fresh.push_back(open_session());
+          return fresh;
+        },
+        sessions);
     const int64_t write_from = std::max(options.first_frame, options.write_from_frame);
-    int64_t start = options.first_frame;
-    std::unique_ptr<ReconstructSession> session = std::move(kept_);
-    const bool continues = write_from > start && write_from >= rule.first_frames &&
-                           (write_from - rule.first_frames) % rule.slice_frames == 0;
-    if (session &&
-        (!carry || !continues || kept_sequence_ != carry->sequence || kept_next_ != write_from)) {
-      session.reset();
-    }
-    if (carry) carry->resumed.clear();
-    if (session) {
-      start = write_from;
-      if (carry) carry->resumed = "session";
-    } else {
-      session = open_session();
-      const int64_t state_next = carry && carry->resume_next >= 0 ? carry->resume_next : write_from;
-      const bool on_boundary = state_next > start && state_next <= write_from &&
-                               state_next >= rule.first_frames &&
-                               (state_next - rule.first_frames) % rule.slice_frames == 0;
-      if (carry && continues && on_boundary && !carry->resume_from.empty()) {
-        std::string why;
-        auto state = load_causal_state(carry->resume_from, carry->sequence, state_next,
-                                       carry->resume_size, &why);
-        if (state && session->import_state(*state)) {
-          start = state_next;
-          carry->resumed = "state";
-          if (state_next == write_from) {
-            log->info("{}: resuming at frame {} from the saved state {}", input, write_from,
-                      carry->resume_from);
-          } else {
-            log->info(
-                "{}: resuming at frame {} from the saved state {} (frames {}-{} run again "
-                "to reach it)",
-                input, write_from, carry->resume_from, state_next, write_from - 1);
-          }
-        } else {
-          if (state) why = "it does not fit the model";
-          log->warn(
-              "{}: the saved state {} is not usable ({}); running the model over frames "
-              "{}-{} again to rebuild it",
-              input, carry->resume_from, why, start, write_from - 1);
-          session = open_session();
-        }
-      }
-    }
+    auto* session = static_cast<ReconstructSession*>(sessions.front().get());
     QualityMeter meter;
     session->set_meter(&meter);
-    std::vector<std::unique_ptr<ModelSession>> sessions;
-    sessions.push_back(std::move(session));
 
     PipelineOptions pipeline;
     pipeline.tokens = job_.tokens;
@@ -598,12 +703,7 @@ class ReconstructRunner : public TaskRunner {
     config.source_path = input;
     config.source = info;
     config.encode = encode_settings(job_.encode, decoder_.devices());
-    if (options.segment) {
-      config.encode.copy_audio = false;
-      config.encode.copy_subtitles = false;
-      config.encode.copy_other = false;
-      config.exact_timescale = true;
-    }
+    configure_segment(config, options);
     io::VideoWriter writer(config);
     VideoSliceSource source(reader, rule, kVaeRange, start, options.end_frame);
     if (start > 0) source.continue_sequence();
@@ -616,32 +716,13 @@ class ReconstructRunner : public TaskRunner {
     run_pipeline(source, sessions, sink, pipeline);
     const int64_t written = writer.finish();
     progress.end();
-    session.reset(static_cast<ReconstructSession*>(sessions.front().release()));
     session->set_meter(nullptr);
     decoder_name_ = reader.decoder_name();
     dropped_ = writer.dropped();
     metrics_ = {{"psnr", meter.psnr()}, {"ssim", meter.ssim()}};
     log->info("{}: reconstruction PSNR {:.2f} dB, SSIM {:.4f} over {} frames", input, meter.psnr(),
               meter.ssim(), meter.frames());
-    // A chunk that stopped before the end: its state goes on to the next chunk, in memory and
-    // (when asked) in a file.
-    if (carry && options.end_frame >= 0) {
-      carry->saved_bytes = 0;
-      if (!carry->save_to.empty()) {
-        std::vector<StateTensor> state;
-        const auto saving = std::chrono::steady_clock::now();
-        if (session->export_state(state)) {
-          fs::remove_stale_temps(carry->save_to);
-          carry->saved_bytes =
-              save_causal_state(carry->save_to, state, carry->sequence, options.end_frame);
-        }
-        carry->save_seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - saving).count();
-      }
-      kept_ = std::move(session);
-      kept_sequence_ = carry->sequence;
-      kept_next_ = options.end_frame;
-    }
+    carrier_.end(options, sessions);
     return written;
   }
   std::map<std::string, double> metrics() const override { return metrics_; }
@@ -664,10 +745,7 @@ class ReconstructRunner : public TaskRunner {
   std::map<std::string, double> metrics_;
   std::string decoder_name_;
   std::vector<std::string> dropped_;
-  // The session of the last chunk that stopped before its input's end, and where it stopped.
-  std::unique_ptr<ReconstructSession> kept_;
-  std::string kept_sequence_;
-  int64_t kept_next_ = -1;
+  ChunkCarrier carrier_;
 };
 
 }  // namespace

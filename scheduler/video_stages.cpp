@@ -144,7 +144,10 @@ void VideoFileSink::write(SliceResult&& result) {
     }
     frames = int(result.frames.size());
   }
-  if (limit_ >= 0) frames = int(std::min<int64_t>(frames, std::max<int64_t>(0, limit_ - written_)));
+  if (limit_ >= 0) {
+    const int64_t done = same_timing_ ? written_ : next_pts_;
+    frames = int(std::min<int64_t>(frames, std::max<int64_t>(0, limit_ - done)));
+  }
   // Frames go to the writer in groups: their value-mapped copies are made in parallel, and the
   // writer converts a group's frames in parallel too (the slice's last frames are what the job
   // waits for once the model is done).
@@ -169,7 +172,12 @@ void VideoFileSink::write(SliceResult&& result) {
         f.pts = result.frames[t].pts;
         f.duration = result.frames[t].duration;
       } else {
-        f.index = written_ + int64_t(group.size());
+        if (next_pts_ < write_from_) {
+          ++next_pts_;
+          ++dropped_;  // a farm chunk's context frame
+          continue;
+        }
+        f.index = next_pts_;
         f.pts = next_pts_++;
         f.duration = 1;
       }

@@ -79,8 +79,13 @@ class VideoFileSink : public SliceSink {
                 Progress* progress = nullptr);
   void write(SliceResult&& result) override;
   int64_t frames_written() const { return written_; }
-  // Writes at most `frames` frames in all (a decode trimmed to the source's frame count).
+  // Writes at most `frames` frames in all (a decode trimmed to the source's frame count; without
+  // same_timing: no frame at or past output frame `frames`).
   void set_limit(int64_t frames) { limit_ = frames; }
+  // Without same_timing: the first frame this sink gets is output frame `frame` (pts `frame`), for
+  // a farm chunk whose model starts after the sequence's start; frames before write_from are
+  // context, dropped.
+  void set_first_frame(int64_t frame) { next_pts_ = frame; }
   // Farm chunks: frames whose source index is below `first_frame` are context, dropped (with
   // same_timing); `on_slice(slice index, frames written so far)` is called after each slice.
   void set_write_from(int64_t first_frame) { write_from_ = first_frame; }

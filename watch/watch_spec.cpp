@@ -178,9 +178,11 @@ class EntryParser {
     if (const Value* v = map_.find("patterns")) {
       parse_patterns(*v);
     } else {
-      entry_.patterns = entry_.job.task == Task::kDecodeLatents
-                            ? std::vector<std::string>{"*.safetensors"}
-                            : kVideoPatterns;
+      // The job is parsed (validate_job) only once its input patterns are known: its task here.
+      const YAML::Node task =
+          job_node_.IsMap() ? static_cast<const YAML::Node&>(job_node_)["task"] : YAML::Node();
+      const bool latents = task && task.IsScalar() && task.Scalar() == "decode_latents";
+      entry_.patterns = latents ? std::vector<std::string>{"*.safetensors"} : kVideoPatterns;
     }
     validate_job();
     parse_disposition();

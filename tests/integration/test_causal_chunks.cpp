@@ -13,9 +13,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
-#include <filesystem>
-#include <random>
-
+#include "tests/integration/test_causal_helpers.h"
 #include "tests/integration/test_farm_helpers.h"
 #include "tests/integration/test_watch_helpers.h"
 #include "tests/support/media.h"
@@ -24,20 +22,9 @@
 namespace wm::test {
 namespace {
 
-namespace stdfs = std::filesystem;
-
-std::string model_of(const std::string& kind) {
-  if (kind == "wan") {
-    return "model: {kind: wan2.1-vae, weights: '" + golden_file("weights.safetensors") +
-           "', dim: 16}\n";
-  }
-  return "model: {kind: seedvr2-vae, weights: '" + std::string(WM_SOURCE_DIR) +
-         "/tests/data/golden/seedvr2-tiny/weights.safetensors', norm_groups: 4}\n";
-}
-
 std::string job(const std::string& kind, const std::string& input, const std::string& output) {
-  return "task: reconstruct\ninput: " + input + "\noutput: " + output + "\n" + model_of(kind) +
-         "encode: {codec: ffv1, pix_fmt: yuv444p}\n";
+  return "task: reconstruct\ninput: " + input + "\noutput: " + output + "\n" +
+         causal_model_yaml(kind) + "encode: {codec: ffv1, pix_fmt: yuv444p}\n";
 }
 
 void make_input(const std::string& path, int frames, int width = 64, int height = 48) {
@@ -46,17 +33,6 @@ void make_input(const std::string& path, int frames, int width = 64, int height 
   spec.height = height;
   spec.frames = frames;
   make_clip(path, spec);
-}
-
-void expect_same_frames(const std::string& got, const std::string& want, size_t frames) {
-  const auto a = read_all(got);
-  const auto b = read_all(want);
-  ASSERT_EQ(a.size(), frames) << got;
-  ASSERT_EQ(b.size(), frames) << want;
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].pts, b[i].pts) << "frame " << i;
-    EXPECT_TRUE(a[i].image.data == b[i].image.data) << got << " frame " << i;
-  }
 }
 
 std::string state_file(const std::string& output, int last_frame) {
@@ -186,47 +162,7 @@ TEST(CausalChunks, SigkillAfterAChunkResumesFromTheSavedState) {
   CommandResult ref = run_command(args("ref.yaml"));
   ASSERT_EQ(ref.exit_code, 0) << ref.output;
   // 41 frames in chunks of 8: 0-8, 9-16, 17-24, 25-32, 33-40.
-  std::mt19937 rng(20261124);
-  std::uniform_real_distribution<double> jitter(0.0, 0.05);
-  int resumed = 0;
-  for (int round = 0; round < 3; ++round) {
-    stdfs::remove_all(dir.file("out.mkv.wmfarm"));
-    stdfs::remove(dir.file("out.mkv"));
-    const int after = int(rng() % 2);  // kill once chunk `after` is done
-    Background run(args("job.yaml"), dir.file("kill-" + std::to_string(round) + ".log"));
-    const std::string mark = "chunk " + std::to_string(after) + " (";
-    const bool seen = wait_until(
-        [&] {
-          const std::string log = run.output();
-          const size_t at = log.find(mark);
-          return run.exited() ||
-                 (at != std::string::npos && log.find(": done,", at) != std::string::npos);
-        },
-        120);
-    ASSERT_TRUE(seen);
-    std::this_thread::sleep_for(std::chrono::duration<double>(jitter(rng)));
-    if (run.exited()) continue;  // finished first: nothing to resume
-    run.signal(SIGKILL);
-    run.wait();
-    EXPECT_FALSE(exists(dir.file("out.mkv")));
-    CommandResult again = run_command(args("job.yaml"));
-    ASSERT_EQ(again.exit_code, 0) << again.output;
-    // Chunks done before the kill are not redone.
-    for (int c = 0; c <= after; ++c) {
-      EXPECT_NE(
-          again.output.find("chunk " + std::to_string(c) + " (" + dir.file("out.mkv") + ", frames"),
-          std::string::npos);
-      const std::string line_start = "chunk " + std::to_string(c) + " (";
-      const size_t at = again.output.find(line_start);
-      ASSERT_NE(at, std::string::npos) << again.output;
-      EXPECT_NE(again.output.find("already done", at), std::string::npos) << again.output;
-    }
-    EXPECT_EQ(count(again.output, "started from the saved model state"), 1) << again.output;
-    EXPECT_EQ(count(again.output, "rebuilt the model state"), 0) << again.output;
-    EXPECT_TRUE(same_bytes(dir.file("out.mkv"), dir.file("ref.mkv")));
-    ++resumed;
-  }
-  EXPECT_GE(resumed, 2) << "the kills must land while chunks remain";
+  expect_kill_and_resume(args("job.yaml"), dir.file("out.mkv"), dir.file("ref.mkv"), 2);
 }
 
 // The watch daemon SIGKILLed once a chunk of a reconstruct file is done, restarted: the file
@@ -237,7 +173,7 @@ TEST(CausalChunks, WatchKilledAfterAChunkResumesFromTheSavedState) {
   write_text(s.watch_file(),
              "settle_seconds: 0.3\npoll_seconds: 1\nchunk_frames: 8\nwatch:\n"
              "  - folder: in\n    job:\n      task: reconstruct\n      " +
-                 model_of("wan") +
+                 causal_model_yaml("wan") +
                  "      encode: {codec: ffv1, pix_fmt: yuv444p}\n"
                  "    output: out/{stem}_rec.mkv\n");
   const std::string clip = s.dir().file("clip.mp4");
@@ -245,37 +181,7 @@ TEST(CausalChunks, WatchKilledAfterAChunkResumesFromTheSavedState) {
   write_text(s.dir().file("plain.yaml"), job("wan", clip, s.dir().file("plain.mkv")));
   ASSERT_EQ(wmbatch({s.dir().file("plain.yaml")}).exit_code, 0);
 
-  Background& daemon = s.start();
-  stdfs::copy_file(clip, s.in("a.mp4"));
-  ASSERT_TRUE(wait_until([&] {
-    for (const auto& [item, chunks] : read_chunks(s.queue_file())) {
-      for (const ChunkRowT& c : chunks) {
-        if (c.done) return true;
-      }
-    }
-    return daemon.exited();
-  })) << s.log();
-  ASSERT_FALSE(daemon.exited()) << s.log();
-  daemon.signal(SIGKILL);
-  daemon.wait();
-  ASSERT_FALSE(exists(s.out("a_rec.mkv"))) << "the file finished before the kill";
-
-  s.start();
-  ASSERT_TRUE(s.wait_finished(1)) << s.log();
-  EXPECT_EQ(s.stop(), 0) << s.log();
-  const auto rows = s.queue();
-  ASSERT_EQ(rows.size(), 1u);
-  EXPECT_EQ(rows[0].state, "done") << rows[0].last_error;
-  EXPECT_EQ(count(s.log(), "started from the saved model state"), 1) << s.log();
-  EXPECT_EQ(count(s.log(), "rebuilt the model state"), 0) << s.log();
-  const auto chunks = read_chunks(s.queue_file())[rows[0].id];
-  ASSERT_EQ(chunks.size(), 5u);
-  EXPECT_EQ(chunks.front().starts, 1) << "the first chunk finished before the kill";
-  for (const ChunkRowT& c : chunks) {
-    EXPECT_TRUE(c.done) << c.first_frame;
-    EXPECT_EQ(c.starts, c.starts_at_done) << c.first_frame << ": started again after it finished";
-  }
-  expect_same_frames(s.out("a_rec.mkv"), s.dir().file("plain.mkv"), 41);
+  expect_watch_kill_and_resume(s, clip, "a.mp4", "a_rec.mkv", s.dir().file("plain.mkv"), 41, 5);
 }
 
 }  // namespace

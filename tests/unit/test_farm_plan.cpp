@@ -87,6 +87,28 @@ TEST(FarmPlan, ChunkSmallerThanASliceIsOneSlice) {
   EXPECT_EQ(rule.frames, 16);
 }
 
+// decode_latents: output frames on latent slice boundaries (T latents decode to 1 + 4(T-1)
+// frames for the Wan encoder's grouping).
+TEST(FarmPlan, LatentChunksHoldWholeLatentSlices) {
+  // Slices of 3 latents: 9 frames first, 12 after; chunks of two slices (chunk_frames 30 / 12).
+  const ChunkRule rule = make_latent_chunk_rule(wan_encoder(), 3, 30);
+  EXPECT_TRUE(rule.causal);
+  EXPECT_EQ(rule.first_frames, 1 + 4 * (6 - 1));
+  EXPECT_EQ(rule.frames, 24);
+  EXPECT_EQ(rule.align_first, 9);
+  EXPECT_EQ(rule.align, 12);
+  const auto chunks = plan_chunks(1 + 4 * 16, rule);  // 17 latents
+  expect_contiguous(chunks, 65);
+  ASSERT_EQ(chunks.size(), 3u);
+  for (size_t i = 0; i + 1 < chunks.size(); ++i) {
+    const int64_t latents_before = (chunks[i].last_frame + 1 - 1) / 4 + 1;
+    EXPECT_EQ((chunks[i].last_frame + 1 - 1) % 4, 0) << "a latent boundary";
+    EXPECT_EQ(latents_before % 3, 0) << "a slice boundary";
+  }
+  // A chunk smaller than a slice's frames is one slice.
+  EXPECT_EQ(make_latent_chunk_rule(wan_encoder(), 3, 5).first_frames, 9);
+}
+
 TEST(FarmPlan, UnknownLengthIsOneOpenChunk) {
   const auto chunks = plan_chunks(0, make_chunk_rule(stateless(), make_slice_rule(16, 1, 0), 10));
   ASSERT_EQ(chunks.size(), 1u);
