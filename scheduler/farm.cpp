@@ -25,6 +25,7 @@
 #include "io/segments.h"
 #include "scheduler/fingerprint.h"
 #include "scheduler/journal.h"
+#include "scheduler/latent_segments.h"
 #include "scheduler/preflight.h"
 #include "scheduler/runner.h"
 #include "scheduler/tasks.h"
@@ -194,14 +195,18 @@ std::string segment_name(const ChunkRange& r, const std::string& ext) {
 
 // Tasks whose runner honours RunOptions' chunk fields (first/end/write_from frame).
 bool chunked_task(Task task) {
-  return task == Task::kUpscale || task == Task::kReconstruct || task == Task::kDecodeLatents;
+  return task == Task::kUpscale || task == Task::kReconstruct || task == Task::kDecodeLatents ||
+         task == Task::kEncodeLatents;
 }
 
 bool is_tensor_file(const std::string& path) { return extension_of(path) == ".safetensors"; }
 
-// An input run in chunks: a video (or, for decode_latents, a latent file) to a video.
+// An input run in chunks: a video (or, for decode_latents, a latent file) to a video, or for
+// encode_latents a video to a latent file (segments of latents: scheduler/latent_segments.h).
 bool chunked_input(const JobSpec& job, const std::string& input, const std::string& output) {
-  if (!chunked_task(job.task) || is_tensor_file(output)) return false;
+  if (!chunked_task(job.task)) return false;
+  if (job.task == Task::kEncodeLatents) return !is_tensor_file(input) && is_tensor_file(output);
+  if (is_tensor_file(output)) return false;
   return job.task == Task::kDecodeLatents || !is_tensor_file(input);
 }
 
@@ -229,7 +234,9 @@ int64_t latent_output_frames(const JobSpec& job, const std::string& input,
 
 // Chunked tasks of causal models whose runner carries the model state from chunk to chunk
 // (RunOptions::carry: a session kept in memory, a state file saved after each chunk).
-bool carries_state(Task task) { return task == Task::kReconstruct || task == Task::kDecodeLatents; }
+bool carries_state(Task task) {
+  return task == Task::kReconstruct || task == Task::kDecodeLatents || task == Task::kEncodeLatents;
+}
 
 // The state saved after a chunk ending at `last_frame`, and its journal entry (a plan-cache row:
 // the journal's schema stays): {"file", "size", "sequence"}.
@@ -837,7 +844,9 @@ void run_chunk(const FarmPlan& plan, const Chunk& c, const FarmOptions& options,
                     " frames; the segment was not kept");
   }
 
-  const io::SegmentInfo info = io::probe_segment(c.segment);
+  const io::SegmentInfo info = is_tensor_file(c.segment)
+                                   ? probe_latent_segment(c.segment, c.range.first_frame)
+                                   : io::probe_segment(c.segment);
   const int64_t expected = c.range.last_frame - c.range.first_frame + 1;
   if (info.frames != written || (!last && written != expected) || written <= 0) {
     remove_file(c.segment);
@@ -889,6 +898,13 @@ void run_chunk(const FarmPlan& plan, const Chunk& c, const FarmOptions& options,
 
 // ---------------------------------------------------------------------------------------------
 // Assembling
+
+// The frames of a chain of chunks.
+int64_t chain_frames(const std::vector<ChunkRecord>& chain) {
+  int64_t frames = 0;
+  for (const ChunkRecord& rec : chain) frames += rec.frames;
+  return frames;
+}
 
 // Assembles one output from the segments its journal lists. Throws wm::Error.
 void assemble_output(const FarmPlan& plan, const PlannedInput& in, const FarmOptions& options) {
@@ -966,7 +982,8 @@ void assemble_output(const FarmPlan& plan, const PlannedInput& in, const FarmOpt
       problem = "missing or changed since its chunk finished";
     } else {
       try {
-        info = io::probe_segment(path);
+        info = is_tensor_file(path) ? probe_latent_segment(path, rec.first_frame)
+                                    : io::probe_segment(path);
       } catch (const Error& e) {
         problem = e.what();
       }
@@ -1013,7 +1030,11 @@ void assemble_output(const FarmPlan& plan, const PlannedInput& in, const FarmOpt
     record_committing(journal, out);
   };
   const auto start = Clock::now();
-  const int64_t written = io::concat_segments(concat);
+  // encode_latents: latent segments, concatenated along T into the file a whole run writes.
+  const int64_t written =
+      is_tensor_file(in.output)
+          ? (concat_latent_segments(paths, in.output, concat.before_rename), chain_frames(chain))
+          : io::concat_segments(concat);
   const auto stamp = stamp_file(in.output);
   if (!stamp) throw OutputError(in.output + ": vanished after it was written", kExitIoErr);
   OutputRecord out;

@@ -206,8 +206,16 @@ class TensorSink : public SliceSink {
  public:
   explicit TensorSink(Progress* progress = nullptr, int64_t per_frame = 1)
       : progress_(progress), per_frame_(per_frame) {}
+  // Farm chunks: slices of input frames before `frame` (context that rebuilt the causal state)
+  // are dropped; `on_slice` hears of each kept one (input frames kept so far).
+  void set_write_from(int64_t frame) { write_from_ = frame; }
+  void set_on_slice(std::function<void(int64_t, int64_t)> f) { on_slice_ = std::move(f); }
+  int64_t input_frames() const { return input_frames_; }
   void write(SliceResult&& r) override {
     if (progress_) progress_->add(int64_t(r.frames.size()));
+    if (!r.frames.empty() && r.frames.back().index < write_from_) return;
+    input_frames_ += int64_t(r.frames.size());
+    if (on_slice_) on_slice_(r.index, input_frames_);
     frames_ += r.output.frames;
     slices_.push_back(std::move(r.output));
   }
@@ -233,6 +241,9 @@ class TensorSink : public SliceSink {
   Progress* progress_;
   int64_t per_frame_;
   int64_t frames_ = 0;
+  int64_t input_frames_ = 0;
+  int64_t write_from_ = 0;
+  std::function<void(int64_t, int64_t)> on_slice_;
   std::vector<Planar> slices_;
 };
 
@@ -546,8 +557,7 @@ class EncodeLatentsRunner : public TaskRunner {
     PipelineOptions pipeline;
     pipeline.tokens = job_.tokens;
     pipeline.cancel = options.cancel;
-    auto sessions = models_.open_sessions();
-    pipeline.devices = models_.session_devices();
+    Sessions sessions;
     TensorSink sink(&progress);
     std::map<std::string, std::string> meta = {{"source", input}, {"model", traits.name}};
     int64_t frames = 0;
@@ -555,6 +565,8 @@ class EncodeLatentsRunner : public TaskRunner {
     if (ends_with(input, ".safetensors")) {
       io::SafetensorsFile file(input);
       TensorSliceSource source(file, job_.input_tensor, traits.in_channels, rule);
+      sessions = models_.open_sessions();
+      pipeline.devices = models_.session_devices();
       check_multiple_of_8(input, source.width(), source.height(), job_.model.kind);
       pipeline.tiles = plan_job_tiles(job_, traits, source.width(), source.height());
       frames = source.frames();
@@ -569,10 +581,27 @@ class EncodeLatentsRunner : public TaskRunner {
       const io::VideoInfo& info = reader.info();
       check_multiple_of_8(input, info.width, info.height, job_.model.kind);
       pipeline.tiles = plan_job_tiles(job_, traits, info.width, info.height);
-      VideoSliceSource source(reader, rule, kVaeRange, options.first_frame, options.end_frame);
-      progress.begin(input, info.frames_estimate);
+      // Farm chunks start on slice boundaries (scheduler/farm.h) and continue the causal state
+      // of the chunk before (ChunkCarrier); a whole run is the chunk of every frame.
+      const int64_t start = carrier_.begin(
+          input, "job:" + job_.name, options,
+          [&](int64_t frame) {
+            return frame >= rule.first_frames &&
+                   (frame - rule.first_frames) % rule.slice_frames == 0;
+          },
+          [&] { return models_.open_sessions(); }, sessions);
+      pipeline.devices = models_.session_devices();
+      const int64_t write_from = std::max(options.first_frame, options.write_from_frame);
+      VideoSliceSource source(reader, rule, kVaeRange, start, options.end_frame);
+      if (start > 0) source.continue_sequence();
+      sink.set_write_from(write_from);
+      if (options.on_slice) sink.set_on_slice(options.on_slice);
+      int64_t frames_total = info.frames_estimate - write_from;
+      if (options.end_frame >= 0) frames_total = options.end_frame - write_from;
+      progress.begin(input, std::max<int64_t>(frames_total, 0));
       run_pipeline(source, sessions, sink, pipeline);
-      frames = source.frames_read();
+      carrier_.end(options, sessions);  // a chunk before the end keeps them
+      frames = sink.input_frames();
       decoder_ = reader.decoder_name();
       meta["fps"] = number(info.frame_rate.value());
       meta["width"] = std::to_string(info.width);
@@ -599,7 +628,8 @@ class EncodeLatentsRunner : public TaskRunner {
       write_tensor(output, "latent", latents, meta);
     }
     progress.end();
-    return latents.frames;
+    // A farm segment counts the input frames it covers (the farm's frames).
+    return options.segment ? frames : latents.frames;
   }
   std::string decoder() const override { return decoder_; }
 
@@ -607,6 +637,7 @@ class EncodeLatentsRunner : public TaskRunner {
   JobSpec job_;
   ModelSet models_;
   std::string decoder_;
+  ChunkCarrier carrier_;
 };
 
 // Encoder then decoder in one session, measuring the round trip against its input.
