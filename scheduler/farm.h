@@ -22,9 +22,11 @@
 //    recorded in the journal with its size; the previous chunk's state is removed once this
 //    chunk is recorded), and a chunk run by a later process (a resume after a kill, another farm
 //    task) starts from that state when it is there and whole, else from the context frames.
-//  - Tasks whose input or output is not a video stream of the same frames (decode_latents,
-//    encode_latents) are one whole-input chunk per input, written straight to the output
-//    (farming by input).
+//    decode_latents to video and encode_latents of a video (latent segments concatenated along
+//    T at assembly: scheduler/latent_segments.h) carry it the same way.
+//  - Tasks whose input or output is not a video stream (decode_latents to a tensor,
+//    encode_latents of a tensor) are one whole-input chunk per input, written straight to the
+//    output (farming by input).
 //  - Every chunk is encoded by its own encoder, so each segment starts with an IDR frame and the
 //    segments concatenate without re-encoding.
 //

@@ -7,12 +7,14 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "io/safetensors.h"
 #include "tests/integration/test_farm_helpers.h"
 #include "tests/integration/test_watch_helpers.h"
 #include "tests/support/media.h"
@@ -40,6 +42,25 @@ inline void expect_same_frames(const std::string& got, const std::string& want, 
     EXPECT_EQ(a[i].pts, b[i].pts) << "frame " << i;
     EXPECT_TRUE(a[i].image.data == b[i].image.data) << got << " frame " << i;
   }
+}
+
+// Latent files `got` and `want` (encode_latents) hold the same tensors, byte for byte, and the
+// same metadata but "source" (the path of the input each run read).
+inline void expect_same_latents(const std::string& got, const std::string& want) {
+  io::SafetensorsFile a(got), b(want);
+  ASSERT_EQ(a.names(), b.names()) << got;
+  for (const std::string& name : a.names()) {
+    const io::TensorInfo &x = a.info(name), &y = b.info(name);
+    EXPECT_EQ(x.dtype, y.dtype) << name;
+    EXPECT_EQ(x.shape, y.shape) << name;
+    ASSERT_EQ(x.bytes, y.bytes) << name;
+    EXPECT_EQ(std::memcmp(x.data, y.data, x.bytes), 0) << got << ": tensor " << name;
+  }
+  auto meta_a = a.metadata(), meta_b = b.metadata();
+  EXPECT_EQ(meta_a.erase("source"), 1u);
+  EXPECT_EQ(meta_b.erase("source"), 1u);
+  EXPECT_EQ(meta_a, meta_b) << got;
+  EXPECT_FALSE(meta_a.empty());
 }
 
 // Three seeded rounds: `args` (a `wmbatch run ... --chunk-frames N` writing `output`) runs in the
@@ -92,7 +113,8 @@ inline void expect_kill_and_resume(const std::vector<std::string>& args, const s
 // The watch daemon of `s` (its WATCH.yaml written, with chunk_frames) SIGKILLed once a chunk of
 // `source` (copied into the watched folder `in` as `name`) is done, restarted: the file resumes
 // from the saved state (no finished chunk started again, per the queue: `chunks` rows) and
-// `output` decodes to `reference`'s `frames` frames.
+// `output` decodes to `reference`'s `frames` frames (a .safetensors `reference`:
+// expect_same_latents).
 inline void expect_watch_kill_and_resume(WatchSetup& s, const std::string& source,
                                          const std::string& name, const std::string& output,
                                          const std::string& reference, size_t frames,
@@ -127,7 +149,11 @@ inline void expect_watch_kill_and_resume(WatchSetup& s, const std::string& sourc
     EXPECT_TRUE(c.done) << c.first_frame;
     EXPECT_EQ(c.starts, c.starts_at_done) << c.first_frame << ": started again after it finished";
   }
-  expect_same_frames(s.out(output), reference, frames);
+  if (reference.size() > 12 && reference.compare(reference.size() - 12, 12, ".safetensors") == 0) {
+    expect_same_latents(s.out(output), reference);  // encode_latents
+  } else {
+    expect_same_frames(s.out(output), reference, frames);
+  }
 }
 
 }  // namespace wm::test

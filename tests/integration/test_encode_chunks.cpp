@@ -5,8 +5,9 @@
 //  - the single-process chunked run (one session kept from chunk to chunk) and chunks run as
 //    separate processes (each resumed from the state file the chunk before saved) assemble to
 //    the whole run's file byte for byte (tensors and metadata; SeedVR2 with its logvar tensor);
-//  - SIGKILL after a chunk finished, rerun: byte-identical to the whole run, the finished chunks
-//    not redone, the first chunk the rerun works on started from the saved state.
+//  - SIGKILL after a chunk finished (`wmbatch run`, and the watch daemon), rerun: byte-identical
+//    to the whole run, the finished chunks not redone, the first chunk the rerun works on started
+//    from the saved state.
 #include <gtest/gtest.h>
 
 #include "tests/integration/test_causal_helpers.h"
@@ -92,6 +93,25 @@ TEST(EncodeChunks, SigkillAfterAChunkResumesFromTheSavedState) {
   const std::vector<std::string> args{
       wmbatch_path(), "run", dir.file("job.yaml"), "--chunk-frames", "8", "--progress", "none"};
   expect_kill_and_resume(args, dir.file("out.safetensors"), dir.file("plain.safetensors"), 3);
+}
+
+// The watch daemon SIGKILLed once a chunk of a video is done, restarted: the file resumes from
+// the saved state (no finished chunk started again) and its latents are the whole run's bytes
+// (tensors and metadata; "source" names the watched copy).
+TEST(EncodeChunks, WatchKilledAfterAChunkResumesFromTheSavedState) {
+  WatchSetup s("encode");
+  TempDir dir("encode-watch");
+  make_input(dir);
+  write_text(dir.file("plain.yaml"), job("wan", "plain.safetensors"));
+  ASSERT_EQ(wmbatch({dir.file("plain.yaml")}).exit_code, 0);
+  write_text(s.watch_file(),
+             "settle_seconds: 0.3\npoll_seconds: 1\nchunk_frames: 8\nwatch:\n"
+             "  - folder: in\n    job:\n      task: encode_latents\n      " +
+                 causal_model_yaml("wan") +
+                 "      slice_frames: 8\n"
+                 "    output: out/{stem}.safetensors\n");
+  expect_watch_kill_and_resume(s, dir.file("in.mp4"), "a.mp4", "a.safetensors",
+                               dir.file("plain.safetensors"), 41, 5);
 }
 
 }  // namespace

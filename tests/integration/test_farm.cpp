@@ -541,8 +541,9 @@ TEST(Farm, ChangedEncoderOptionsAreRedone) {
   EXPECT_NE(r.output.find("redoing"), std::string::npos) << r.output;
 }
 
-// Tasks that are not frame-for-frame video (here encode_latents) are farmed by input: one
-// whole-input chunk per input, written straight to its output.
+// encode_latents of a video is planned in frames like reconstruct (tests/integration/
+// test_encode_chunks.cpp): a short input is one chunk, whose latent segment assembly turns into
+// the output (.safetensors inputs, with no video stream to cut, are farmed by input).
 TEST(Farm, LatentTasksRunOneChunkPerInput) {
   TempDir dir("farm-latents");
   ClipSpec spec;
@@ -561,16 +562,18 @@ TEST(Farm, LatentTasksRunOneChunkPerInput) {
   ASSERT_EQ(plan.exit_code, 0) << plan.output;
   const auto chunks = nlohmann::json::parse(plan.output.substr(plan.output.find('{')))["chunks"];
   ASSERT_EQ(chunks.size(), 2u);
-  EXPECT_TRUE(chunks[1]["whole_input"].get<bool>());
+  EXPECT_FALSE(chunks[1]["whole_input"].get<bool>());
   EXPECT_NE(chunks[1]["output"].get<std::string>().find("lat/b.safetensors"), std::string::npos);
   CommandResult r = wm({"run", dir.file("job.yaml"), "--chunk", "1"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_TRUE(exists(dir.file("lat/b.safetensors")));
+  EXPECT_TRUE(exists(dir.file("lat/b.safetensors.wmfarm/seg-00000000-00000004.safetensors")));
   EXPECT_FALSE(exists(dir.file("lat/a.safetensors")));
   EXPECT_EQ(wm({"assemble", dir.file("job.yaml")}).exit_code, 1) << "chunk 0 is missing";
   ASSERT_EQ(wm({"run", dir.file("job.yaml"), "--chunk", "0"}).exit_code, 0);
   r = wm({"assemble", dir.file("job.yaml")});
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(exists(dir.file("lat/a.safetensors")));
+  EXPECT_TRUE(exists(dir.file("lat/b.safetensors")));
   r = wm({"run", dir.file("job.yaml"), "--chunk", "0"});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.output.find("already done"), std::string::npos) << r.output;
