@@ -212,8 +212,8 @@ class TensorSink : public SliceSink {
   void set_on_slice(std::function<void(int64_t, int64_t)> f) { on_slice_ = std::move(f); }
   int64_t input_frames() const { return input_frames_; }
   void write(SliceResult&& r) override {
-    if (progress_) progress_->add(int64_t(r.frames.size()));
     if (!r.frames.empty() && r.frames.back().index < write_from_) return;
+    if (progress_) progress_->add(int64_t(r.frames.size()));
     input_frames_ += int64_t(r.frames.size());
     if (on_slice_) on_slice_(r.index, input_frames_);
     frames_ += r.output.frames;
