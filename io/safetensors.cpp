@@ -206,7 +206,8 @@ const TensorInfo& SafetensorsFile::info(const std::string& name) const {
 }
 
 void write_safetensors(const std::string& path, const std::vector<TensorEntry>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                       const std::map<std::string, std::string>& metadata,
+                       const std::function<void(const std::string&)>& before_rename) {
   json header = json::object();
   if (!metadata.empty()) {
     json meta = json::object();
@@ -263,6 +264,12 @@ void write_safetensors(const std::string& path, const std::vector<TensorEntry>& 
   }
   ::close(fd.fd);
   fd.fd = -1;
+  try {
+    if (before_rename) before_rename(partial);
+  } catch (...) {
+    ::unlink(partial.c_str());
+    throw;
+  }
   if (::rename(partial.c_str(), path.c_str()) != 0) {
     const std::string why = errno_text();
     ::unlink(partial.c_str());

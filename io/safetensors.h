@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -66,11 +67,14 @@ struct TensorEntry {
   size_t bytes = 0;
 };
 
-// Writes a safetensors file atomically: PATH.partial, fsync, rename to PATH. The data follow the
-// entries' order; the header is padded with spaces so the data area starts 8-byte aligned.
-// Throws InputError(kExitDataErr) for invalid entries (unknown dtype, size mismatch, duplicate or
-// empty name, name "__metadata__") and OutputError when the file cannot be created or written.
+// Writes a safetensors file atomically: the per-process temp name (fs::temp_path_for), fsync,
+// `before_rename(temp)` when given (a journal entry), rename to PATH; the temp is removed on any
+// failure. The data follow the entries' order; the header is padded with spaces so the data area
+// starts 8-byte aligned. Throws InputError(kExitDataErr) for invalid entries (unknown dtype, size
+// mismatch, duplicate or empty name, name "__metadata__") and OutputError when the file cannot be
+// created or written.
 void write_safetensors(const std::string& path, const std::vector<TensorEntry>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+                       const std::map<std::string, std::string>& metadata = {},
+                       const std::function<void(const std::string&)>& before_rename = {});
 
 }  // namespace wm::io

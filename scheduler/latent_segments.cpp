@@ -98,17 +98,7 @@ int64_t concat_latent_segments(const std::vector<std::string>& segments, const s
   std::map<std::string, std::string> meta = first.metadata();
   meta["frames"] = std::to_string(frames);
   meta["latent_frames"] = std::to_string(latents);
-  const std::string temp = fs::temp_path_for(output);
-  io::write_safetensors(temp, entries, meta);
-  try {
-    if (before_rename) before_rename(temp);
-    if (std::rename(temp.c_str(), output.c_str()) != 0) {
-      throw OutputError(output + ": rename failed: " + std::strerror(errno), kExitIoErr);
-    }
-  } catch (...) {
-    std::remove(temp.c_str());
-    throw;
-  }
+  io::write_safetensors(output, entries, meta, before_rename);
   fs::fsync_path(fs::parent_dir(output));
   return latents;
 }

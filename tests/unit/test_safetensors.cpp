@@ -120,6 +120,32 @@ TEST_F(SafetensorsTest, OverwriteIsAtomicRename) {
   EXPECT_FALSE(fs::exists(::wm::fs::temp_path_for(path)));
 }
 
+// The hook before the rename (a journal entry) sees the whole file at the process's one temp name,
+// the name remove_stale_temps clears after a kill; a hook that throws leaves neither file.
+TEST_F(SafetensorsTest, BeforeRenameSeesTheWholeTempFileAndAThrowLeavesNothing) {
+  const std::string path = file("hooked.safetensors");
+  const float v[3] = {1.f, 2.f, 3.f};
+  std::string seen;
+  wm::io::write_safetensors(path, {TensorEntry{"x", "F32", {3}, v, sizeof v}}, {},
+                            [&](const std::string& temp) {
+                              seen = temp;
+                              EXPECT_FALSE(fs::exists(path));
+                              SafetensorsFile partial(temp);
+                              EXPECT_EQ(std::memcmp(partial.info("x").data, v, sizeof v), 0);
+                            });
+  EXPECT_EQ(seen, ::wm::fs::temp_path_for(path));
+  EXPECT_TRUE(fs::exists(path));
+  EXPECT_FALSE(fs::exists(seen));
+
+  const std::string refused = file("refused.safetensors");
+  EXPECT_THROW(
+      wm::io::write_safetensors(refused, {TensorEntry{"x", "F32", {3}, v, sizeof v}}, {},
+                                [](const std::string&) { throw wm::OutputError("no journal"); }),
+      wm::Error);
+  EXPECT_FALSE(fs::exists(refused));
+  EXPECT_FALSE(fs::exists(::wm::fs::temp_path_for(refused)));
+}
+
 TEST_F(SafetensorsTest, WriterRejectsBadEntries) {
   const float v[2] = {1, 2};
   const std::string path = file("bad.safetensors");
