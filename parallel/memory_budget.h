@@ -19,4 +19,14 @@ int64_t memory_budget(int device);
 // the allocator's first use. No-op for the CPU or gib <= 0.
 void limit_device_memory(const Device& device, double gib);
 
+// What a device can give this process, for sizing input lanes (scheduler/input_lanes.h).
+struct DeviceMemory {
+  // The budget when one is set (limit_device_memory), else what the device has free plus what
+  // LibTorch's allocator already holds (cached blocks are ours to reuse). -1: not a CUDA device.
+  int64_t usable = -1;
+  // The allocator's peak of allocated bytes on the device since the process started; -1: not CUDA.
+  int64_t peak = -1;
+};
+DeviceMemory device_memory(const Device& device);
+
 }  // namespace wm::parallel

@@ -3,8 +3,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -15,6 +17,8 @@
 #include "io/video_reader.h"
 #include "io/video_writer.h"
 #include "parallel/devices.h"
+#include "parallel/memory_budget.h"
+#include "scheduler/input_lanes.h"
 #include "scheduler/pipeline.h"
 #include "scheduler/preflight.h"
 #include "scheduler/tasks.h"
@@ -119,6 +123,21 @@ int input_lanes(const JobSpec& job, const TaskRunner& runner, size_t batch) {
   return int(std::min<size_t>(size_t(std::max(want, 1)), batch));
 }
 
+// Whether a batch may add input lanes once its first input is done (input_lanes.h): `inputs` left
+// to auto, a frame-wise model (no causal state) in data mode, every device a GPU, more inputs
+// than ranks.
+bool lanes_may_grow(const JobSpec& job, const TaskRunner& runner, size_t batch) {
+  const ModelSet* models = runner.model_set();
+  if (!models || job.parallel.inputs > 0 || models->sequence_parallel() ||
+      models->traits().causal_state || batch <= size_t(models->job_ranks())) {
+    return false;
+  }
+  for (const Device& d : models->devices()) {
+    if (d.kind != Device::Kind::kCuda) return false;
+  }
+  return true;
+}
+
 // Input lane `lane` of `lanes` over the job's `ranks` ranks: a window of them, or (more lanes
 // than ranks) rank `lane` alone, which lands on a further worker lane of a device.
 JobSpec lane_job(const JobSpec& job, int lane, int lanes, int ranks) {
@@ -142,15 +161,21 @@ std::string naming_input(const InputOutcome& in, std::string error) {
   return error;
 }
 
+// Runners for further input lanes, given how many inputs are left to start.
+using LaneGrowth = std::function<std::vector<std::unique_ptr<TaskRunner>>(size_t left)>;
+
 // The inputs of a batch on `lanes` input lanes at once (one runner each, on devices or worker
 // lanes of their own): input k < lanes starts on lane k, then a lane takes the next input not yet
 // started, so the inputs start in their order; an input whose output an earlier one of the batch
 // also writes waits for it. Outcomes are recorded in the inputs' order once all are done; inputs
 // not started (a cancel, --stop-on-error after a failure) are left out, as in the sequential loop.
+// With `grow`, once the batch's first input is done and inputs are left, grow(left) may return
+// runners for further lanes (made on this thread: ModelShelf is per thread), which take the next
+// inputs not started.
 void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress,
                const std::vector<std::string>& inputs,
                std::vector<std::unique_ptr<TaskRunner>>& lanes, JobOutcome& outcome,
-               const std::shared_ptr<spdlog::logger>& log) {
+               const std::shared_ptr<spdlog::logger>& log, const LaneGrowth& grow) {
   const size_t n = inputs.size();
   std::vector<std::string> outputs(n);
   for (size_t i = 0; i < n; ++i) {
@@ -166,6 +191,8 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
   std::condition_variable finished;
   size_t next = lanes.size();  // inputs [0, lanes) are the lanes' first ones
   bool failed = false;
+  bool first_done = false;        // an input of the batch is done (time to grow)
+  size_t running = lanes.size();  // lane threads not yet returned
   auto stopped = [&] {
     return (options.cancel && options.cancel->load()) || (!options.keep_going && failed);
   };
@@ -204,19 +231,23 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
     if (in.state == InputState::kFailed) log->error("{}", in.error);
     return in;
   };
-  auto lane_loop = [&](size_t lane) {
+  // `runner` is passed, not looked up in `lanes`: the vector grows while lanes run.
+  auto lane_loop = [&](size_t lane, TaskRunner* runner, bool first) {
     Progress lane_progress(progress);
-    bool first = true;
+    auto leave = [&] {
+      --running;
+      finished.notify_all();
+    };
     for (;;) {
       size_t i = 0;
       {
         std::unique_lock<std::mutex> lock(mutex);
-        if (stopped()) return;
+        if (stopped()) return leave();
         if (first) {
           i = lane;  // input k < lanes starts on lane k, whichever thread is up first
           first = false;
         } else {
-          if (next >= n) return;
+          if (next >= n) return leave();
           i = next++;
         }
         // Two inputs with one output: the earlier one must be on disk before this one checks it.
@@ -227,11 +258,12 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
           return true;
         });
       }
-      InputOutcome in = run_one(i, *lanes[lane], lane_progress);
+      InputOutcome in = run_one(i, *runner, lane_progress);
       std::lock_guard<std::mutex> lock(mutex);
       if (in.state == InputState::kFailed) failed = true;
       results[i] = std::move(in);
       done[i] = true;
+      first_done = true;
       finished.notify_all();
     }
   };
@@ -239,8 +271,31 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
       job.name + ": " + std::to_string(n) + " inputs, " + std::to_string(lanes.size()) + " at once",
       0);
   std::vector<std::thread> threads;
-  for (size_t lane = 0; lane < lanes.size(); ++lane) threads.emplace_back(lane_loop, lane);
+  for (size_t lane = 0; lane < lanes.size(); ++lane) {
+    threads.emplace_back(lane_loop, lane, lanes[lane].get(), true);
+  }
+  if (grow) {
+    std::unique_lock<std::mutex> lock(mutex);
+    finished.wait(lock, [&] { return first_done || running == 0; });
+    if (first_done && running > 0 && next < n && !stopped()) {
+      const size_t left = n - next;
+      lock.unlock();
+      std::vector<std::unique_ptr<TaskRunner>> more;
+      try {
+        more = grow(left);
+      } catch (const Error& e) {
+        log->warn("no further input lanes: {}", e.what());
+      }
+      lock.lock();
+      for (std::unique_ptr<TaskRunner>& r : more) {
+        lanes.push_back(std::move(r));
+        ++running;
+        threads.emplace_back(lane_loop, lanes.size() - 1, lanes.back().get(), false);
+      }
+    }
+  }
   for (std::thread& t : threads) t.join();
+  outcome.input_lanes = int(lanes.size());
   progress.end();
   for (std::optional<InputOutcome>& in : results) {
     if (!in) continue;
@@ -279,15 +334,45 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
   // Input lanes' runners share the models (one per device) and the fault injection.
   ModelShelf shelf;
   std::vector<std::unique_ptr<TaskRunner>> lanes;
+  LaneGrowth grow;
   try {
     inputs = expand_inputs(job);
     runner = make_task_runner(job);
     const int n = input_lanes(job, *runner, inputs.size());
-    if (n > 1) {
+    const bool grows = lanes_may_grow(job, *runner, inputs.size());
+    if (n > 1 || grows) {
       const int ranks = runner->model_set()->job_ranks();
+      const std::vector<Device> devices = runner->model_set()->devices();  // all the job's
       runner.reset();
       for (int lane = 0; lane < n; ++lane) {
         lanes.push_back(make_task_runner(lane_job(job, lane, n, ranks)));
+      }
+      if (grows) {
+        grow = [&job, &lanes, &log, ranks, devices](size_t left) {
+          std::vector<std::unique_ptr<TaskRunner>> more;
+          const int d = int(devices.size());
+          const int now = int(lanes.size());
+          const int cores = int(std::thread::hardware_concurrency());
+          int per_device = kMaxLanesPerDevice;
+          double peak = 0, usable = 0;
+          for (const Device& device : devices) {
+            const parallel::DeviceMemory m = parallel::device_memory(device);
+            per_device = std::min(per_device,
+                                  lanes_per_device(m.usable, m.peak, (now + d - 1) / d, cores, d));
+            peak = std::max(peak, double(m.peak));
+            usable = std::max(usable, double(m.usable));
+          }
+          const size_t total = std::min(size_t(per_device) * size_t(d), size_t(now) + left);
+          for (size_t lane = size_t(now); lane < total; ++lane) {
+            more.push_back(make_task_runner(lane_job(job, int(lane), int(lane) + 1, ranks)));
+          }
+          log->info(
+              "{} inputs at once ({} per device: peak {:.2f} GiB after the first input, "
+              "{:.1f} GiB usable, {} cores)",
+              total > size_t(now) ? total : size_t(now), per_device, peak / double(1 << 30),
+              usable / double(1 << 30), cores);
+          return more;
+        };
       }
     }
   } catch (const Error& e) {
@@ -353,7 +438,7 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
   };
 
   if (!lanes.empty()) {
-    run_lanes(job, options, progress, inputs, lanes, outcome, log);
+    run_lanes(job, options, progress, inputs, lanes, outcome, log, grow);
     outcome.seconds = seconds_since(job_start);
     outcome.peak_rss_mib = peak_rss_mib();
     return outcome;
@@ -436,6 +521,7 @@ void write_report(const std::string& path, const std::vector<JobOutcome>& outcom
                     {"seconds", o.seconds},
                     {"fps", o.seconds > 0 ? o.frames / o.seconds : 0.0},
                     {"peak_rss_mib", o.peak_rss_mib},
+                    {"input_lanes", o.input_lanes},
                     {"exit_code", o.exit_code},
                     {"inputs", inputs}});
   }

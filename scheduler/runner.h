@@ -82,7 +82,8 @@ struct JobOutcome {
   int64_t frames = 0;
   double seconds = 0;
   double peak_rss_mib = 0;
-  int exit_code = 0;  // first failure's code, 0 when all done or skipped
+  int input_lanes = 1;  // inputs run at once (at the most; docs/gpu.md "Batches across devices")
+  int exit_code = 0;    // first failure's code, 0 when all done or skipped
 };
 
 // Runs one validated job; never throws wm::Error (failures are in the outcome).

@@ -2,6 +2,7 @@
 // device, or per CPU rank) against the same batch on one device, in the same run. Prints one JSON
 // object: fps of both, the speed-up, per-device busy time and per-stage seconds, so that what
 // bounds the speed-up (decode, model, encode) can be named.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -27,7 +28,7 @@ const char* kUsage =
     "                [--input FILE] [--kind lanczos|bicubic] [--scale 2]\n"
     "                [--model realesr-animevideov3|RealESRGAN_x4plus|...] [--precision fp16]\n"
     "                [--codec libx264] [--preset veryfast] [--crf 18] [--slice-frames 0]\n"
-    "                [--warmup 1] [--workdir DIR]\n"
+    "                [--lanes 0] [--warmup 1] [--workdir DIR]\n"
     "  A batch of --inputs copies of one clip (--input, or made in process: a moving pattern\n"
     "  with noise, --make, default 1920x1080:48) upscaled by one job on the first device alone,\n"
     "  then by one job on all of them (one input lane per device: parallel {mode: data}), in\n"
@@ -37,7 +38,9 @@ const char* kUsage =
     "  per-device busy seconds and busy share of the wall time, per-stage seconds summed over\n"
     "  the inputs and their share of the lanes' time (decode: stage_source, model (host<->device\n"
     "  copies included): stage_model, encode: stage_sink + writer_finish), and `bound`, the\n"
-    "  stage with the largest share in the run on all devices.\n";
+    "  stage with the largest share in the run on all devices. --lanes N: the jobs'\n"
+    "  parallel.inputs (inputs at once; 0 = auto: one per device, more on a GPU once the first\n"
+    "  input's peak memory shows room); input_lanes in the JSON is what each run used.\n";
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -52,7 +55,7 @@ struct Run {
 };
 
 // Runs the job file; exits on failure.
-Run run_job(const std::string& yaml_path, int lanes) {
+Run run_job(const std::string& yaml_path) {
   wm::sched::RunOptions options;
   options.progress = wm::sched::ProgressStyle::kNone;
   std::vector<wm::sched::JobOutcome> outcomes;
@@ -60,7 +63,6 @@ Run run_job(const std::string& yaml_path, int lanes) {
   const int rc = wm::sched::run_job_files({yaml_path}, options, &outcomes);
   Run run;
   run.seconds = now() - t0;
-  run.lanes = lanes;
   if (rc != 0) {
     for (const auto& o : outcomes) {
       for (const auto& in : o.inputs) {
@@ -72,6 +74,7 @@ Run run_job(const std::string& yaml_path, int lanes) {
   }
   for (const auto& o : outcomes) {
     run.frames += o.frames;
+    run.lanes = std::max(run.lanes, o.input_lanes);
     for (const auto& in : o.inputs) {
       for (const auto& [name, value] : in.metrics) {
         if (name.rfind("device_", 0) == 0 && name.find("_busy_seconds") != std::string::npos) {
@@ -132,7 +135,7 @@ nlohmann::json describe(const Run& run) {
 int bench_upscale_devices(int argc, char** argv) {
   std::string devices, input, make = "1920x1080:48", kind = "lanczos", model, precision;
   std::string codec = "libx264", preset = "veryfast", workdir = "/tmp/wmbench-devices";
-  int ranks = 0, inputs = 8, scale = 2, crf = 18, slice_frames = 0, warmup = 1;
+  int ranks = 0, inputs = 8, scale = 2, crf = 18, slice_frames = 0, warmup = 1, lanes = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -146,6 +149,8 @@ int bench_upscale_devices(int argc, char** argv) {
       devices = value();
     } else if (a == "--ranks") {
       ranks = std::stoi(value());
+    } else if (a == "--lanes") {
+      lanes = std::stoi(value());
     } else if (a == "--inputs") {
       inputs = std::stoi(value());
     } else if (a == "--make") {
@@ -191,7 +196,6 @@ int bench_upscale_devices(int argc, char** argv) {
     }
   }
   if (cpu && ranks < 1) ranks = 2;
-  const int lanes = std::min(inputs, cpu ? ranks : int(ids.size()));
   std::filesystem::create_directories(workdir + "/in");
   workdir = std::filesystem::absolute(workdir).string();
 
@@ -232,7 +236,8 @@ int bench_upscale_devices(int argc, char** argv) {
     for (const std::string& c : copies) yaml += "  - '" + c + "'\n";
     yaml += "output: '" + workdir + "/out_" + name + "/{stem}.mp4'\non_exists: overwrite\n";
     yaml += "model: " + model_yaml + "\ndevices: " + devices_yaml + "\n";
-    yaml += "parallel: {mode: data, ranks: " + std::to_string(job_ranks) + "}\n";
+    yaml += "parallel: {mode: data, ranks: " + std::to_string(job_ranks) +
+            (lanes > 0 ? ", inputs: " + std::to_string(lanes) : std::string()) + "}\n";
     if (!precision.empty()) yaml += "precision: " + precision + "\n";
     if (slice_frames > 0) yaml += "slice_frames: " + std::to_string(slice_frames) + "\n";
     yaml += "encode: {codec: " + codec + ", preset: " + preset + ", crf: " + std::to_string(crf) +
@@ -247,9 +252,9 @@ int bench_upscale_devices(int argc, char** argv) {
   const std::string one = job("one", cpu ? "cpu" : "[" + ids.front() + "]", 1);
   const std::string all = job("all", cpu ? "cpu" : all_list, cpu ? ranks : int(ids.size()));
 
-  for (int i = 0; i < warmup; ++i) run_job(all, lanes);
-  const Run single = run_job(one, 1);
-  const Run spread = run_job(all, lanes);
+  for (int i = 0; i < warmup; ++i) run_job(all);
+  const Run single = run_job(one);
+  const Run spread = run_job(all);
 
   nlohmann::json result = {{"bench", "upscale-devices"},
                            {"input", input},

@@ -209,6 +209,11 @@ TEST(ParallelJobs, BatchOnInputLanesEqualsOneWorkerInOrder) {
     ASSERT_EQ(r.exit_code, 0) << parallel << r.output;
     const nlohmann::json inputs = report_inputs(dir.file("lanes.json"));
     ASSERT_EQ(inputs.size(), clips.size()) << inputs.dump();
+    // CPU ranks never add lanes of their own (no device memory to size them by).
+    std::ifstream report(dir.file("lanes.json"));
+    EXPECT_EQ(nlohmann::json::parse(report).at(0).at("input_lanes"),
+              parallel.find("inputs: 2") != std::string::npos ? 2 : 3)
+        << parallel;
     std::set<std::string> workers;
     for (size_t i = 0; i < clips.size(); ++i) {
       const nlohmann::json& in = inputs.at(i);

@@ -1,0 +1,25 @@
+// How many inputs of a batch one device runs at once when the job leaves `parallel.inputs` to
+// auto (docs/gpu.md "Batches across devices"). A data-parallel batch of a frame-wise model on
+// GPUs starts with one input per device; once its first input is done, the device's measured peak
+// memory says how many inputs it can hold, and further input lanes start (each with its own
+// decoder, device worker lane and encoder, so one GPU is kept fed while its inputs' host stages
+// run). Torch-free.
+#pragma once
+
+#include <cstdint>
+
+namespace wm::sched {
+
+constexpr int kMaxLanesPerDevice = 4;
+// Host cores each lane of a device should have (its decoder and encoder run there).
+constexpr int kCoresPerLane = 4;
+// The share of a device's usable memory the lanes may plan to fill.
+constexpr double kLaneMemoryShare = 0.8;
+
+// Lanes one device runs at once: its usable memory over the measured need of one lane
+// (peak / lanes_now), times kLaneMemoryShare, at most kMaxLanesPerDevice and cores / (devices ·
+// kCoresPerLane); never fewer than lanes_now (>= 1). usable or peak unknown (< 0, the CPU) or 0:
+// lanes_now.
+int lanes_per_device(int64_t usable, int64_t peak, int lanes_now, int cores, int devices);
+
+}  // namespace wm::sched

@@ -1,0 +1,82 @@
+// Input lanes sized from the GPU's memory (scheduler/input_lanes.h), label `gpu`: skipped without
+// a CUDA device. A batch of clips upscaled on one GPU with `parallel.inputs` left to auto starts
+// more inputs at once after the first (as many as memory, the host's cores and the cap allow) and
+// writes exactly what one input at a time writes, with the report in the inputs' order.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "parallel/devices.h"
+#include "scheduler/input_lanes.h"
+#include "tests/support/media.h"
+#include "tests/support/run.h"
+
+namespace wm::test {
+namespace {
+
+nlohmann::json report_job(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in).at(0);
+}
+
+TEST(InputLanesGpu, AutoLanesOnOneGpuEqualOneInputAtATime) {
+  if (parallel::cuda_device_count() < 1) GTEST_SKIP() << "no CUDA device";
+  TempDir dir("input-lanes-gpu");
+  std::vector<std::string> clips;
+  for (int i = 0; i < 6; ++i) {
+    ClipSpec spec;
+    spec.width = 64 + 16 * (i % 3);
+    spec.height = 48;
+    spec.frames = 8 + i;
+    spec.codec = "ffv1";
+    spec.pix_fmt = "yuv444p";
+    spec.container_ext = ".mkv";
+    spec.audio = false;
+    clips.push_back("clip" + std::to_string(i) + ".mkv");
+    make_clip(dir.file(clips.back()), spec);
+  }
+  auto job = [&](const std::string& out, const std::string& parallel) {
+    std::string yaml = "task: upscale\ninput:\n";
+    for (const std::string& c : clips) yaml += "  - " + c + "\n";
+    return yaml + "output: " + out +
+           "/{stem}.mkv\nmodel: {kind: lanczos, scale: 2}\ndevices: [0]\n" + parallel +
+           "slice_frames: 4\nencode: {codec: ffv1, pix_fmt: yuv444p}\n";
+  };
+  write_text(dir.file("one.yaml"), job("one", "parallel: {inputs: 1}\n"));
+  write_text(dir.file("auto.yaml"), job("auto", ""));
+  CommandResult r = wmbatch({"--report", dir.file("one.json"), dir.file("one.yaml")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = wmbatch({"--report", dir.file("auto.json"), dir.file("auto.yaml")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  EXPECT_EQ(report_job(dir.file("one.json")).at("input_lanes"), 1);
+  // lanczos needs a few MiB: the host's cores and the cap decide.
+  const int cores = int(std::thread::hardware_concurrency());
+  const int expected =
+      std::min<int>(int(clips.size()),
+                    std::max(1, std::min(sched::kMaxLanesPerDevice, cores / sched::kCoresPerLane)));
+  const nlohmann::json all = report_job(dir.file("auto.json"));
+  EXPECT_EQ(all.at("input_lanes"), expected) << cores << " cores";
+  const nlohmann::json& inputs = all.at("inputs");
+  ASSERT_EQ(inputs.size(), clips.size());
+  for (size_t i = 0; i < clips.size(); ++i) {
+    EXPECT_EQ(std::filesystem::path(inputs[i].at("input").get<std::string>()).filename(), clips[i]);
+    EXPECT_EQ(inputs[i].at("state"), "done");
+    const std::string stem = clips[i].substr(0, clips[i].size() - 4);
+    const auto a = read_all(dir.file("one/" + stem + ".mkv"));
+    const auto b = read_all(dir.file("auto/" + stem + ".mkv"));
+    ASSERT_EQ(a.size(), size_t(8 + i)) << clips[i];
+    ASSERT_EQ(a.size(), b.size()) << clips[i];
+    for (size_t f = 0; f < a.size(); ++f) {
+      EXPECT_EQ(a[f].pts, b[f].pts) << clips[i] << " frame " << f;
+      EXPECT_TRUE(a[f].image.data == b[f].image.data) << clips[i] << " frame " << f;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace wm::test
