@@ -108,9 +108,15 @@ WorkerStats DeviceWorker::stats() const {
   s.calls = calls_.load();
 #ifdef WMBATCH_WITH_CUDA
   if (device_.kind == Device::Kind::kCuda) {
-    const auto stats =
-        c10::cuda::CUDACachingAllocator::getDeviceStats(c10::DeviceIndex(device_.index));
-    s.peak_memory_mib = double(stats.allocated_bytes[0].peak) / double(1 << 20);
+    // The allocator refuses ("Invalid device argument") until its first allocation on the
+    // device, which a model without weights (lanczos) has not made yet: nothing allocated.
+    s.peak_memory_mib = 0;
+    try {
+      const auto stats =
+          c10::cuda::CUDACachingAllocator::getDeviceStats(c10::DeviceIndex(device_.index));
+      s.peak_memory_mib = double(stats.allocated_bytes[0].peak) / double(1 << 20);
+    } catch (const c10::Error&) {
+    }
   }
 #endif
   return s;

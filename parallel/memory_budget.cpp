@@ -59,16 +59,23 @@ DeviceMemory device_memory(const Device& device) {
   DeviceMemory m;
 #ifdef WMBATCH_WITH_CUDA
   if (device.kind == Device::Kind::kCuda) {
-    const auto stats =
-        c10::cuda::CUDACachingAllocator::getDeviceStats(c10::DeviceIndex(device.index));
-    m.peak = int64_t(stats.allocated_bytes[0].peak);
+    // Before the allocator's first allocation on the device its stats throw: nothing held yet.
+    int64_t reserved = 0;
+    m.peak = 0;
+    try {
+      const auto stats =
+          c10::cuda::CUDACachingAllocator::getDeviceStats(c10::DeviceIndex(device.index));
+      m.peak = int64_t(stats.allocated_bytes[0].peak);
+      reserved = int64_t(stats.reserved_bytes[0].current);
+    } catch (const c10::Error&) {
+    }
     const int64_t budget = memory_budget(device.index);
     if (budget > 0) {
       m.usable = budget;
     } else {
       size_t free_bytes = 0, total_bytes = 0;
       mem_info(device.index, free_bytes, total_bytes);
-      m.usable = int64_t(free_bytes) + int64_t(stats.reserved_bytes[0].current);
+      m.usable = int64_t(free_bytes) + reserved;
     }
   }
 #else
