@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <mutex>
@@ -125,7 +126,7 @@ int input_lanes(const JobSpec& job, const TaskRunner& runner, size_t batch) {
 
 // Whether a batch may add input lanes once its first input is done (input_lanes.h): `inputs` left
 // to auto, a frame-wise model (no causal state) in data mode, every device a GPU, more inputs
-// than ranks.
+// than ranks, host cores for more than one lane per device.
 bool lanes_may_grow(const JobSpec& job, const TaskRunner& runner, size_t batch) {
   const ModelSet* models = runner.model_set();
   if (!models || job.parallel.inputs > 0 || models->sequence_parallel() ||
@@ -135,7 +136,10 @@ bool lanes_may_grow(const JobSpec& job, const TaskRunner& runner, size_t batch) 
   for (const Device& d : models->devices()) {
     if (d.kind != Device::Kind::kCuda) return false;
   }
-  return true;
+  // Too few host cores for a second lane per device, whatever the memory: the batch keeps the
+  // sequential loop (which overlaps each output's finish with the next input).
+  const int cores = int(std::thread::hardware_concurrency());
+  return lanes_per_device(INT64_MAX, 1, 1, cores, int(models->devices().size())) > 1;
 }
 
 // Input lane `lane` of `lanes` over the job's `ranks` ranks: a window of them, or (more lanes
