@@ -26,19 +26,9 @@ nlohmann::json report_job(const std::string& path) {
 TEST(InputLanesGpu, AutoLanesOnOneGpuEqualOneInputAtATime) {
   if (parallel::cuda_device_count() < 1) GTEST_SKIP() << "no CUDA device";
   TempDir dir("input-lanes-gpu");
-  std::vector<std::string> clips;
-  for (int i = 0; i < 6; ++i) {
-    ClipSpec spec;
-    spec.width = 64 + 16 * (i % 3);
-    spec.height = 48;
-    spec.frames = 8 + i;
-    spec.codec = "ffv1";
-    spec.pix_fmt = "yuv444p";
-    spec.container_ext = ".mkv";
-    spec.audio = false;
-    clips.push_back("clip" + std::to_string(i) + ".mkv");
-    make_clip(dir.file(clips.back()), spec);
-  }
+  const std::vector<std::string> clips = make_batch_clips(dir, 6, "yuv444p", [](int i) {
+    return std::array<int, 3>{64 + 16 * (i % 3), 48, 8 + i};
+  });
   auto job = [&](const std::string& out, const std::string& parallel) {
     std::string yaml = "task: upscale\ninput:\n";
     for (const std::string& c : clips) yaml += "  - " + c + "\n";

@@ -155,23 +155,12 @@ nlohmann::json report_inputs(const std::string& path) {
 
 // Clips of different sizes and lengths, so that a mix-up of outputs or report lines shows.
 std::vector<std::string> make_clips(TempDir& dir, int count) {
-  std::vector<std::string> names;
-  for (int i = 0; i < count; ++i) {
-    ClipSpec spec;
-    spec.width = 32 + 8 * i;
-    spec.height = 24 + 4 * i;
-    spec.frames = 6 + 3 * i;
-    spec.codec = "ffv1";
-    // yuv420p written as yuv444p: every job here runs the RGB float pipeline (a one-worker
-    // job on a source it could keep would take the YUV-native resampler, whose rounding
-    // differs from the pipeline's by a level).
-    spec.pix_fmt = "yuv420p";
-    spec.container_ext = ".mkv";
-    spec.audio = false;
-    names.push_back("clip" + std::to_string(i) + ".mkv");
-    make_clip(dir.file(names.back()), spec);
-  }
-  return names;
+  // yuv420p written as yuv444p: every job here runs the RGB float pipeline (a one-worker job on
+  // a source it could keep would take the YUV-native resampler, whose rounding differs from the
+  // pipeline's by a level).
+  return make_batch_clips(dir, count, "yuv420p", [](int i) {
+    return std::array<int, 3>{32 + 8 * i, 24 + 4 * i, 6 + 3 * i};
+  });
 }
 
 std::string batch_job(const std::vector<std::string>& clips, const std::string& out_dir,

@@ -60,19 +60,9 @@ TEST(ParallelJobsMultiGpu, BatchOnOneLanePerGpuEqualsOneGpu) {
   const int gpus = parallel::cuda_device_count();
   if (gpus < 2) GTEST_SKIP() << "fewer than 2 CUDA devices";
   TempDir dir("multigpu-lanes");
-  std::vector<std::string> clips;
-  for (int i = 0; i < 2 * gpus; ++i) {
-    ClipSpec spec;
-    spec.width = 64 + 16 * (i % 3);
-    spec.height = 48;
-    spec.frames = 8 + i;
-    spec.codec = "ffv1";
-    spec.pix_fmt = "yuv444p";
-    spec.container_ext = ".mkv";
-    spec.audio = false;
-    clips.push_back("clip" + std::to_string(i) + ".mkv");
-    make_clip(dir.file(clips.back()), spec);
-  }
+  const std::vector<std::string> clips = make_batch_clips(dir, 2 * gpus, "yuv444p", [](int i) {
+    return std::array<int, 3>{64 + 16 * (i % 3), 48, 8 + i};
+  });
   auto job = [&](const std::string& out, const std::string& devices) {
     std::string yaml = "task: upscale\ninput:\n";
     for (const std::string& c : clips) yaml += "  - " + c + "\n";

@@ -666,4 +666,23 @@ std::vector<io::VideoFrame> read_all(const std::string& path, const io::ReaderOp
   return frames;
 }
 
+std::vector<std::string> make_batch_clips(const TempDir& dir, int count, const std::string& pix_fmt,
+                                          const std::function<std::array<int, 3>(int)>& shape) {
+  std::vector<std::string> names;
+  for (int i = 0; i < count; ++i) {
+    const std::array<int, 3> whf = shape(i);
+    ClipSpec spec;
+    spec.width = whf[0];
+    spec.height = whf[1];
+    spec.frames = whf[2];
+    spec.codec = "ffv1";
+    spec.pix_fmt = pix_fmt;
+    spec.container_ext = ".mkv";
+    spec.audio = false;
+    names.push_back("clip" + std::to_string(i) + ".mkv");
+    make_clip(dir.file(names.back()), spec);
+  }
+  return names;
+}
+
 }  // namespace wm::test

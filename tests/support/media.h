@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -116,6 +117,12 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// A batch of `count` lossless clips clip0.mkv, clip1.mkv, ... in `dir` (ffv1 in `pix_fmt`, no
+// audio), clip i of the {width, height, frames} that `shape(i)` gives: distinct per clip, so a
+// mix-up of outputs or report lines shows. Returns the file names.
+std::vector<std::string> make_batch_clips(const TempDir& dir, int count, const std::string& pix_fmt,
+                                          const std::function<std::array<int, 3>(int)>& shape);
 
 // Decodes every frame of `path` with io::VideoReader.
 std::vector<io::VideoFrame> read_all(const std::string& path,
