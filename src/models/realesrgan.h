@@ -37,10 +37,14 @@ struct RealEsrganOptions : ModelOptions {
 //                activation + residuals, SRVGG pixel shuffle + upsampled add); fp16/bf16 only
 //   benchmark=1  cuDNN benchmark mode (an algorithm search per new shape; process-wide)
 //   graph=0      (wmbench only) replay the timed forward pass as a CUDA graph
+//   conv=own     our own 3×3 convolution kernel (src/models/conv3x3_kernels.cu, epilogue fused)
+//                for SRVGG's body and RRDB's dense-block convolutions 1–4 on the fused path;
+//                conv=cudnn: cuDNN through ATen + the fused passes, as before
 struct RealEsrganTuning {
   bool fused = true;
   bool benchmark = true;
   bool graph = false;
+  bool own_conv = true;
   // Throws ModelError naming an unknown key or a bad value.
   static RealEsrganTuning parse(const std::string& text);
   std::string str() const;
