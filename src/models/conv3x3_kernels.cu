@@ -18,18 +18,26 @@
 namespace wm::models::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kTileH = 16, kTileW = 32;              // output pixels of a tile
-constexpr int kInH = kTileH + 2, kInW = kTileW + 2;  // with the halo
-constexpr int kInPixels = kInH * kInW;
-constexpr int kChunk = 32;             // input channels per pipeline stage
-constexpr int kChunkRow = kChunk + 8;  // elements per pixel in shared memory (padded)
-constexpr int kStageBytes = kInPixels * kChunkRow * 2;
+// A block's geometry: output tiles of 16 rows × TW pixels (a warp per 4 rows × 16 pixels),
+// CK input channels per pipeline stage.
+template <int TW, int CK>
+struct Geo {
+  static constexpr int kTileH = 16, kTileW = TW;
+  static constexpr int kWarpsX = TW / 16;
+  static constexpr int kThreads = 32 * 4 * kWarpsX;
+  static constexpr int kInH = kTileH + 2, kInW = kTileW + 2;  // with the halo
+  static constexpr int kInPixels = kInH * kInW;
+  static constexpr int kChunk = CK;
+  static constexpr int kChunkRow = CK + 8;  // elements per pixel in shared memory (padded)
+  static constexpr int kStageBytes = kInPixels * kChunkRow * 2;
+};
+using GeoDefault = Geo<32, 32>;
 constexpr int kHeadBytes = 2 * 64 * 4;  // bias and slopes as float32
 constexpr int kMaxSmem = 227 * 1024;
 
+template <class G = GeoDefault>
 size_t smem_bytes(int cin, int bn, int stages) {
-  return size_t(kHeadBytes) + size_t(stages) * kStageBytes + size_t(9) * bn * (cin + 8) * 2;
+  return size_t(kHeadBytes) + size_t(stages) * G::kStageBytes + size_t(9) * bn * (cin + 8) * 2;
 }
 
 template <typename T>
@@ -110,8 +118,12 @@ struct TileGrid {
 
 // BN output channels per block (the block's group of Cout is blockIdx.x % groups); kStages
 // input stages; kUnroll: how far the (step, tap) loop is unrolled.
-template <typename T, int BN, int kUnroll, int kStages>
-__global__ void __launch_bounds__(kThreads, 1) conv3x3_kernel(Conv3x3Args a, TileGrid grid) {
+template <typename T, int BN, int kUnroll, int kStages, class G, bool kStaged>
+__global__ void __launch_bounds__(G::kThreads, 1) conv3x3_kernel(Conv3x3Args a, TileGrid grid) {
+  constexpr int kThreads = G::kThreads, kTileH = G::kTileH, kTileW = G::kTileW;
+  constexpr int kInW = G::kInW, kInPixels = G::kInPixels, kChunk = G::kChunk;
+  constexpr int kChunkRow = G::kChunkRow, kStageBytes = G::kStageBytes;
+  static_assert(!kStaged || (kThreads / 32) * 64 * 80 <= kStageBytes, "staging does not fit");
   extern __shared__ __align__(16) unsigned char smem[];
   float* s_bias = reinterpret_cast<float*>(smem);
   float* s_slope = s_bias + 64;
@@ -164,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv3x3_kernel(Conv3x3Args a, Til
     const int kc = int(g % chunks) * kChunk;
     const uint32_t base = s_in + stage * kStageBytes;
     for (int i = tid; i < kInPixels * (kChunk / 8); i += kThreads) {
-      const int p = i >> 2, v = i & 3;
+      const int p = i / (kChunk / 8), v = i % (kChunk / 8);
       const int iy = p / kInW, ix = p - iy * kInW;
       const int gy = y0 - 1 + iy, gx = x0 - 1 + ix;
       const bool ok = gy >= 0 && gy < H && gx >= 0 && gx < W;
@@ -179,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv3x3_kernel(Conv3x3Args a, Til
     cp_async_commit();
   }
 
-  const int wy = warp >> 1, wx = warp & 1;  // 4 × 2 warps: rows 4·wy.., pixels 16·wx..
+  const int wy = warp / G::kWarpsX, wx = warp % G::kWarpsX;  // rows 4·wy.., pixels 16·wx..
   const uint32_t a_lane =
       ((wy * 4 * kInW + wx * 16 + (lane & 15)) * kChunkRow + (lane >> 4) * 8) * 2;
   const uint32_t b_lane = (((lane & 7) + ((lane >> 4) << 3)) * wrow + ((lane >> 3) & 1) * 8) * 2;
@@ -246,47 +258,93 @@ __global__ void __launch_bounds__(kThreads, 1) conv3x3_kernel(Conv3x3Args a, Til
             acc[i][nt][e] = v;
           }
       }
+      const int c0 = co0 + (lane & 3) * 2;
+      // Output channels nt·8 + 2·(lane & 3) + {0, 1} of output pixel (i, h) after the
+      // residuals, rounded and packed.
+      auto pack = [&](int i, int h, int nt, int64_t pix) -> uint32_t {
+        float v0 = acc[i][nt][2 * h], v1 = acc[i][nt][2 * h + 1];
+        if (a.residual1) {
+          const float2 r = P::get(*reinterpret_cast<const T2*>(
+              static_cast<const T*>(a.residual1) + pix * a.residual1_stride + c0 + nt * 8));
+          v0 = fmaf(a.alpha1, v0, r.x);
+          v1 = fmaf(a.alpha1, v1, r.y);
+          if (a.residual2) {
+            const float2 q = P::get(*reinterpret_cast<const T2*>(
+                static_cast<const T*>(a.residual2) + pix * a.residual2_stride + c0 + nt * 8));
+            v0 = fmaf(a.alpha2, v0, q.x);
+            v1 = fmaf(a.alpha2, v1, q.y);
+          }
+        }
+        const T2 t = P::make(v0, v1);
+        return *reinterpret_cast<const uint32_t*>(&t);
+      };
+      const int outputs = (a.variant & 8) ? 0 : a.outputs;  // 8: benchmark without stores
+      if constexpr (kStaged) {
+        // Through shared memory (this chunk's stage, once every warp is done with it), 32
+        // channels at a time: each lane then stores whole 16-byte vectors, a warp instruction
+        // 64 contiguous bytes of each of 8 pixels.
+        __syncthreads();
+        constexpr int kRow = 80;  // bytes per staged pixel: 32 channels + 16 bytes of padding
+        const uint32_t staged = s_in + int(g % kStages) * kStageBytes + warp * 64 * kRow;
+        unsigned char* staged_ptr =
+            smem + kHeadBytes + int(g % kStages) * kStageBytes + warp * 64 * kRow;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int oy = y0 + wy * 4 + i;
+        for (int half = 0; half < BN / 32; ++half) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int ox = x0 + wx * 16 + (lane >> 2) + h * 8;
-          if (oy >= H || ox >= W) continue;
-          const int64_t pix = (int64_t(n) * H + oy) * W + ox;
-          const int c0 = co0 + (lane & 3) * 2;
-          uint32_t packed[BN / 8];
-          if (a.residual1) {
-            const T* r1 = static_cast<const T*>(a.residual1) + pix * a.residual1_stride + c0;
-            const T* r2 = a.residual2
-                              ? static_cast<const T*>(a.residual2) + pix * a.residual2_stride + c0
-                              : nullptr;
+          for (int i = 0; i < 4; ++i) {
+            const int oy = y0 + wy * 4 + i;
 #pragma unroll
-            for (int nt = 0; nt < BN / 8; ++nt) {
-              const float2 r = P::get(*reinterpret_cast<const T2*>(r1 + nt * 8));
-              float v0 = fmaf(a.alpha1, acc[i][nt][2 * h], r.x);
-              float v1 = fmaf(a.alpha1, acc[i][nt][2 * h + 1], r.y);
-              if (r2) {
-                const float2 q = P::get(*reinterpret_cast<const T2*>(r2 + nt * 8));
-                v0 = fmaf(a.alpha2, v0, q.x);
-                v1 = fmaf(a.alpha2, v1, q.y);
+            for (int h = 0; h < 2; ++h) {
+              const int ox = x0 + wx * 16 + (lane >> 2) + h * 8;
+              if (oy >= H || ox >= W) continue;
+              const int64_t pix = (int64_t(n) * H + oy) * W + ox;
+              const int p = i * 16 + h * 8 + (lane >> 2);
+#pragma unroll
+              for (int j = 0; j < 4; ++j) {
+                const uint32_t v = pack(i, h, half * 4 + j, pix);
+                asm volatile(
+                    "st.shared.b32 [%0], %1;\n" ::"r"(staged + p * kRow + j * 16 + (lane & 3) * 4),
+                    "r"(v)
+                    : "memory");
               }
-              const T2 t = P::make(v0, v1);
-              packed[nt] = *reinterpret_cast<const uint32_t*>(&t);
-            }
-          } else {
-#pragma unroll
-            for (int nt = 0; nt < BN / 8; ++nt) {
-              const T2 t = P::make(acc[i][nt][2 * h], acc[i][nt][2 * h + 1]);
-              packed[nt] = *reinterpret_cast<const uint32_t*>(&t);
             }
           }
-#pragma unroll 1
-          for (int o = 0; o < a.outputs; ++o) {
-            uint32_t* dst =
-                reinterpret_cast<uint32_t*>(static_cast<T*>(a.out[o]) + pix * a.out_stride[o] + c0);
+          __syncwarp();
 #pragma unroll
-            for (int nt = 0; nt < BN / 8; ++nt) dst[nt * 4] = packed[nt];
+          for (int k = 0; k < 8; ++k) {
+            const int idx = k * 32 + lane, p = idx >> 2, v = idx & 3;
+            const int oy = y0 + wy * 4 + (p >> 4), ox = x0 + wx * 16 + (p & 15);
+            if (oy < H && ox < W) {
+              const int64_t pix = (int64_t(n) * H + oy) * W + ox;
+              const uint4 val = *reinterpret_cast<const uint4*>(staged_ptr + p * kRow + v * 16);
+#pragma unroll 1
+              for (int o = 0; o < outputs; ++o) {
+                *reinterpret_cast<uint4*>(static_cast<T*>(a.out[o]) + pix * a.out_stride[o] + co0 +
+                                          half * 32 + v * 8) = val;
+              }
+            }
+          }
+          __syncwarp();
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int oy = y0 + wy * 4 + i;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int ox = x0 + wx * 16 + (lane >> 2) + h * 8;
+            if (oy >= H || ox >= W) continue;
+            const int64_t pix = (int64_t(n) * H + oy) * W + ox;
+            uint32_t packed[BN / 8];
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; ++nt) packed[nt] = pack(i, h, nt, pix);
+#pragma unroll 1
+            for (int o = 0; o < outputs; ++o) {
+              uint32_t* dst = reinterpret_cast<uint32_t*>(static_cast<T*>(a.out[o]) +
+                                                          pix * a.out_stride[o] + c0);
+#pragma unroll
+              for (int nt = 0; nt < BN / 8; ++nt) dst[nt * 4] = packed[nt];
+            }
           }
         }
       }
@@ -303,10 +361,12 @@ __global__ void __launch_bounds__(kThreads, 1) conv3x3_kernel(Conv3x3Args a, Til
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-template <typename T, int BN, int kUnroll, int kStages>
+template <typename T, int BN, int kUnroll, int kStages, class G = GeoDefault, bool kStaged = false>
 cudaError_t launch_typed(const Conv3x3Args& a, cudaStream_t stream) {
-  const size_t smem = smem_bytes(a.in_channels, BN, kStages);
-  auto kernel = conv3x3_kernel<T, BN, kUnroll, kStages>;
+  constexpr int kTileH = G::kTileH, kTileW = G::kTileW, kThreads = G::kThreads;
+  const size_t smem = smem_bytes<G>(a.in_channels, BN, kStages);
+  if (smem > size_t(kMaxSmem)) return cudaErrorInvalidValue;
+  auto kernel = conv3x3_kernel<T, BN, kUnroll, kStages, G, kStaged>;
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (e != cudaSuccess) return e;
@@ -329,11 +389,16 @@ cudaError_t launch_typed(const Conv3x3Args& a, cudaStream_t stream) {
 template <typename T>
 cudaError_t launch_variant(const Conv3x3Args& a, cudaStream_t stream, bool wide, bool rolled,
                            bool three) {
+  if (a.variant & 32) {  // the staged epilogue (16-byte stores)
+    if (wide) return launch_typed<T, 64, 1, 2, GeoDefault, true>(a, stream);
+    return launch_typed<T, 32, 6, 2, GeoDefault, true>(a, stream);
+  }
   if (wide) {
     if (rolled)
       return three ? launch_typed<T, 64, 1, 3>(a, stream) : launch_typed<T, 64, 1, 2>(a, stream);
     return three ? launch_typed<T, 64, 6, 3>(a, stream) : launch_typed<T, 64, 6, 2>(a, stream);
   }
+  if (a.variant & 16) return launch_typed<T, 32, 1, 2, Geo<64, 16>>(a, stream);
   if (rolled)
     return three ? launch_typed<T, 32, 2, 3>(a, stream) : launch_typed<T, 32, 2, 2>(a, stream);
   return three ? launch_typed<T, 32, 6, 3>(a, stream) : launch_typed<T, 32, 6, 2>(a, stream);
@@ -342,7 +407,7 @@ cudaError_t launch_variant(const Conv3x3Args& a, cudaStream_t stream, bool wide,
 }  // namespace
 
 bool conv3x3_supported(int in_channels, int out_channels) {
-  return in_channels > 0 && in_channels % kChunk == 0 && in_channels <= 192 &&
+  return in_channels > 0 && in_channels % 32 == 0 && in_channels <= 192 &&
          (out_channels == 32 || out_channels == 64);
 }
 

@@ -83,10 +83,16 @@ RealEsrganTuning RealEsrganTuning::parse(const std::string& text) {
     const std::string key = item.substr(0, eq);
     const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
     if (key == "conv") {
-      if (value != "own" && value != "cudnn") {
-        throw ModelError("realesrgan: tuning '" + item + "': expected conv=own or conv=cudnn");
+      if (value == "own") {
+        t.conv = Conv::kOwn;
+      } else if (value == "own-dense") {
+        t.conv = Conv::kOwnDense;
+      } else if (value == "cudnn") {
+        t.conv = Conv::kCudnn;
+      } else {
+        throw ModelError("realesrgan: tuning '" + item +
+                         "': expected conv=own, conv=own-dense or conv=cudnn");
       }
-      t.own_conv = value == "own";
       continue;
     }
     if (value != "0" && value != "1") {
@@ -109,7 +115,10 @@ RealEsrganTuning RealEsrganTuning::parse(const std::string& text) {
 
 std::string RealEsrganTuning::str() const {
   return std::string("fused=") + (fused ? "1" : "0") + ",benchmark=" + (benchmark ? "1" : "0") +
-         ",graph=" + (graph ? "1" : "0") + ",conv=" + (own_conv ? "own" : "cudnn");
+         ",graph=" + (graph ? "1" : "0") + ",conv=" +
+         (conv == Conv::kOwn        ? "own"
+          : conv == Conv::kOwnDense ? "own-dense"
+                                    : "cudnn");
 }
 
 RealEsrganArch realesrgan_preset(const std::string& name) {
@@ -272,12 +281,14 @@ enum class ConvAct { kNone, kPRelu, kLeaky };
 
 // Our 3×3 convolution (conv3x3_launch.h: Conv3x3Args) of the first `cin` channels of the
 // pixel-major `in` with `weight` [Cout, cin, 3, 3] (channels_last) and `bias`, then `act` (PReLU
-// with `prelu`'s per-channel slopes, leaky ReLU 0.2), with `residual`: r + 0.2·y, written to every
-// slot; float32 math, one rounding at the store. A slot in `in` itself must start at or after
-// channel `cin` (the kernel reads neighbouring pixels other blocks may already have written).
+// with `prelu`'s per-channel slopes, leaky ReLU 0.2), then for each of `residuals` (at most two,
+// in order) y ← r + 0.2·y; written to every slot; float32 math, one rounding at the store. A slot
+// in `in` itself must start at or after channel `cin` (the kernel reads neighbouring pixels other
+// blocks may already have written); a residual may be read from `in` or be a slot itself.
 // Returns false (nothing done) when the kernel cannot take the tensors: the caller then runs ATen.
 bool own_conv(const at::Tensor& in, int64_t cin, const at::Tensor& weight, const at::Tensor& bias,
-              ConvAct act, const at::Tensor& prelu, const std::vector<ChannelSlot>& outs) {
+              ConvAct act, const at::Tensor& prelu, const std::vector<ChannelSlot>& outs,
+              const std::vector<ChannelSlot>& residuals = {}) {
 #ifdef WMBATCH_WITH_CUDA
   cuda::EsrganDType dtype;
   if (!in.is_cuda() || !kernel_dtype(in, dtype) || !pixel_major(in) || in.size(1) % 8 ||
@@ -299,16 +310,32 @@ bool own_conv(const at::Tensor& in, int64_t cin, const at::Tensor& weight, const
   if (bias.defined() && !per_channel(bias)) return false;
   if (act == ConvAct::kPRelu && !per_channel(prelu)) return false;
   if (outs.empty() || int(outs.size()) > cuda::Conv3x3Args::kMaxOutputs) return false;
-  if (in.size(0) * in.size(2) * in.size(3) == 0) return false;
+  if (in.size(0) * in.size(2) * in.size(3) == 0 || residuals.size() > 2) return false;
+  auto fits = [&](const ChannelSlot& o) {
+    const at::Tensor& t = o.t;
+    return t.device() == in.device() && t.scalar_type() == in.scalar_type() && pixel_major(t) &&
+           t.size(0) == in.size(0) && t.size(2) == in.size(2) && t.size(3) == in.size(3) &&
+           t.size(1) % 8 == 0 && o.offset >= 0 && o.offset % 8 == 0 &&
+           o.offset + cout <= t.size(1) && aligned16(t.data_ptr());
+  };
   cuda::Conv3x3Args args;
+  for (size_t r = 0; r < residuals.size(); ++r) {
+    const ChannelSlot& o = residuals[r];
+    if (!fits(o)) return false;
+    const void* p = static_cast<const char*>(o.t.data_ptr()) + o.offset * o.t.element_size();
+    if (r == 0) {
+      args.residual1 = p;
+      args.residual1_stride = o.t.size(1);
+      args.alpha1 = 0.2f;
+    } else {
+      args.residual2 = p;
+      args.residual2_stride = o.t.size(1);
+      args.alpha2 = 0.2f;
+    }
+  }
   for (const ChannelSlot& o : outs) {
     const at::Tensor& t = o.t;
-    if (t.device() != in.device() || t.scalar_type() != in.scalar_type() || !pixel_major(t) ||
-        t.size(0) != in.size(0) || t.size(2) != in.size(2) || t.size(3) != in.size(3) ||
-        t.size(1) % 8 || o.offset < 0 || o.offset % 8 || o.offset + cout > t.size(1) ||
-        !aligned16(t.data_ptr())) {
-      return false;
-    }
+    if (!fits(o)) return false;
     if (t.is_alias_of(in) && (t.data_ptr() != in.data_ptr() || o.offset < cin)) return false;
     args.out[args.outputs] = static_cast<char*>(t.data_ptr()) + o.offset * t.element_size();
     args.out_stride[args.outputs] = t.size(1);
@@ -334,6 +361,16 @@ bool own_conv(const at::Tensor& in, int64_t cin, const at::Tensor& weight, const
   return true;
 #else
   (void)in, (void)cin, (void)weight, (void)bias, (void)act, (void)prelu, (void)outs;
+  return false;
+#endif
+}
+
+// Whether own_conv takes these channel counts (layouts aside).
+bool own_conv_takes(int64_t cin, int64_t cout) {
+#ifdef WMBATCH_WITH_CUDA
+  return cin <= 4096 && cout <= 4096 && cuda::conv3x3_supported(int(cin), int(cout));
+#else
+  (void)cin, (void)cout;
   return false;
 #endif
 }
@@ -404,7 +441,8 @@ class Network {
     fused_ = tuning.fused && device.is_cuda() && channels_last &&
              (dtype == at::kHalf || dtype == at::kBFloat16) && arch_.features % 8 == 0 &&
              arch_.growth % 8 == 0;
-    own_conv_ = fused_ && tuning.own_conv;
+    own_conv_ = fused_ && tuning.conv != RealEsrganTuning::Conv::kCudnn;
+    own_conv5_ = own_conv_ && tuning.conv == RealEsrganTuning::Conv::kOwn;
   }
   const RealEsrganArch& arch() const { return arch_; }
 
@@ -497,24 +535,35 @@ class Network {
     return t;
   }
 
-  // The RRDB trunk on our convolution kernel: one dense-block buffer of F + 4G channels whose
-  // first F hold the block input x; convolution k (1..4) reads its first F + (k-1)·G channels
-  // and writes its leaky-ReLU activation (bias and activation in its epilogue) right after them,
-  // so no concatenation and no separate pass. conv5 (F + 4G → F, cuDNN through ATen, which is
-  // faster at 64 output channels) is followed by one pass that updates x (and the RRDB's input t)
-  // in place. Same math as rdb(). Returns undefined when the kernels cannot take the tensors
-  // (then nothing was changed).
+  // The RRDB trunk on our convolution kernel: a dense-block buffer of F + 4G channels whose
+  // first F hold the block input x; convolution k (1..4) reads its first F + (k-1)·G channels and
+  // writes its leaky-ReLU activation (bias and activation in its epilogue) right after them, so
+  // there is no concatenation and no separate pass. conv5 (F + 4G → F) with `conv=own` is our
+  // kernel too, its epilogue the residual sums (x + 0.2·x5; the RRDB's last block
+  // t + 0.2·(x + 0.2·x5), also written to t), written into the other of two buffers (it cannot
+  // write the x it reads: neighbouring blocks still read it); with `conv=own-dense` conv5 goes
+  // through cuDNN and one pass updates x (and t) in place. Same math as rdb() (our epilogue
+  // rounds once where ATen rounds x5 first). Returns undefined when the kernels cannot take the
+  // tensors (then nothing was changed).
   at::Tensor trunk_own(const at::Tensor& f) const {
     const int64_t n = f.size(0), h = f.size(2), wd = f.size(3);
     const int64_t F = arch_.features, G = arch_.growth;
+    for (int k = 0; k < 4; ++k) {
+      if (!own_conv_takes(F + k * G, G)) return {};
+    }
+    const bool own5 = own_conv5_ && own_conv_takes(F + 4 * G, F);
     const auto options = f.options().memory_format(at::MemoryFormat::ChannelsLast);
-    const at::Tensor buf = at::empty({n, F + 4 * G, h, wd}, options);
+    at::Tensor bufs[2];
+    bufs[0] = at::empty({n, F + 4 * G, h, wd}, options);
+    if (own5) bufs[1] = at::empty({n, F + 4 * G, h, wd}, options);
     const at::Tensor t = at::empty({n, F, h, wd}, options);
+    int cur = 0;
     bool first = true;
     for (int i = 0; i < arch_.blocks; ++i) {
       const std::string b = "body." + std::to_string(i) + ".";
       for (int r = 1; r <= 3; ++r) {
         const std::string p = b + "rdb" + std::to_string(r) + ".";
+        const at::Tensor& buf = bufs[cur];
         for (int k = 0; k < 4; ++k) {
           const std::string name = p + "conv" + std::to_string(k + 1);
           if (first && !fused_mix(f, {}, 0, {}, 0, -1, {{buf, 0}, {t, 0}})) return {};
@@ -525,10 +574,26 @@ class Network {
           }
           first = false;
         }
-        const at::Tensor x5 =
-            conv_named(buf, p + "conv5").contiguous(at::MemoryFormat::ChannelsLast);
-        if (!residual_in_place(buf, x5, r == 3 ? t : at::Tensor())) {
-          throw ModelError("realesrgan: fused pass refused");
+        const bool last = r == 3;
+        const std::string name = p + "conv5";
+        if (own5) {
+          const at::Tensor& next = bufs[1 - cur];
+          std::vector<ChannelSlot> outs = {{next, 0}};
+          std::vector<ChannelSlot> residuals = {{buf, 0}};
+          if (last) {
+            outs.push_back({t, 0});
+            residuals.push_back({t, 0});
+          }
+          if (!own_conv(buf, F + 4 * G, w(name + ".weight"), w(name + ".bias"), ConvAct::kNone, {},
+                        outs, residuals)) {
+            throw ModelError("realesrgan: own convolution refused");
+          }
+          cur = 1 - cur;
+        } else {
+          const at::Tensor x5 = conv_named(buf, name).contiguous(at::MemoryFormat::ChannelsLast);
+          if (!residual_in_place(buf, x5, last ? t : at::Tensor())) {
+            throw ModelError("realesrgan: fused pass refused");
+          }
         }
       }
     }
@@ -572,6 +637,7 @@ class Network {
   RealEsrganTuning tuning_;
   bool fused_ = false;
   bool own_conv_ = false;
+  bool own_conv5_ = false;  // RRDB's conv5 on our kernel too
   std::map<std::string, at::Tensor> tensors_;
 };
 

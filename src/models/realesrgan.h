@@ -37,14 +37,17 @@ struct RealEsrganOptions : ModelOptions {
 //                activation + residuals, SRVGG pixel shuffle + upsampled add); fp16/bf16 only
 //   benchmark=1  cuDNN benchmark mode (an algorithm search per new shape; process-wide)
 //   graph=0      (wmbench only) replay the timed forward pass as a CUDA graph
-//   conv=own     our own 3×3 convolution kernel (src/models/conv3x3_kernels.cu, epilogue fused)
-//                for SRVGG's body and RRDB's dense-block convolutions 1–4 on the fused path;
-//                conv=cudnn: cuDNN through ATen + the fused passes, as before
+//   conv=own     our own 3×3 convolution kernel (src/models/conv3x3_kernels.cu, bias,
+//                activation and residuals in its epilogue) on the fused path: SRVGG's body
+//                convolutions, all five of RRDB's dense-block convolutions;
+//                conv=own-dense: RRDB's conv5 (F + 4G → F) through cuDNN + one fused pass;
+//                conv=cudnn: every convolution through cuDNN (ATen) + the fused passes
 struct RealEsrganTuning {
+  enum class Conv { kOwn, kOwnDense, kCudnn };
   bool fused = true;
   bool benchmark = true;
   bool graph = false;
-  bool own_conv = true;
+  Conv conv = Conv::kOwn;
   // Throws ModelError naming an unknown key or a bad value.
   static RealEsrganTuning parse(const std::string& text);
   std::string str() const;

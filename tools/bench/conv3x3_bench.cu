@@ -3,7 +3,8 @@
 //   nvcc -std=c++17 -O3 -arch=sm_90a -I. tools/bench/conv3x3_bench.cu \
 //       src/models/conv3x3_kernels.cu src/models/realesrgan_kernels.cu -lcudnn -o conv3x3_bench
 //   ./conv3x3_bench [--quick]
-// 1. Correctness against a naive float32 reference kernel on random data: every Cin × Cout the
+// 1. Correctness against a naive float32 reference kernel on random data (the default and the
+//    candidate variants, Conv3x3Args::variant): every Cin × Cout the
 //    Real-ESRGAN trunks use, fp16 and bf16, every epilogue, and edge cases (frames 1..4, sizes 1,
 //    2, odd, not multiples of the tile; input channel strides and offsets; destinations at channel
 //    offsets of wider buffers, whose other channels must stay untouched).
@@ -163,7 +164,7 @@ struct Case {
 
 // Runs one case; returns the max abs error, sets ok.
 template <typename T>
-double check_case(const Case& c, bool& ok, std::string& why) {
+double check_case(const Case& c, int variant, bool& ok, std::string& why) {
   const int64_t pix = int64_t(c.n) * c.h * c.w;
   const int in_stride = c.cin + c.in_extra, in_off = (c.in_extra / 2) / 8 * 8;
   Buf<T> in(pix * in_stride), w(int64_t(c.cout) * 9 * c.cin), bias(c.cout), slope(c.cout);
@@ -207,6 +208,7 @@ double check_case(const Case& c, bool& ok, std::string& why) {
   a.frames = c.n;
   a.height = c.h;
   a.width = c.w;
+  a.variant = variant;
   const EsrganDType dt = sizeof(T) == 2 && std::is_same<T, __half>::value ? EsrganDType::kFloat16
                                                                           : EsrganDType::kBFloat16;
   CK(launch_conv3x3(dt, a, nullptr));
@@ -241,6 +243,27 @@ double check_case(const Case& c, bool& ok, std::string& why) {
     }
   }
   return worst;
+}
+
+// The tensor cores' mma.sync ceiling: every warp runs CHAINS independent m16n8k16 chains.
+template <int CHAINS>
+__global__ void mma_peak(float* out, int iters) {
+  const uint32_t a[4] = {0x3c003c00u, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u};
+  const uint32_t b0 = 0x00003c00u ^ threadIdx.x, b1 = 0x3c000000u;
+  float acc[CHAINS][4] = {};
+  for (int it = 0; it < iters; ++it) {
+#pragma unroll
+    for (int c = 0; c < CHAINS; ++c)
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, "
+          "%7}, {%8, %9}, {%0, %1, %2, %3};\n"
+          : "+f"(acc[c][0]), "+f"(acc[c][1]), "+f"(acc[c][2]), "+f"(acc[c][3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  float sum = 0;
+#pragma unroll
+  for (int c = 0; c < CHAINS; ++c) sum += acc[c][0] + acc[c][1] + acc[c][2] + acc[c][3];
+  if (sum == 1234.5f) out[threadIdx.x] = sum;
 }
 
 double flops(int64_t pix, int cin, int cout) { return 2.0 * pix * cin * cout * 9; }
@@ -308,16 +331,17 @@ std::string bench_shape(cudnnHandle_t handle, const Shape& s, int iters, double&
   a.height = s.h;
   a.width = s.w;
   // Every variant (Conv3x3Args::variant); ours_ms is the default's.
-  std::string variants = "[";
-  for (int v = 0; v < 8; ++v) {
+  std::string variants = "{";
+  const int kVariants[] = {0, 2, 8, 32};
+  for (int v : kVariants) {
     a.variant = v;
     const double ms = time_ms([&] { CK(launch_conv3x3(dt, a, nullptr)); }, iters);
     if (v == 0) ours_ms = ms;
     char vb[64];
-    std::snprintf(vb, sizeof vb, "%s%.4f", v ? ", " : "", ms);
+    std::snprintf(vb, sizeof vb, "%s\"%d\": %.4f", v ? ", " : "", v, ms);
     variants += vb;
   }
-  variants += "]";
+  variants += "}";
   a.variant = 0;
 
   const cudnnDataType_t cdt = half ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
@@ -420,6 +444,8 @@ int main(int argc, char** argv) {
     }
   const int sizes[][3] = {{1, 1, 1},   {1, 2, 2},   {2, 1, 7},  {1, 7, 1},  {3, 3, 5},
                           {4, 17, 33}, {1, 31, 47}, {2, 2, 65}, {1, 65, 2}, {1, 16, 33}};
+  cases.push_back({2, 67, 129, 192, 64, 0, Conv3x3Args::kNone, 2});
+  cases.push_back({1, 45, 77, 64, 64, 32, Conv3x3Args::kPRelu, 0});
   int k = 0;
   for (const auto& sz : sizes) {
     const int cin = cins[k % 5], cout = k % 2 ? 64 : 32;
@@ -430,21 +456,39 @@ int main(int argc, char** argv) {
   bool first = true;
   for (int dt = 0; dt < 2; ++dt) {
     for (const Case& c : cases) {
-      bool ok = true;
-      std::string why;
-      const double err =
-          dt == 0 ? check_case<__half>(c, ok, why) : check_case<__nv_bfloat16>(c, ok, why);
-      all_ok = all_ok && ok;
-      std::printf(
-          "%s  {\"dtype\": \"%s\", \"n\": %d, \"h\": %d, \"w\": %d, \"cin\": %d, \"cout\": %d, "
-          "\"in_stride\": %d, \"act\": %d, \"residuals\": %d, \"max_err\": %.3g, \"ok\": %s%s%s%s}",
-          first ? "" : ",\n", dt ? "bf16" : "fp16", c.n, c.h, c.w, c.cin, c.cout,
-          c.cin + c.in_extra, c.act, c.residuals, err, ok ? "true" : "false",
-          ok ? "" : ", \"why\": \"", ok ? "" : why.c_str(), ok ? "" : "\"");
-      first = false;
+      for (int variant : {0, 2, 32}) {
+        bool ok = true;
+        std::string why;
+        const double err = dt == 0 ? check_case<__half>(c, variant, ok, why)
+                                   : check_case<__nv_bfloat16>(c, variant, ok, why);
+        all_ok = all_ok && ok;
+        std::printf(
+            "%s  {\"dtype\": \"%s\", \"variant\": %d, \"n\": %d, \"h\": %d, \"w\": %d, "
+            "\"cin\": %d, \"cout\": %d, \"in_stride\": %d, \"act\": %d, \"residuals\": %d, "
+            "\"max_err\": %.3g, \"ok\": %s%s%s%s}",
+            first ? "" : ",\n", dt ? "bf16" : "fp16", variant, c.n, c.h, c.w, c.cin, c.cout,
+            c.cin + c.in_extra, c.act, c.residuals, err, ok ? "true" : "false",
+            ok ? "" : ", \"why\": \"", ok ? "" : why.c_str(), ok ? "" : "\"");
+        first = false;
+      }
     }
   }
   std::printf("\n ],\n \"all_ok\": %s", all_ok ? "true" : "false");
+  {
+    float* sink = nullptr;
+    CK(cudaMalloc(&sink, 4096));
+    std::printf(",\n \"mma_sync_peak_tflops\": {");
+    const int warps_per_sm[] = {4, 8, 12, 16};
+    for (int k = 0; k < 4; ++k) {
+      const int warps = warps_per_sm[k], iters = 20000;
+      auto run = [&] { mma_peak<8><<<prop.multiProcessorCount, warps * 32>>>(sink, iters); };
+      const double ms = time_ms(run, 3);
+      const double f = double(prop.multiProcessorCount) * warps * iters * 8 * 4096.0;
+      std::printf("%s\"%d warps/SM\": %.1f", k ? ", " : "", warps, f / ms / 1e9);
+    }
+    std::printf("}");
+    cudaFree(sink);
+  }
   if (!quick) {
     cudnnHandle_t handle;
     DK(cudnnCreate(&handle));
