@@ -10,8 +10,18 @@
 // uses each for the three vertical taps it contributes to, which halves the shared-memory reads
 // of the A operand. Shared rows are padded by 16 bytes, which makes the ldmatrix reads free of
 // bank conflicts when the row length in 16-byte units is odd (channel counts multiples of 16).
+// The epilogue (bias, activation, residuals, one rounding) runs on the accumulators; 64-channel
+// blocks then stage the tile through the stage buffer just consumed and store whole 16-byte
+// vectors, 32-channel blocks store straight from the registers.
+//
+// Measured on an H100 (docs/gpu.md, "Own 3×3 convolution"): 255–315 TFLOP/s at the Real-ESRGAN
+// trunk shapes, against mma.sync's ceiling of ~640 on that GPU and cuDNN's 225–235 at 32 output
+// channels (cuDNN reaches 460–495 at 64, where it is faster than this kernel on the convolution
+// alone).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <atomic>
 
 #include "src/models/conv3x3_launch.h"
 
@@ -367,11 +377,17 @@ cudaError_t launch_typed(const Conv3x3Args& a, cudaStream_t stream) {
   const size_t smem = smem_bytes<G>(a.in_channels, BN, kStages);
   if (smem > size_t(kMaxSmem)) return cudaErrorInvalidValue;
   auto kernel = conv3x3_kernel<T, BN, kUnroll, kStages, G, kStaged>;
-  cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (e != cudaSuccess) return e;
+  cudaError_t e;
   int device = 0, sms = 0;
   if ((e = cudaGetDevice(&device)) != cudaSuccess) return e;
+  // The shared-memory limit, once per device (not again inside a CUDA graph capture).
+  static std::atomic<uint64_t> configured{0};
+  const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
+  if (!(configured.load(std::memory_order_acquire) & bit)) {
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem);
+    if (e != cudaSuccess) return e;
+    configured.fetch_or(bit, std::memory_order_acq_rel);
+  }
   if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
     return e;
   TileGrid grid;
@@ -386,22 +402,16 @@ cudaError_t launch_typed(const Conv3x3Args& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// The measured choices (tools/bench/conv3x3_bench.cu, H100): 64-channel blocks with the tap
+// loop rolled and the staged epilogue (6 % faster than direct stores at SRVGG's shape); 32-channel
+// blocks with the tap loop unrolled and direct stores (staging gains nothing there).
 template <typename T>
-cudaError_t launch_variant(const Conv3x3Args& a, cudaStream_t stream, bool wide, bool rolled,
-                           bool three) {
-  if (a.variant & 32) {  // the staged epilogue (16-byte stores)
-    if (wide) return launch_typed<T, 64, 1, 2, GeoDefault, true>(a, stream);
-    return launch_typed<T, 32, 6, 2, GeoDefault, true>(a, stream);
-  }
+cudaError_t launch_choice(const Conv3x3Args& a, cudaStream_t stream, bool wide) {
   if (wide) {
-    if (rolled)
-      return three ? launch_typed<T, 64, 1, 3>(a, stream) : launch_typed<T, 64, 1, 2>(a, stream);
-    return three ? launch_typed<T, 64, 6, 3>(a, stream) : launch_typed<T, 64, 6, 2>(a, stream);
+    if (a.variant & 2) return launch_typed<T, 64, 1, 2>(a, stream);  // direct stores
+    return launch_typed<T, 64, 1, 2, GeoDefault, true>(a, stream);
   }
-  if (a.variant & 16) return launch_typed<T, 32, 1, 2, Geo<64, 16>>(a, stream);
-  if (rolled)
-    return three ? launch_typed<T, 32, 2, 3>(a, stream) : launch_typed<T, 32, 2, 2>(a, stream);
-  return three ? launch_typed<T, 32, 6, 3>(a, stream) : launch_typed<T, 32, 6, 2>(a, stream);
+  return launch_typed<T, 32, 6, 2>(a, stream);
 }
 
 }  // namespace
@@ -433,12 +443,8 @@ cudaError_t launch_conv3x3(EsrganDType dtype, const Conv3x3Args& a, cudaStream_t
   // of 32 (the same tile's two blocks run side by side and share its input in L2).
   const bool wide = !(a.variant & 1) && a.out_channels == 64 &&
                     smem_bytes(a.in_channels, 64, 2) <= size_t(kMaxSmem);
-  const bool rolled = !(a.variant & 2);
-  const bool three =
-      (a.variant & 4) && smem_bytes(a.in_channels, wide ? 64 : 32, 3) <= size_t(kMaxSmem);
-  return dtype == EsrganDType::kFloat16
-             ? launch_variant<__half>(a, stream, wide, rolled, three)
-             : launch_variant<__nv_bfloat16>(a, stream, wide, rolled, three);
+  return dtype == EsrganDType::kFloat16 ? launch_choice<__half>(a, stream, wide)
+                                        : launch_choice<__nv_bfloat16>(a, stream, wide);
 }
 
 }  // namespace wm::models::cuda

@@ -45,8 +45,9 @@ struct Conv3x3Args {
   int64_t out_stride[kMaxOutputs] = {};
   int outputs = 0;
   int frames = 0, height = 0, width = 0;
-  // Benchmark only (tools/bench/conv3x3_bench.cu), 0 = the default: bit 0 forces 32 output
-  // channels per block, bit 1 unrolls the tap loop fully, bit 2 asks for three input stages.
+  // Benchmark only (tools/bench/conv3x3_bench.cu), 0 = the default: bit 0 (1) forces 32 output
+  // channels per block, bit 1 (2) direct stores instead of the staged epilogue for 64-channel
+  // blocks, bit 3 (8) computes without storing anything (the epilogue's cost).
   int variant = 0;
 };
 

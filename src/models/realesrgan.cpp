@@ -85,13 +85,13 @@ RealEsrganTuning RealEsrganTuning::parse(const std::string& text) {
     if (key == "conv") {
       if (value == "own") {
         t.conv = Conv::kOwn;
-      } else if (value == "own-dense") {
-        t.conv = Conv::kOwnDense;
+      } else if (value == "own-all") {
+        t.conv = Conv::kOwnAll;
       } else if (value == "cudnn") {
         t.conv = Conv::kCudnn;
       } else {
         throw ModelError("realesrgan: tuning '" + item +
-                         "': expected conv=own, conv=own-dense or conv=cudnn");
+                         "': expected conv=own, conv=own-all or conv=cudnn");
       }
       continue;
     }
@@ -116,9 +116,9 @@ RealEsrganTuning RealEsrganTuning::parse(const std::string& text) {
 std::string RealEsrganTuning::str() const {
   return std::string("fused=") + (fused ? "1" : "0") + ",benchmark=" + (benchmark ? "1" : "0") +
          ",graph=" + (graph ? "1" : "0") + ",conv=" +
-         (conv == Conv::kOwn        ? "own"
-          : conv == Conv::kOwnDense ? "own-dense"
-                                    : "cudnn");
+         (conv == Conv::kOwn      ? "own"
+          : conv == Conv::kOwnAll ? "own-all"
+                                  : "cudnn");
 }
 
 RealEsrganArch realesrgan_preset(const std::string& name) {
@@ -442,7 +442,7 @@ class Network {
              (dtype == at::kHalf || dtype == at::kBFloat16) && arch_.features % 8 == 0 &&
              arch_.growth % 8 == 0;
     own_conv_ = fused_ && tuning.conv != RealEsrganTuning::Conv::kCudnn;
-    own_conv5_ = own_conv_ && tuning.conv == RealEsrganTuning::Conv::kOwn;
+    own_conv5_ = own_conv_ && tuning.conv == RealEsrganTuning::Conv::kOwnAll;
   }
   const RealEsrganArch& arch() const { return arch_; }
 
@@ -538,11 +538,11 @@ class Network {
   // The RRDB trunk on our convolution kernel: a dense-block buffer of F + 4G channels whose
   // first F hold the block input x; convolution k (1..4) reads its first F + (k-1)·G channels and
   // writes its leaky-ReLU activation (bias and activation in its epilogue) right after them, so
-  // there is no concatenation and no separate pass. conv5 (F + 4G → F) with `conv=own` is our
-  // kernel too, its epilogue the residual sums (x + 0.2·x5; the RRDB's last block
-  // t + 0.2·(x + 0.2·x5), also written to t), written into the other of two buffers (it cannot
-  // write the x it reads: neighbouring blocks still read it); with `conv=own-dense` conv5 goes
-  // through cuDNN and one pass updates x (and t) in place. Same math as rdb() (our epilogue
+  // there is no concatenation and no separate pass. conv5 (F + 4G → F) goes through cuDNN and
+  // one pass updates x (and t) in place; with `conv=own-all` it is our kernel too, its epilogue
+  // the residual sums (x + 0.2·x5; the RRDB's last block t + 0.2·(x + 0.2·x5), also written to
+  // t), written into the other of two buffers (it cannot write the x it reads: neighbouring
+  // blocks still read it). Same math as rdb() (our epilogue
   // rounds once where ATen rounds x5 first). Returns undefined when the kernels cannot take the
   // tensors (then nothing was changed).
   at::Tensor trunk_own(const at::Tensor& f) const {
