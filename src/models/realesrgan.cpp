@@ -361,6 +361,7 @@ bool own_conv(const at::Tensor& in, int64_t cin, const at::Tensor& weight, const
   return true;
 #else
   (void)in, (void)cin, (void)weight, (void)bias, (void)act, (void)prelu, (void)outs;
+  (void)residuals;
   return false;
 #endif
 }
@@ -542,9 +543,9 @@ class Network {
   // one pass updates x (and t) in place; with `conv=own-all` it is our kernel too, its epilogue
   // the residual sums (x + 0.2·x5; the RRDB's last block t + 0.2·(x + 0.2·x5), also written to
   // t), written into the other of two buffers (it cannot write the x it reads: neighbouring
-  // blocks still read it). Same math as rdb() (our epilogue
-  // rounds once where ATen rounds x5 first). Returns undefined when the kernels cannot take the
-  // tensors (then nothing was changed).
+  // blocks still read it). Same math as rdb() (our epilogue rounds once where ATen rounds x5
+  // first). Returns undefined when the kernels cannot take the tensors (then nothing was
+  // changed).
   at::Tensor trunk_own(const at::Tensor& f) const {
     const int64_t n = f.size(0), h = f.size(2), wd = f.size(3);
     const int64_t F = arch_.features, G = arch_.growth;
