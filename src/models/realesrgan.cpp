@@ -19,6 +19,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 
+#include "src/models/conv3x3_launch.h"
 #include "src/models/realesrgan_launch.h"
 #endif
 
@@ -81,6 +82,19 @@ RealEsrganTuning RealEsrganTuning::parse(const std::string& text) {
     const size_t eq = item.find('=');
     const std::string key = item.substr(0, eq);
     const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    if (key == "conv") {
+      if (value == "own") {
+        t.conv = Conv::kOwn;
+      } else if (value == "own-all") {
+        t.conv = Conv::kOwnAll;
+      } else if (value == "cudnn") {
+        t.conv = Conv::kCudnn;
+      } else {
+        throw ModelError("realesrgan: tuning '" + item +
+                         "': expected conv=own, conv=own-all or conv=cudnn");
+      }
+      continue;
+    }
     if (value != "0" && value != "1") {
       throw ModelError("realesrgan: tuning '" + item + "': expected " + key + "=0 or " + key +
                        "=1");
@@ -93,14 +107,18 @@ RealEsrganTuning RealEsrganTuning::parse(const std::string& text) {
     else if (key == "graph")
       t.graph = on;
     else
-      throw ModelError("realesrgan: unknown tuning key '" + key + "' (fused, benchmark, graph)");
+      throw ModelError("realesrgan: unknown tuning key '" + key +
+                       "' (fused, benchmark, graph, conv)");
   }
   return t;
 }
 
 std::string RealEsrganTuning::str() const {
   return std::string("fused=") + (fused ? "1" : "0") + ",benchmark=" + (benchmark ? "1" : "0") +
-         ",graph=" + (graph ? "1" : "0");
+         ",graph=" + (graph ? "1" : "0") + ",conv=" +
+         (conv == Conv::kOwn      ? "own"
+          : conv == Conv::kOwnAll ? "own-all"
+                                  : "cudnn");
 }
 
 RealEsrganArch realesrgan_preset(const std::string& name) {
@@ -258,6 +276,156 @@ at::Tensor fused_shuffle_add(const at::Tensor& t, const at::Tensor& x, int scale
 #endif
 }
 
+// The activation of own_conv's epilogue.
+enum class ConvAct { kNone, kPRelu, kLeaky };
+
+// Our 3×3 convolution (conv3x3_launch.h: Conv3x3Args) of the first `cin` channels of the
+// pixel-major `in` with `weight` [Cout, cin, 3, 3] (channels_last) and `bias`, then `act` (PReLU
+// with `prelu`'s per-channel slopes, leaky ReLU 0.2), then for each of `residuals` (at most two,
+// in order) y ← r + 0.2·y; written to every slot; float32 math, one rounding at the store. A slot
+// in `in` itself must start at or after channel `cin` (the kernel reads neighbouring pixels other
+// blocks may already have written); a residual may be read from `in` or be a slot itself.
+// Returns false (nothing done) when the kernel cannot take the tensors: the caller then runs ATen.
+bool own_conv(const at::Tensor& in, int64_t cin, const at::Tensor& weight, const at::Tensor& bias,
+              ConvAct act, const at::Tensor& prelu, const std::vector<ChannelSlot>& outs,
+              const std::vector<ChannelSlot>& residuals = {}) {
+#ifdef WMBATCH_WITH_CUDA
+  cuda::EsrganDType dtype;
+  if (!in.is_cuda() || !kernel_dtype(in, dtype) || !pixel_major(in) || in.size(1) % 8 ||
+      cin > in.size(1) || !aligned16(in.data_ptr())) {
+    return false;
+  }
+  if (!weight.defined() || weight.dim() != 4 || weight.device() != in.device() ||
+      weight.scalar_type() != in.scalar_type() || weight.size(1) != cin || weight.size(2) != 3 ||
+      weight.size(3) != 3 || !weight.is_contiguous(at::MemoryFormat::ChannelsLast) ||
+      !aligned16(weight.data_ptr())) {
+    return false;
+  }
+  const int64_t cout = weight.size(0);
+  if (!cuda::conv3x3_supported(int(cin), int(cout))) return false;
+  auto per_channel = [&](const at::Tensor& v) {
+    return v.defined() && v.device() == in.device() && v.scalar_type() == in.scalar_type() &&
+           v.numel() == cout && v.is_contiguous();
+  };
+  if (bias.defined() && !per_channel(bias)) return false;
+  if (act == ConvAct::kPRelu && !per_channel(prelu)) return false;
+  if (outs.empty() || int(outs.size()) > cuda::Conv3x3Args::kMaxOutputs) return false;
+  if (in.size(0) * in.size(2) * in.size(3) == 0 || residuals.size() > 2) return false;
+  auto fits = [&](const ChannelSlot& o) {
+    const at::Tensor& t = o.t;
+    return t.device() == in.device() && t.scalar_type() == in.scalar_type() && pixel_major(t) &&
+           t.size(0) == in.size(0) && t.size(2) == in.size(2) && t.size(3) == in.size(3) &&
+           t.size(1) % 8 == 0 && o.offset >= 0 && o.offset % 8 == 0 &&
+           o.offset + cout <= t.size(1) && aligned16(t.data_ptr());
+  };
+  cuda::Conv3x3Args args;
+  for (size_t r = 0; r < residuals.size(); ++r) {
+    const ChannelSlot& o = residuals[r];
+    if (!fits(o)) return false;
+    const void* p = static_cast<const char*>(o.t.data_ptr()) + o.offset * o.t.element_size();
+    if (r == 0) {
+      args.residual1 = p;
+      args.residual1_stride = o.t.size(1);
+      args.alpha1 = 0.2f;
+    } else {
+      args.residual2 = p;
+      args.residual2_stride = o.t.size(1);
+      args.alpha2 = 0.2f;
+    }
+  }
+  for (const ChannelSlot& o : outs) {
+    const at::Tensor& t = o.t;
+    if (!fits(o)) return false;
+    if (t.is_alias_of(in) && (t.data_ptr() != in.data_ptr() || o.offset < cin)) return false;
+    args.out[args.outputs] = static_cast<char*>(t.data_ptr()) + o.offset * t.element_size();
+    args.out_stride[args.outputs] = t.size(1);
+    ++args.outputs;
+  }
+  args.input = in.data_ptr();
+  args.input_stride = in.size(1);
+  args.in_channels = int(cin);
+  args.weight = weight.data_ptr();
+  args.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  args.out_channels = int(cout);
+  args.activation = act == ConvAct::kPRelu   ? cuda::Conv3x3Args::kPRelu
+                    : act == ConvAct::kLeaky ? cuda::Conv3x3Args::kLeaky
+                                             : cuda::Conv3x3Args::kNone;
+  args.prelu = act == ConvAct::kPRelu ? prelu.data_ptr() : nullptr;
+  args.leaky_slope = 0.2f;
+  args.frames = int(in.size(0));
+  args.height = int(in.size(2));
+  args.width = int(in.size(3));
+  const c10::cuda::CUDAGuard guard(in.device());  // the tensors' device and its current stream
+  check_launch(cuda::launch_conv3x3(dtype, args, at::cuda::getCurrentCUDAStream()),
+               "realesrgan convolution kernel");
+  return true;
+#else
+  (void)in, (void)cin, (void)weight, (void)bias, (void)act, (void)prelu, (void)outs;
+  (void)residuals;
+  return false;
+#endif
+}
+
+// Whether own_conv takes these channel counts (layouts aside).
+bool own_conv_takes(int64_t cin, int64_t cout) {
+#ifdef WMBATCH_WITH_CUDA
+  return cin <= 4096 && cout <= 4096 && cuda::conv3x3_supported(int(cin), int(cout));
+#else
+  (void)cin, (void)cout;
+  return false;
+#endif
+}
+
+// The dense block's residual on the first F channels of the pixel-major dense-block buffer
+// `buf` (the block's input x): x ← x + 0.2·x5; with `t` (the RRDB's last block):
+// t ← t + 0.2·(x + 0.2·x5), written to x's channels and to t. One fused pass (EsrganMixArgs);
+// every element is read and written by the same thread, so x and t are updated in place.
+// Returns false (nothing done) when the kernel cannot take the tensors.
+bool residual_in_place(const at::Tensor& buf, const at::Tensor& x5, const at::Tensor& t) {
+#ifdef WMBATCH_WITH_CUDA
+  cuda::EsrganDType dtype;
+  if (!buf.is_cuda() || !kernel_dtype(buf, dtype) || !pixel_major(buf) || buf.size(1) % 8 ||
+      !aligned16(buf.data_ptr())) {
+    return false;
+  }
+  const int64_t channels = x5.size(1);
+  auto fits = [&](const at::Tensor& v) {
+    return v.device() == buf.device() && v.scalar_type() == buf.scalar_type() && pixel_major(v) &&
+           v.size(0) == buf.size(0) && v.size(1) == channels && v.size(2) == buf.size(2) &&
+           v.size(3) == buf.size(3) && aligned16(v.data_ptr());
+  };
+  if (channels % 8 || channels > buf.size(1) || !fits(x5) || (t.defined() && !fits(t))) {
+    return false;
+  }
+  cuda::EsrganMixArgs args;
+  args.a = buf.data_ptr();
+  args.a_stride = buf.size(1);
+  args.b = x5.data_ptr();
+  args.b_stride = channels;
+  args.beta = 0.2f;
+  args.out[0] = buf.data_ptr();
+  args.out_stride[0] = buf.size(1);
+  args.outputs = 1;
+  if (t.defined()) {
+    args.c = t.data_ptr();
+    args.c_stride = channels;
+    args.gamma = 0.2f;
+    args.out[1] = t.data_ptr();
+    args.out_stride[1] = channels;
+    args.outputs = 2;
+  }
+  args.pixels = buf.size(0) * buf.size(2) * buf.size(3);
+  args.channels = int(channels);
+  const c10::cuda::CUDAGuard guard(buf.device());  // the tensors' device and its current stream
+  check_launch(cuda::launch_esrgan_mix(dtype, args, at::cuda::getCurrentCUDAStream()),
+               "realesrgan mix kernel");
+  return true;
+#else
+  (void)buf, (void)x5, (void)t;
+  return false;
+#endif
+}
+
 // The weights of one network on its device, in its dtype and memory format.
 class Network {
  public:
@@ -274,6 +442,8 @@ class Network {
     fused_ = tuning.fused && device.is_cuda() && channels_last &&
              (dtype == at::kHalf || dtype == at::kBFloat16) && arch_.features % 8 == 0 &&
              arch_.growth % 8 == 0;
+    own_conv_ = fused_ && tuning.conv != RealEsrganTuning::Conv::kCudnn;
+    own_conv5_ = own_conv_ && tuning.conv == RealEsrganTuning::Conv::kOwnAll;
   }
   const RealEsrganArch& arch() const { return arch_; }
 
@@ -292,8 +462,20 @@ class Network {
   at::Tensor srvgg(const at::Tensor& x, bool out_float) const {
     at::Tensor t = x;
     for (int i = 0; i <= arch_.convs; ++i) {
-      t = conv_named(t, "body." + std::to_string(2 * i));
-      t = at::prelu(t, w("body." + std::to_string(2 * i + 1) + ".weight"));
+      const std::string name = "body." + std::to_string(2 * i);
+      const at::Tensor& slopes = w("body." + std::to_string(2 * i + 1) + ".weight");
+      if (own_conv_ && i > 0) {  // the body's F→F convolutions, PReLU in the epilogue
+        t = t.contiguous(at::MemoryFormat::ChannelsLast);  // (a no-op where it already is)
+        const at::Tensor& weight = w(name + ".weight");
+        const at::Tensor y = at::empty({t.size(0), weight.size(0), t.size(2), t.size(3)},
+                                       t.options().memory_format(at::MemoryFormat::ChannelsLast));
+        if (own_conv(t, t.size(1), weight, w(name + ".bias"), ConvAct::kPRelu, slopes, {{y, 0}})) {
+          t = y;
+          continue;
+        }
+      }
+      t = conv_named(t, name);
+      t = at::prelu(t, slopes);
     }
     t = conv_named(t, "body." + std::to_string(2 * arch_.convs + 2));
     if (fused_) {
@@ -354,13 +536,80 @@ class Network {
     return t;
   }
 
+  // The RRDB trunk on our convolution kernel: a dense-block buffer of F + 4G channels whose
+  // first F hold the block input x; convolution k (1..4) reads its first F + (k-1)·G channels and
+  // writes its leaky-ReLU activation (bias and activation in its epilogue) right after them, so
+  // there is no concatenation and no separate pass. conv5 (F + 4G → F) goes through cuDNN and
+  // one pass updates x (and t) in place; with `conv=own-all` it is our kernel too, its epilogue
+  // the residual sums (x + 0.2·x5; the RRDB's last block t + 0.2·(x + 0.2·x5), also written to
+  // t), written into the other of two buffers (it cannot write the x it reads: neighbouring
+  // blocks still read it). Same math as rdb() (our epilogue rounds once where ATen rounds x5
+  // first). Returns undefined when the kernels cannot take the tensors (then nothing was
+  // changed).
+  at::Tensor trunk_own(const at::Tensor& f) const {
+    const int64_t n = f.size(0), h = f.size(2), wd = f.size(3);
+    const int64_t F = arch_.features, G = arch_.growth;
+    for (int k = 0; k < 4; ++k) {
+      if (!own_conv_takes(F + k * G, G)) return {};
+    }
+    const bool own5 = own_conv5_ && own_conv_takes(F + 4 * G, F);
+    const auto options = f.options().memory_format(at::MemoryFormat::ChannelsLast);
+    at::Tensor bufs[2];
+    bufs[0] = at::empty({n, F + 4 * G, h, wd}, options);
+    if (own5) bufs[1] = at::empty({n, F + 4 * G, h, wd}, options);
+    const at::Tensor t = at::empty({n, F, h, wd}, options);
+    int cur = 0;
+    bool first = true;
+    for (int i = 0; i < arch_.blocks; ++i) {
+      const std::string b = "body." + std::to_string(i) + ".";
+      for (int r = 1; r <= 3; ++r) {
+        const std::string p = b + "rdb" + std::to_string(r) + ".";
+        const at::Tensor& buf = bufs[cur];
+        for (int k = 0; k < 4; ++k) {
+          const std::string name = p + "conv" + std::to_string(k + 1);
+          if (first && !fused_mix(f, {}, 0, {}, 0, -1, {{buf, 0}, {t, 0}})) return {};
+          if (!own_conv(buf, F + k * G, w(name + ".weight"), w(name + ".bias"), ConvAct::kLeaky, {},
+                        {{buf, F + k * G}})) {
+            if (first) return {};  // nothing that counts was written yet
+            throw ModelError("realesrgan: own convolution refused");
+          }
+          first = false;
+        }
+        const bool last = r == 3;
+        const std::string name = p + "conv5";
+        if (own5) {
+          const at::Tensor& next = bufs[1 - cur];
+          std::vector<ChannelSlot> outs = {{next, 0}};
+          std::vector<ChannelSlot> residuals = {{buf, 0}};
+          if (last) {
+            outs.push_back({t, 0});
+            residuals.push_back({t, 0});
+          }
+          if (!own_conv(buf, F + 4 * G, w(name + ".weight"), w(name + ".bias"), ConvAct::kNone, {},
+                        outs, residuals)) {
+            throw ModelError("realesrgan: own convolution refused");
+          }
+          cur = 1 - cur;
+        } else {
+          const at::Tensor x5 = conv_named(buf, name).contiguous(at::MemoryFormat::ChannelsLast);
+          if (!residual_in_place(buf, x5, last ? t : at::Tensor())) {
+            throw ModelError("realesrgan: fused pass refused");
+          }
+        }
+      }
+    }
+    if (first) return {};
+    return t;
+  }
+
   at::Tensor rrdb(const at::Tensor& x) const {
     at::Tensor f = x;
     const int unshuffle = arch_.scale == 2 ? 2 : arch_.scale == 1 ? 4 : 1;
     if (unshuffle > 1) f = at::pixel_unshuffle(x, unshuffle);
     if (channels_last_) f = f.contiguous(at::MemoryFormat::ChannelsLast);
     f = conv_named(f, "conv_first");
-    at::Tensor t = fused_ ? trunk_fused(f) : at::Tensor();
+    at::Tensor t = own_conv_ ? trunk_own(f) : at::Tensor();
+    if (!t.defined() && fused_) t = trunk_fused(f);
     if (!t.defined()) {
       t = f;
       for (int i = 0; i < arch_.blocks; ++i) {
@@ -388,6 +637,8 @@ class Network {
   bool channels_last_;
   RealEsrganTuning tuning_;
   bool fused_ = false;
+  bool own_conv_ = false;
+  bool own_conv5_ = false;  // RRDB's conv5 on our kernel too
   std::map<std::string, at::Tensor> tensors_;
 };
 

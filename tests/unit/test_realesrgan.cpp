@@ -157,10 +157,16 @@ TEST(LanczosResize, KeepsConstantsAndLinearRampsAwayFromBorders) {
 
 TEST(RealEsrgan, TuningParsesItsKeysAndRefusesOthers) {
   const RealEsrganTuning defaults = RealEsrganTuning::parse("");
-  EXPECT_EQ(defaults.str(), "fused=1,benchmark=1,graph=0");
-  EXPECT_EQ(RealEsrganTuning::parse("fused=0,graph=1").str(), "fused=0,benchmark=1,graph=1");
+  EXPECT_EQ(defaults.str(), "fused=1,benchmark=1,graph=0,conv=own");
+  EXPECT_EQ(RealEsrganTuning::parse("fused=0,graph=1").str(),
+            "fused=0,benchmark=1,graph=1,conv=own");
+  EXPECT_EQ(RealEsrganTuning::parse("conv=cudnn").str(), "fused=1,benchmark=1,graph=0,conv=cudnn");
+  EXPECT_EQ(RealEsrganTuning::parse("conv=own-all,fused=1").str(),
+            "fused=1,benchmark=1,graph=0,conv=own-all");
   EXPECT_THROW(RealEsrganTuning::parse("fusion=1"), ModelError);
   EXPECT_THROW(RealEsrganTuning::parse("fused=2"), ModelError);
+  EXPECT_THROW(RealEsrganTuning::parse("conv=1"), ModelError);
+  EXPECT_THROW(RealEsrganTuning::parse("conv=cutlass"), ModelError);
   ModelConfig config;
   config.kind = "realesrgan";
   config.weights = kGolden + std::string("srvgg-tiny/model.pth");

@@ -114,9 +114,10 @@ double range_psnr(const Planar& got, const Planar& want) {
 }
 
 // The full-size architectures (random weights) on real-looking content: fp16 / bf16 against fp32
-// (raw outputs, PSNR over the reference's range), through the fused kernels and through ATen
-// (tuning fused=0); the floors of docs/models.md. The fused passes must agree with ATen's ops
-// to the run dtype's rounding.
+// (raw outputs, PSNR over the reference's range), through the fused kernels with each
+// convolution choice (tuning conv=own: our 3×3 kernel for SRVGG's body and RRDB's convs 1–4;
+// conv=own-all: RRDB's conv5 too; conv=cudnn) and through ATen (tuning fused=0); the floors of
+// docs/models.md. Every fused path must agree with ATen's ops to the run dtype's rounding.
 TEST(RealEsrganGpu, HalfPrecisionPsnrFullSize) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const Device gpu{Device::Kind::kCuda, 0};
@@ -141,22 +142,25 @@ TEST(RealEsrganGpu, HalfPrecisionPsnrFullSize) {
     };
     const Planar ref = run(Precision::kFloat32, "");
     for (const Precision precision : {Precision::kFloat16, Precision::kBFloat16}) {
-      const Planar fused = run(precision, "fused=1");
       const Planar aten = run(precision, "fused=0");
-      ASSERT_EQ(fused.data.size(), ref.data.size());
       ASSERT_EQ(aten.data.size(), ref.data.size());
-      const double p_fused = range_psnr(fused, ref), p_aten = range_psnr(aten, ref);
-      const double between = range_psnr(fused, aten);
-      const auto [lo, hi] = std::minmax_element(ref.data.begin(), ref.data.end());
-      std::cout << "[realesrgan gpu] " << n.name << " " << n.width << "x" << n.height << " "
-                << to_string(precision) << " vs fp32 (range " << *lo << ".." << *hi
-                << "): fused psnr " << p_fused << " dB, aten psnr " << p_aten
-                << " dB; fused vs aten " << between << " dB\n";
+      const double p_aten = range_psnr(aten, ref);
       const double floor = precision == Precision::kFloat16 ? n.floor_fp16 : n.floor_bf16;
-      EXPECT_GE(p_fused, floor) << n.name << " " << to_string(precision);
       EXPECT_GE(p_aten, floor) << n.name << " " << to_string(precision);
-      // The fused path may round differently, never worse than the precision itself allows.
-      EXPECT_GE(between, floor) << n.name << " " << to_string(precision);
+      for (const char* conv : {"own", "own-all", "cudnn"}) {
+        const Planar fused = run(precision, std::string("fused=1,conv=") + conv);
+        ASSERT_EQ(fused.data.size(), ref.data.size());
+        const double p_fused = range_psnr(fused, ref);
+        const double between = range_psnr(fused, aten);
+        const auto [lo, hi] = std::minmax_element(ref.data.begin(), ref.data.end());
+        std::cout << "[realesrgan gpu] " << n.name << " " << n.width << "x" << n.height << " "
+                  << to_string(precision) << " vs fp32 (range " << *lo << ".." << *hi
+                  << "): fused conv=" << conv << " psnr " << p_fused << " dB, aten psnr " << p_aten
+                  << " dB; fused vs aten " << between << " dB\n";
+        EXPECT_GE(p_fused, floor) << n.name << " " << to_string(precision) << " conv=" << conv;
+        // The fused path may round differently, never worse than the precision itself allows.
+        EXPECT_GE(between, floor) << n.name << " " << to_string(precision) << " conv=" << conv;
+      }
     }
   }
 }
