@@ -8,7 +8,8 @@ int lanes_per_device(int64_t usable, int64_t peak, int lanes_now, int cores, int
   lanes_now = std::max(lanes_now, 1);
   if (usable <= 0 || peak <= 0) return lanes_now;
   const double per_lane = double(peak) / lanes_now;
-  const int by_memory = int(kLaneMemoryShare * double(usable) / per_lane);
+  const int by_memory =
+      int(std::min(kLaneMemoryShare * double(usable) / per_lane, double(kMaxLanesPerDevice)));
   const int by_cores = std::max(cores, 1) / (std::max(devices, 1) * kCoresPerLane);
   const int lanes = std::min({by_memory, by_cores, kMaxLanesPerDevice});
   return std::max(lanes, lanes_now);

@@ -2,6 +2,8 @@
 // (scheduler/input_lanes.h): by the measured peak memory of one lane, the host's cores and a cap.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
 #include "scheduler/input_lanes.h"
 
 namespace wm::sched {
@@ -33,6 +35,9 @@ TEST(InputLanes, NeverFewerThanRunningAndUnknownMemoryKeepsThem) {
   EXPECT_EQ(lanes_per_device(-1, -1, 1, 64, 1), 1);                // the CPU
   EXPECT_EQ(lanes_per_device(80 * kGiB, 0, 2, 64, 1), 2);          // nothing measured
   EXPECT_EQ(lanes_per_device(80 * kGiB, kGiB, 0, 64, 1), kMaxLanesPerDevice);
+  // No memory bound at all (how the runner asks whether the cores allow a second lane).
+  EXPECT_EQ(lanes_per_device(INT64_MAX, 1, 1, 16, 1), 16 / kCoresPerLane);
+  EXPECT_EQ(lanes_per_device(INT64_MAX, 1, 1, 4, 1), 1);
 }
 
 }  // namespace
