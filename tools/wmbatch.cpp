@@ -18,6 +18,7 @@
 #include "scheduler/runner.h"
 #include "scheduler/slurm.h"
 #include "src/base/error.h"
+#include "src/base/heap.h"
 #include "src/base/log.h"
 #include "watch/cli.h"
 
@@ -269,6 +270,7 @@ int cmd_submit(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  wm::tune_heap_for_frames();
   if (argc >= 2) {
     const std::string command = argv[1];
     if (command == "plan") return cmd_plan(argc - 1, argv + 1);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "io/av_log.h"
+#include "src/base/heap.h"
 #include "tools/bench.h"
 
 namespace {
@@ -17,6 +18,7 @@ const char* kUsage =
 }
 
 int main(int argc, char** argv) {
+  wm::tune_heap_for_frames();
   if (argc < 2 || !std::strcmp(argv[1], "--help")) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 64 : 0;
