@@ -138,6 +138,7 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
   }
   last_split_ = by;
   const bool rows = by == SplitBy::kRows;
+  (rows ? row_slices_ : time_slices_) += 1;
   const int length = rows ? input.height : input.frames;
   const std::vector<int>& asked = rows ? options_.bands : options_.split;
   const std::vector<int> counts =

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <vector>
@@ -83,8 +84,10 @@ class SequenceParallelSession final : public PlacedSession {
   Planar run(Planar&& input, const RunContext& ctx) override;
 
   int ranks() const { return int(ranks_.size()); }
-  // How the last slice run was split (kTime before any).
+  // How the last slice run was split (kTime before any); slices run split by rows and in time.
   SplitBy last_split() const { return last_split_; }
+  int64_t row_slices() const { return row_slices_; }
+  int64_t time_slices() const { return time_slices_; }
   ExchangeStats exchange_stats() const { return group_->stats(); }
 
  private:
@@ -94,6 +97,7 @@ class SequenceParallelSession final : public PlacedSession {
   std::unique_ptr<ExchangeGroup> group_;
   std::map<int, SplitBy> chosen_;  // auto: per tile, the split its sequence's first slice chose
   SplitBy last_split_ = SplitBy::kTime;
+  int64_t row_slices_ = 0, time_slices_ = 0;
 };
 
 }  // namespace wm::parallel
