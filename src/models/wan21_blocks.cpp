@@ -334,12 +334,16 @@ at::Tensor last_frames(const at::Tensor& buf, int64_t n, at::MemoryFormat memory
   return buf.narrow(2, buf.size(2) - n, n).clone(memory_format);
 }
 
-// Spatial parallelism (SequenceState::row_halo): `buf` is [1, C, T, p + h + p, W] with this
-// rank's band in rows [p, p + h). Sends the band's first p rows to the rank above and its last
-// p rows to the rank below, and fills rows [0, p) and [p + h, h + 2p) with theirs (zeros at
-// the frame's top and bottom: the conv's zero padding there). Every frame of `buf` goes, the
-// history frames of a causal conv included. (Messages are dense copies: the NCCL exchange
-// takes dense tensors only.)
+// Spatial parallelism (SequenceState::row_halo). The exchanges below order their sends and
+// receives so that every transfer's two ends meet in the same step on both ranks: no cycle of
+// ranks waiting on each other even where a send waits on the device for its receive (NCCL: the
+// transfers of a stream run one after the other). The in-process exchange's sends never wait.
+
+// `buf` is [1, C, T, p + h + p, W] with this rank's band in rows [p, p + h). Sends the band's
+// first p rows to the rank above and its last p rows to the rank below, and fills rows [0, p)
+// and [p + h, h + 2p) with theirs (zeros at the frame's top and bottom: the conv's zero
+// padding there). Every frame of `buf` goes, the history frames of a causal conv included.
+// Down, then up, each in two steps: pairs (even rank, odd rank below it), then (odd, even).
 void exchange_rows(exec::HaloExchange& halo, const at::Tensor& buf, int64_t p) {
   const int r = halo.rank(), n = halo.ranks();
   const int64_t h = buf.size(3) - 2 * p;
@@ -347,54 +351,73 @@ void exchange_rows(exec::HaloExchange& halo, const at::Tensor& buf, int64_t p) {
     throw ModelError("wan2.1-vae: a spatial-parallel band of " + std::to_string(h) +
                      " rows is narrower than a convolution's halo of " + std::to_string(p));
   }
-  if (r > 0) halo.send(r - 1, buf.narrow(3, p, p).contiguous());
-  if (r + 1 < n) halo.send(r + 1, buf.narrow(3, h, p).contiguous());
   auto take = [&](int from, int64_t row) {
-    at::Tensor dst = buf.narrow(3, row, p);
-    if (from < 0 || from >= n) {
-      dst.zero_();
-      return;
-    }
+    const at::Tensor dst = buf.narrow(3, row, p);
     at::Tensor in =
         at::empty(dst.sizes(), buf.options().memory_format(at::MemoryFormat::Contiguous));
     halo.recv(from, in);
     dst.copy_(in);
   };
-  take(r - 1, 0);
-  take(r + 1, p + h);
+  const bool even = r % 2 == 0;
+  for (int step = 0; step < 2; ++step) {  // down: rows [h, h + p) to r + 1
+    if (even == (step == 0)) {
+      if (r + 1 < n) halo.send(r + 1, buf.narrow(3, h, p));
+    } else if (r > 0) {
+      take(r - 1, 0);
+    }
+  }
+  for (int step = 0; step < 2; ++step) {  // up: rows [p, 2p) to r − 1
+    if (even != (step == 0)) {
+      if (r > 0) halo.send(r - 1, buf.narrow(3, p, p));
+    } else if (r + 1 < n) {
+      take(r + 1, p + h);
+    }
+  }
+  if (r == 0) buf.narrow(3, 0, p).zero_();
+  if (r + 1 == n) buf.narrow(3, p + h, p).zero_();
 }
 
-// Spatial parallelism: every rank's tokens ([T, n_r, C] each, its band's pixels in row-major
-// order), concatenated in rank order: the whole frame's tokens, as one device has them.
+// Every pair of ranks (a < b) in one order on every rank: a sends to b, then b to a.
+template <typename Send, typename Recv>
+void each_pair(exec::HaloExchange& halo, Send&& send, Recv&& recv) {
+  const int r = halo.rank(), n = halo.ranks();
+  for (int a = 0; a < n; ++a) {
+    for (int b = a + 1; b < n; ++b) {
+      if (r == a) {
+        send(b);
+        recv(b);
+      } else if (r == b) {
+        recv(a);
+        send(a);
+      }
+    }
+  }
+}
+
+// Every rank's tokens ([T, n_r, C] each, its band's pixels in row-major order), concatenated in
+// rank order: the whole frame's tokens, as one device has them.
 at::Tensor all_tokens(exec::HaloExchange& halo, const at::Tensor& mine) {
   const int r = halo.rank(), n = halo.ranks();
   // The bands' token counts first (bands may differ by a row).
-  at::Tensor count = at::full({1}, mine.size(1), mine.options().dtype(at::kLong));
-  for (int s = 0; s < n; ++s) {
-    if (s != r) halo.send(s, count);
-  }
-  std::vector<int64_t> counts(size_t(n), mine.size(1));
-  for (int s = 0; s < n; ++s) {
-    if (s == r) continue;
-    at::Tensor c = at::empty({1}, count.options());
-    halo.recv(s, c);
-    counts[size_t(s)] = c.cpu().item<int64_t>();
-  }
-  const at::Tensor dense = mine.contiguous();
-  for (int s = 0; s < n; ++s) {
-    if (s != r) halo.send(s, dense);
-  }
-  std::vector<at::Tensor> parts;
-  for (int s = 0; s < n; ++s) {
-    if (s == r) {
-      parts.push_back(dense);
-      continue;
-    }
-    at::Tensor part = at::empty({mine.size(0), counts[size_t(s)], mine.size(2)},
-                                mine.options().memory_format(at::MemoryFormat::Contiguous));
-    halo.recv(s, part);
-    parts.push_back(part);
-  }
+  const at::Tensor count = at::full({1}, mine.size(1), mine.options().dtype(at::kLong));
+  std::vector<at::Tensor> counts(static_cast<size_t>(n));
+  each_pair(
+      halo, [&](int to) { halo.send(to, count); },
+      [&](int from) {
+        counts[size_t(from)] = at::empty({1}, count.options());
+        halo.recv(from, counts[size_t(from)]);
+      });
+  counts[size_t(r)] = count;
+  const at::Tensor sizes = at::cat(counts).cpu();
+  std::vector<at::Tensor> parts(static_cast<size_t>(n));
+  parts[size_t(r)] = mine.contiguous();
+  each_pair(
+      halo, [&](int to) { halo.send(to, parts[size_t(r)]); },
+      [&](int from) {
+        parts[size_t(from)] = at::empty({mine.size(0), sizes[from].item<int64_t>(), mine.size(2)},
+                                        mine.options().memory_format(at::MemoryFormat::Contiguous));
+        halo.recv(from, parts[size_t(from)]);
+      });
   return at::cat(parts, 1);
 }
 

@@ -11,10 +11,14 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -109,13 +113,64 @@ std::unique_ptr<wan21::Network> float64_decoder(const std::string& tuning = "") 
       wan21::Tuning::parse(tuning));
 }
 
+// Sends that wait until their receiver has started the matching receive, as NCCL's do on the
+// device (a stream's transfers run one after the other): an exchange whose sends and receives
+// form a cycle of ranks waiting on each other fails here (after 20 s) instead of passing
+// because the in-process sends never wait.
+class BlockingSends {
+ public:
+  class Rank final : public wm::exec::HaloExchange {
+   public:
+    Rank(BlockingSends& all, wm::exec::HaloExchange& inner) : all_(all), inner_(inner) {}
+    int rank() const override { return inner_.rank(); }
+    int ranks() const override { return inner_.ranks(); }
+    void send(int to, const at::Tensor& t) override {
+      inner_.send(to, t);
+      std::unique_lock<std::mutex> lock(all_.mutex_);
+      const int64_t n = ++all_.sent_[{rank(), to}];
+      if (!all_.changed_.wait_for(lock, std::chrono::seconds(20), [&] {
+            return all_.posted_[{rank(), to}] >= n;
+          })) {
+        throw wm::Error("rank " + std::to_string(rank()) + " waits in a send to rank " +
+                            std::to_string(to) + ": the exchange's order deadlocks",
+                        wm::kExitFailure);
+      }
+    }
+    void recv(int from, at::Tensor& into) override {
+      {
+        std::lock_guard<std::mutex> lock(all_.mutex_);
+        ++all_.posted_[{from, rank()}];
+      }
+      all_.changed_.notify_all();
+      inner_.recv(from, into);
+    }
+
+   private:
+    BlockingSends& all_;
+    wm::exec::HaloExchange& inner_;
+  };
+  BlockingSends(wm::parallel::InProcessGroup& group, int ranks) {
+    for (int r = 0; r < ranks; ++r) ranks_.push_back(std::make_unique<Rank>(*this, group.rank(r)));
+  }
+  wm::exec::HaloExchange& rank(int r) { return *ranks_[size_t(r)]; }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<std::pair<int, int>, int64_t> sent_, posted_;  // (from, to)
+  std::vector<std::unique_ptr<Rank>> ranks_;
+};
+
 // One slice of `x` ([1, C, T, H, W]) on ranks holding `bands` latent rows each (summing to H),
 // rank r on a thread of its own with its own state states[r] (kept from slice to slice).
+// `blocking`: sends wait for their receives (BlockingSends).
 at::Tensor forward_bands(const wan21::Network& net, const at::Tensor& x,
                          std::vector<wan21::SequenceState>& states, bool first,
-                         const std::vector<int>& bands, wm::parallel::InProcessGroup& group) {
+                         const std::vector<int>& bands, wm::parallel::InProcessGroup& group,
+                         bool blocking = false) {
   const int ranks = int(bands.size());
   group.begin(ranks);
+  BlockingSends blocked(group, ranks);
   states.resize(size_t(ranks));
   std::vector<at::Tensor> outs(static_cast<size_t>(ranks));
   std::vector<std::string> errors(static_cast<size_t>(ranks));
@@ -127,7 +182,7 @@ at::Tensor forward_bands(const wan21::Network& net, const at::Tensor& x,
     threads.emplace_back([&, r, band] {
       c10::InferenceMode inference;
       wan21::SequenceState& st = states[size_t(r)];
-      st.row_halo = ranks > 1 ? &group.rank(r) : nullptr;
+      st.row_halo = ranks == 1 ? nullptr : blocking ? &blocked.rank(r) : &group.rank(r);
       try {
         outs[size_t(r)] = net.forward(band, st, first);
       } catch (const std::exception& e) {
@@ -201,6 +256,30 @@ TEST(SpatialParallel, Float64NearestUpsampleAndTailChunks) {
   // Nearest 2× + 3×3 conv instead of the sub-pixel form; the decode tail in 2-frame chunks.
   check_float64("subpixel=0", 5, {{{2, 4}, {2, 3}}, {{1, 2, 3}, {5}}});
   check_float64("tail_frames=2", 5, {{{3, 1, 2}, {3, 2}}});
+}
+
+TEST(SpatialParallel, ExchangeOrderHoldsWhereSendsWait) {
+  // The row exchanges and the attention's gather never have two ranks waiting on each other,
+  // even where a send waits for its receive (NCCL): 2, 3 and 4 ranks, float64.
+  c10::InferenceMode inference;
+  const wan21::Architecture arch = wan21::Architecture::from(tiny_config());
+  Float64Weights weights;
+  auto stat = [](const std::vector<double>& v) {
+    return at::tensor(v, at::kDouble).reshape({1, -1, 1, 1, 1});
+  };
+  const wan21::Network net(arch, wan21::Task::kDecode, weights,
+                           stat(wm::models::wan21_latent_mean()),
+                           stat(wm::models::wan21_latent_std()), at::MemoryFormat::Contiguous);
+  const at::Tensor x = golden_latents().narrow(2, 0, 2).narrow(4, 0, 4).to(at::kDouble);
+  wan21::SequenceState whole_state;
+  const at::Tensor whole = net.forward(x, whole_state, true);
+  for (const std::vector<int>& bands :
+       {std::vector<int>{3, 3}, std::vector<int>{2, 2, 2}, std::vector<int>{1, 2, 2, 1}}) {
+    wm::parallel::InProcessGroup group(4);
+    std::vector<wan21::SequenceState> states;
+    const at::Tensor got = forward_bands(net, x, states, true, bands, group, /*blocking=*/true);
+    EXPECT_LE((got - whole).abs().max().item<double>(), 1e-12) << bands.size() << " ranks";
+  }
 }
 
 // --- float32, sessions and the pipeline -------------------------------------------------------
