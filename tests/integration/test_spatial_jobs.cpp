@@ -117,6 +117,55 @@ TEST(SpatialJobs, RefusedWhereItCannotSplit) {
   EXPECT_EQ(r.exit_code, 65) << r.output;
   EXPECT_NE(r.output.find("mode spatial"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("use data"), std::string::npos) << r.output;
+
+  // SeedVR2's decoder: its GroupNorm needs whole-frame statistics (sequence splits it in time).
+  const std::string seedvr2 = std::string(WM_SOURCE_DIR) + "/tests/data/golden/seedvr2-tiny/";
+  write_text(dir.file("seedvr2.yaml"), "task: decode_latents\ninput: '" + seedvr2 +
+                                           "decode_t1.safetensors'\noutput: s.safetensors\n"
+                                           "devices: cpu\nparallel: {mode: spatial, ranks: 2}\n"
+                                           "model: {kind: seedvr2-vae, weights: '" +
+                                           seedvr2 + "weights.safetensors', norm_groups: 4}\n");
+  r = wmbatch({dir.file("seedvr2.yaml")});
+  EXPECT_EQ(r.exit_code, 65) << r.output;
+  EXPECT_NE(r.output.find("seedvr2-vae decode does not"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("use sequence"), std::string::npos) << r.output;
+}
+
+// wmbench vae-decode --parallel sequence,spatial on 2 CPU ranks, one latent frame: the time
+// split leaves rank 1 idle, the row split keeps both busy and exchanges rows.
+TEST(SpatialJobs, BenchMeasuresBothSplits) {
+  const CommandResult r = run_command({std::string(WM_BINARY_DIR) + "/wmbench",
+                                       "vae-decode",
+                                       "--dim",
+                                       "16",
+                                       "--latent-frames",
+                                       "1",
+                                       "--height",
+                                       "64",
+                                       "--width",
+                                       "64",
+                                       "--threads",
+                                       "1",
+                                       "--warmup",
+                                       "0",
+                                       "--iters",
+                                       "1",
+                                       "--devices",
+                                       "cpu",
+                                       "--ranks",
+                                       "2",
+                                       "--parallel",
+                                       "sequence,spatial"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json out = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  const nlohmann::json& time = out.at("sequence_parallel");
+  const nlohmann::json& rows = out.at("spatial_parallel");
+  EXPECT_EQ(time.at("split"), "time");
+  EXPECT_EQ(rows.at("split"), "rows");
+  EXPECT_EQ(time.at("per_rank").at(1).at("busy_seconds").get<double>(), 0) << time.dump();
+  EXPECT_GT(rows.at("per_rank").at(1).at("busy_seconds").get<double>(), 0) << rows.dump();
+  EXPECT_GT(rows.at("exchange_bytes").get<double>(), 0) << rows.dump();
+  EXPECT_GT(rows.at("fps").get<double>(), 0) << rows.dump();
 }
 
 }  // namespace
