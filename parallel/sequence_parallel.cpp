@@ -23,8 +23,9 @@ std::vector<int> split_frames(int frames, int ranks) {
   return out;
 }
 
-SplitBy choose_split(int frames, int rows, int ranks) {
-  return frames < ranks && rows >= 2 * ranks ? SplitBy::kRows : SplitBy::kTime;
+SplitBy choose_split(int frames, int rows, int ranks, Device::Kind kind) {
+  if (rows < 2 * ranks) return SplitBy::kTime;
+  return frames < ranks || kind == Device::Kind::kCpu ? SplitBy::kRows : SplitBy::kTime;
 }
 
 namespace {
@@ -131,7 +132,8 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
     auto it = chosen_.find(ctx.tile_index);
     if (ctx.first_slice || it == chosen_.end()) {
       it = chosen_
-               .insert_or_assign(ctx.tile_index, choose_split(input.frames, input.height, ranks()))
+               .insert_or_assign(ctx.tile_index, choose_split(input.frames, input.height, ranks(),
+                                                              workers_.front()->device().kind))
                .first;
     }
     by = it->second;

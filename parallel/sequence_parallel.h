@@ -41,10 +41,12 @@ enum class SplitBy {
   kAuto,  // choose_split() at each sequence's first slice
 };
 
-// Auto's rule: rows when the slice has fewer latent frames than ranks (a time split would leave
-// ranks idle: an image, a clip of a few frames) and every rank gets at least 2 rows; else time.
-// docs/gpu.md says why.
-SplitBy choose_split(int frames, int rows, int ranks);
+// Auto's rule, for a sequence whose first slice has `frames` latent frames of `rows` rows on
+// `ranks` ranks of device kind `kind`: rows when every rank gets at least 2 rows and either the
+// slice has fewer frames than ranks (a time split would leave ranks idle: an image, a clip of a
+// few frames) or the ranks are CPU ranks (measured never slower there); else time.
+// docs/gpu.md ("Time split or height split") gives the measurements.
+SplitBy choose_split(int frames, int rows, int ranks, Device::Kind kind);
 
 struct SequenceParallelOptions {
   // Latent frames per rank of every slice (tests: uneven splits, a rank with only the first

@@ -64,8 +64,7 @@ struct TilingSpec {
 // each slice of a causal model split in time over the ranks (exact, halo exchange); spatial:
 // each slice split into bands of rows, every frame on every rank (exact, a row halo per
 // convolution; Wan2.1 decode); auto: for a causal model that supports it on more than one rank,
-// sequence, or spatial per video where a slice has fewer latent frames than ranks
-// (parallel::choose_split); else data.
+// sequence, or spatial per video where it wins (parallel::choose_split); else data.
 enum class ParallelMode { kAuto, kData, kSequence, kSpatial };
 const char* to_string(ParallelMode m);
 struct ParallelSpec {

@@ -1,7 +1,7 @@
 // Spatial parallelism through the real job path (wmbatch on YAML jobs, CPU ranks): a
 // decode_latents job split into bands of rows over 2 and 3 ranks equals the one-rank output and
-// reports its exchange; auto takes rows when a slice has fewer latent frames than ranks and time
-// otherwise; mode spatial with fewer than 2 latent rows per rank, or with a model that cannot
+// reports its exchange; auto takes rows on CPU ranks where every rank gets 2 latent rows and
+// time otherwise; mode spatial with fewer than 2 latent rows per rank, or with a model that cannot
 // split by rows, is refused with exit 65 and one line.
 // Golden weights and latents: tests/data/golden/wan21-tiny (9 latent frames of 6×10).
 #include <gtest/gtest.h>
@@ -72,19 +72,19 @@ TEST(SpatialJobs, SpatialRanksEqualOneRank) {
   }
 }
 
-TEST(SpatialJobs, AutoTakesRowsForSlicesShorterThanTheRanks) {
+TEST(SpatialJobs, AutoChoosesRowsOrTime) {
   TempDir dir("spatial-auto");
-  // Slices of 1 latent frame on 2 ranks: rows; slices of 5 on 2 ranks: time.
-  const std::vector<float> one = decode(dir, "one", "slice_frames: 1\n");
+  // 2 CPU ranks on 6 latent rows: rows; 4 ranks: time (fewer than 2 latent rows per rank).
+  const std::vector<float> one = decode(dir, "one", "slice_frames: 5\n");
   ASSERT_FALSE(one.empty());
-  const std::vector<float> rows = decode(dir, "rows", "slice_frames: 1\nparallel: {ranks: 2}\n");
+  const std::vector<float> rows = decode(dir, "rows", "slice_frames: 5\nparallel: {ranks: 2}\n");
   ASSERT_EQ(rows.size(), one.size());
   EXPECT_LE(max_abs_diff(rows, one), 1e-5);
   nlohmann::json in = report_input(dir.file("rows.json"));
-  EXPECT_EQ(in.at("parallel_spatial_slices").get<double>(), 9) << in.dump();
+  EXPECT_EQ(in.at("parallel_spatial_slices").get<double>(), 2) << in.dump();
   EXPECT_EQ(in.at("parallel_sequence_slices").get<double>(), 0) << in.dump();
 
-  const std::vector<float> time = decode(dir, "time", "slice_frames: 5\nparallel: {ranks: 2}\n");
+  const std::vector<float> time = decode(dir, "time", "slice_frames: 5\nparallel: {ranks: 4}\n");
   ASSERT_EQ(time.size(), one.size());
   EXPECT_LE(max_abs_diff(time, one), 1e-5);
   in = report_input(dir.file("time.json"));

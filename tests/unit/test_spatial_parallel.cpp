@@ -4,8 +4,9 @@
 // device: in float64 to rounding (<= 1e-12) at the network level, in float32 (<= 1e-5) through
 // SequenceParallelSession and the pipeline. 2, 3 and 4 ranks, uneven bands, a band of one row,
 // several slices (each rank keeps its band's causal state), a clip of one latent frame, the
-// nearest-upsample path and tail frame chunks; auto chooses rows for a slice with fewer latent
-// frames than ranks; a failing rank fails the slice without a hang.
+// nearest-upsample path and tail frame chunks; auto's choice (parallel::choose_split); the
+// exchanges' order holds where sends wait for their receives (NCCL); a failing rank fails the
+// slice without a hang.
 // Weights and latents: the golden vectors in tests/data/golden/wan21-tiny/.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
@@ -348,31 +349,34 @@ TEST(SpatialParallel, SessionsEqualOneDevice) {
   }
 }
 
-TEST(SpatialParallel, AutoChoosesRowsForFewerFramesThanRanks) {
-  EXPECT_EQ(wm::parallel::choose_split(1, 60, 2), SplitBy::kRows);
-  EXPECT_EQ(wm::parallel::choose_split(3, 60, 4), SplitBy::kRows);
-  EXPECT_EQ(wm::parallel::choose_split(4, 60, 4), SplitBy::kTime);
-  EXPECT_EQ(wm::parallel::choose_split(1, 7, 4), SplitBy::kTime);  // < 2 rows per rank
-  EXPECT_EQ(wm::parallel::choose_split(1, 8, 4), SplitBy::kRows);
+TEST(SpatialParallel, AutoChoosesRowsWhereTheyWin) {
+  using wm::parallel::choose_split;
+  const auto gpu = wm::Device::Kind::kCuda, cpu = wm::Device::Kind::kCpu;
+  // GPUs: rows only where a time split leaves ranks idle.
+  EXPECT_EQ(choose_split(1, 60, 2, gpu), SplitBy::kRows);
+  EXPECT_EQ(choose_split(3, 60, 4, gpu), SplitBy::kRows);
+  EXPECT_EQ(choose_split(4, 60, 4, gpu), SplitBy::kTime);
+  EXPECT_EQ(choose_split(1, 7, 4, gpu), SplitBy::kTime);  // < 2 rows per rank
+  EXPECT_EQ(choose_split(1, 8, 4, gpu), SplitBy::kRows);
+  // CPU ranks: rows wherever every rank gets 2 rows.
+  EXPECT_EQ(choose_split(16, 8, 4, cpu), SplitBy::kRows);
+  EXPECT_EQ(choose_split(1, 7, 4, cpu), SplitBy::kTime);
 
   auto model = wm::models::make_wan21_vae(tiny_config(), wm::Device{});
   const Planar z = to_planar(golden_latents());
-  auto session = spatial_session(*model, 3, {}, SplitBy::kAuto);
-  // A clip of 2 latent frames on 3 ranks: rows, and its second slice (1 frame) stays rows.
-  const Planar short_clip = frames(z, 0, 2);
-  const Planar whole_short =
-      model->open_session(wm::Device{})->run(frames(z, 0, 2), slice_context(0, true, true));
-  EXPECT_LE(max_abs_diff(run_slices(*session, short_clip, {2}), whole_short), 1e-5);
-  EXPECT_EQ(session->last_split(), SplitBy::kRows);
-  // The next input (a new sequence of 9 latent frames, slices of 5 and 4): time, in the same
-  // session.
   const Planar whole =
       model->open_session(wm::Device{})->run(frames(z, 0, 9), slice_context(0, true, true));
-  EXPECT_LE(max_abs_diff(run_slices(*session, z, {5, 4}), whole), 1e-5);
-  EXPECT_EQ(session->last_split(), SplitBy::kTime);
-  // Slices of 2 latent frames: the first slice chooses rows, the later ones keep them.
-  EXPECT_LE(max_abs_diff(run_slices(*session, z, {2, 2, 2, 3}), whole), 1e-5);
-  EXPECT_EQ(session->last_split(), SplitBy::kRows);
+  // 3 CPU ranks on 6 latent rows: rows, for every slice of the sequence.
+  auto three = spatial_session(*model, 3, {}, SplitBy::kAuto);
+  EXPECT_LE(max_abs_diff(run_slices(*three, z, {5, 4}), whole), 1e-5);
+  EXPECT_EQ(three->row_slices(), 2);
+  EXPECT_EQ(three->time_slices(), 0);
+  // 4 CPU ranks on 6 latent rows: time (fewer than 2 rows per rank), even for 2-frame slices.
+  auto four = spatial_session(*model, 4, {}, SplitBy::kAuto);
+  EXPECT_LE(max_abs_diff(run_slices(*four, z, {2, 3, 4}), whole), 1e-5);
+  EXPECT_EQ(four->row_slices(), 0);
+  EXPECT_EQ(four->time_slices(), 3);
+  EXPECT_EQ(four->last_split(), SplitBy::kTime);
 }
 
 TEST(SpatialParallel, FailingRankFailsTheSliceWithoutHanging) {
