@@ -2,7 +2,8 @@
 // decode_latents job split into bands of rows over 2 and 3 ranks equals the one-rank output and
 // reports its exchange; auto takes rows on CPU ranks where every rank gets 2 latent rows and
 // time otherwise; mode spatial with fewer than 2 latent rows per rank, or with a model that cannot
-// split by rows, is refused with exit 65 and one line.
+// split by rows, is refused with exit 65 and one line; a failing rank fails its input without a
+// hang or an output.
 // Golden weights and latents: tests/data/golden/wan21-tiny (9 latent frames of 6×10).
 #include <gtest/gtest.h>
 
@@ -90,6 +91,26 @@ TEST(SpatialJobs, AutoChoosesRowsOrTime) {
   in = report_input(dir.file("time.json"));
   EXPECT_EQ(in.at("parallel_spatial_slices").get<double>(), 0) << in.dump();
   EXPECT_EQ(in.at("parallel_sequence_slices").get<double>(), 2) << in.dump();
+}
+
+TEST(SpatialJobs, FailingRankFailsTheInputWithoutHanging) {
+  TempDir dir("spatial-fault");
+  struct Case {
+    std::string fault, expect;
+    int exit_code;
+  };
+  for (const Case& c : {Case{"rank1:slice0:error", "rank 1 (cpu), slice 0: ", 65},
+                        Case{"rank1:slice1:hang", " 2 s", 1}}) {
+    write_text(dir.file("job.yaml"),
+               decode_job("out.safetensors",
+                          "slice_frames: 5\nparallel: {mode: spatial, ranks: 2, "
+                          "timeout: 2, fault: '" +
+                              c.fault + "'}\n"));
+    const CommandResult r = wmbatch({dir.file("job.yaml")});
+    EXPECT_EQ(r.exit_code, c.exit_code) << c.fault << ": " << r.output;
+    EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.fault << ": " << r.output;
+    EXPECT_FALSE(exists(dir.file("out.safetensors"))) << c.fault;
+  }
 }
 
 TEST(SpatialJobs, RefusedWhereItCannotSplit) {
