@@ -23,6 +23,11 @@ std::vector<int> split_frames(int frames, int ranks) {
   return out;
 }
 
+SplitBy choose_split(int frames, int rows, int ranks, Device::Kind kind) {
+  if (rows < 2 * ranks) return SplitBy::kTime;
+  return frames < ranks || kind == Device::Kind::kCpu ? SplitBy::kRows : SplitBy::kTime;
+}
+
 namespace {
 
 std::vector<int> fit_split(const std::vector<int>& asked, int frames) {
@@ -55,6 +60,44 @@ Planar frames_of(const Planar& in, int first, int n) {
   return out;
 }
 
+// Rows [top, top + n) of every frame of `in`.
+Planar rows_of(const Planar& in, int top, int n) {
+  Planar out(in.channels, in.frames, n, in.width);
+  const size_t row = size_t(in.width);
+  for (int c = 0; c < in.channels; ++c) {
+    for (int t = 0; t < in.frames; ++t) {
+      std::memcpy(out.plane(c, t), in.plane(c, t) + size_t(top) * row,
+                  size_t(n) * row * sizeof(float));
+    }
+  }
+  return out;
+}
+
+// The ranks' bands (every frame each), top to bottom, as whole frames.
+Planar gather_rows(const std::vector<Planar>& bands) {
+  const Planar& head = bands.front();
+  int height = 0;
+  for (const Planar& p : bands) {
+    if (p.channels != head.channels || p.frames != head.frames || p.width != head.width) {
+      throw ModelError("spatial parallel: the ranks' outputs differ in shape");
+    }
+    height += p.height;
+  }
+  Planar out(head.channels, head.frames, height, head.width);
+  const size_t row = size_t(head.width);
+  int top = 0;
+  for (const Planar& p : bands) {
+    for (int c = 0; c < p.channels; ++c) {
+      for (int t = 0; t < p.frames; ++t) {
+        std::memcpy(out.plane(c, t) + size_t(top) * row, p.plane(c, t),
+                    size_t(p.height) * row * sizeof(float));
+      }
+    }
+    top += p.height;
+  }
+  return out;
+}
+
 }  // namespace
 
 SequenceParallelSession::SequenceParallelSession(std::vector<std::unique_ptr<ModelSession>> ranks,
@@ -83,14 +126,30 @@ SequenceParallelSession::SequenceParallelSession(std::vector<std::unique_ptr<Mod
 SequenceParallelSession::~SequenceParallelSession() = default;
 
 Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
-  const int frames = input.frames;
+  // Time (frames) or rows; auto: chosen at the sequence's (tile's) first slice, kept after.
+  SplitBy by = options_.by;
+  if (by == SplitBy::kAuto) {
+    auto it = chosen_.find(ctx.tile_index);
+    if (ctx.first_slice || it == chosen_.end()) {
+      it = chosen_
+               .insert_or_assign(ctx.tile_index, choose_split(input.frames, input.height, ranks(),
+                                                              workers_.front()->device().kind))
+               .first;
+    }
+    by = it->second;
+  }
+  last_split_ = by;
+  const bool rows = by == SplitBy::kRows;
+  (rows ? row_slices_ : time_slices_) += 1;
+  const int length = rows ? input.height : input.frames;
+  const std::vector<int>& asked = rows ? options_.bands : options_.split;
   const std::vector<int> counts =
-      options_.split.empty() ? split_frames(frames, ranks()) : fit_split(options_.split, frames);
+      asked.empty() ? split_frames(length, ranks()) : fit_split(asked, length);
   const int active = std::min(int(counts.size()), ranks());
   std::vector<int> runs(counts.begin(), counts.begin() + active);
   int assigned = 0;
   for (int n : runs) assigned += n;
-  runs.back() += frames - assigned;  // more runs asked for than ranks: the rest to the last
+  runs.back() += length - assigned;  // more runs asked for than ranks: the rest to the last
 
   group_->begin(active);
   // The rank that failed first (the others' errors are the abort's echo).
@@ -103,17 +162,21 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
     const int job_rank = options_.first_rank + r;
     RunContext rc = ctx;
     rc.deferred = nullptr;  // the ranks' parts are gathered here
-    rc.first_slice = ctx.first_slice && r == 0;
-    rc.padded_frames = r == active - 1 ? ctx.padded_frames : 0;
+    // A band holds every frame of the slice; a run of frames, its part of them.
+    rc.first_slice = ctx.first_slice && (rows || r == 0);
+    rc.padded_frames = rows || r == active - 1 ? ctx.padded_frames : 0;
     rc.device = workers_[size_t(r)]->context();
     rc.halo = active > 1 ? &group_->rank(r) : nullptr;
+    rc.halo_rows = rows && rc.halo;
     // The fault (tests) fires inside the model, at the rank's first exchange of the slice.
     std::shared_ptr<exec::HaloExchange> faulty;
     if (fault && rc.halo) {
       faulty = faulty_exchange(*rc.halo, *fault, job_rank, ctx.slice_index, *group_, timeout);
       rc.halo = faulty.get();
     }
-    Planar part = active == 1 ? std::move(input) : frames_of(input, first, runs[size_t(r)]);
+    Planar part = active == 1 ? std::move(input)
+                  : rows      ? rows_of(input, first, runs[size_t(r)])
+                              : frames_of(input, first, runs[size_t(r)]);
     first += runs[size_t(r)];
     ModelSession* session = ranks_[size_t(r)].get();
     ExchangeGroup* group = group_.get();
@@ -191,6 +254,7 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
     if (f) std::rethrow_exception(f);
   }
   if (active == 1) return std::move(outputs.front());
+  if (rows) return gather_rows(outputs);
 
   int total = 0;
   for (const Planar& p : outputs) total += p.frames;

@@ -6,6 +6,13 @@
 // frame order. The result equals one session's (to rounding): the model does the exchange
 // (ModelTraits::sequence_parallel), this session splits, runs and gathers.
 //
+// Split by rows instead (spatial parallelism, SequenceParallelOptions::by): rank r takes a band
+// of the slice's rows, every frame; before each spatial convolution the model exchanges its
+// bands' boundary rows with the ranks above and below, and its attention gathers every band's
+// tokens (RunContext::halo_rows, ModelTraits::spatial_parallel). Each rank keeps its band's
+// causal state, so slices chain with no hand-off; outputs are gathered top to bottom. Auto
+// chooses per sequence (per tile), at its first slice (choose_split).
+//
 // Ranks with no frames of a slice (a slice shorter than the group) sit it out. A rank's failure
 // aborts the exchange, so the others stop waiting, and run() rethrows the failing rank's error:
 // the slice (and its input) fails; the state is dropped with it. A rank still running after
@@ -15,6 +22,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -25,11 +34,29 @@
 
 namespace wm::parallel {
 
+// How a slice is split over the ranks.
+enum class SplitBy {
+  kTime,  // latent frames (sequence)
+  kRows,  // bands of rows (spatial)
+  kAuto,  // choose_split() at each sequence's first slice
+};
+
+// Auto's rule, for a sequence whose first slice has `frames` latent frames of `rows` rows on
+// `ranks` ranks of device kind `kind`: rows when every rank gets at least 2 rows and either the
+// slice has fewer frames than ranks (a time split would leave ranks idle: an image, a clip of a
+// few frames) or the ranks are CPU ranks (measured never slower there); else time.
+// docs/gpu.md ("Time split or height split") gives the measurements.
+SplitBy choose_split(int frames, int rows, int ranks, Device::Kind kind);
+
 struct SequenceParallelOptions {
   // Latent frames per rank of every slice (tests: uneven splits, a rank with only the first
   // frame); a slice with fewer frames fills the ranks in order, one with more gives the rest to
   // the last rank. Empty: even (split_frames).
   std::vector<int> split;
+  SplitBy by = SplitBy::kTime;
+  // Rows split: latent rows per rank (tests: uneven bands, a band of 1 row), filled like
+  // `split`. Empty: nearly even (split_frames over the rows).
+  std::vector<int> bands;
   // The longest a rank may take over its part of a slice (and an in-process recv may wait);
   // past it the exchange is aborted and the slice fails.
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
@@ -59,6 +86,10 @@ class SequenceParallelSession final : public PlacedSession {
   Planar run(Planar&& input, const RunContext& ctx) override;
 
   int ranks() const { return int(ranks_.size()); }
+  // How the last slice run was split (kTime before any); slices run split by rows and in time.
+  SplitBy last_split() const { return last_split_; }
+  int64_t row_slices() const { return row_slices_; }
+  int64_t time_slices() const { return time_slices_; }
   ExchangeStats exchange_stats() const { return group_->stats(); }
 
  private:
@@ -66,6 +97,9 @@ class SequenceParallelSession final : public PlacedSession {
   std::vector<DeviceWorker*> workers_;
   SequenceParallelOptions options_;
   std::unique_ptr<ExchangeGroup> group_;
+  std::map<int, SplitBy> chosen_;  // auto: per tile, the split its sequence's first slice chose
+  SplitBy last_split_ = SplitBy::kTime;
+  int64_t row_slices_ = 0, time_slices_ = 0;
 };
 
 }  // namespace wm::parallel

@@ -450,6 +450,7 @@ class DecodeLatentsRunner : public FinishingRunner {
     pipeline.tokens = job_.tokens;
     pipeline.cancel = options.cancel;
     pipeline.tiles = plan_job_tiles(job_, traits, source.width(), source.height());
+    models_.check_rows(job_, input, pipeline.tiles);
     const double input_open_seconds = seconds_since(input_start);
     // Farm chunks are in output frames, on latent slice boundaries (farm.cpp
     // make_latent_chunk_rule): latent L starts output frame output_frames(L).

@@ -62,6 +62,8 @@ ModelSet::ModelSet(const ModelConfig& config, const std::string& devices,
   switch (parallel.mode) {
     case ParallelMode::kAuto:
       sequence_ = t.causal_state && t.sequence_parallel && count > 1;
+      // Time or rows, chosen per video at its first slice (parallel::choose_split).
+      split_ = t.spatial_parallel ? parallel::SplitBy::kAuto : parallel::SplitBy::kTime;
       break;
     case ParallelMode::kData:
       sequence_ = false;
@@ -73,6 +75,21 @@ ModelSet::ModelSet(const ModelConfig& config, const std::string& devices,
                     kExitDataErr);
       }
       sequence_ = count > 1;
+      break;
+    case ParallelMode::kSpatial:
+      if (!t.spatial_parallel) {
+        throw Error(
+            "parallel: mode spatial needs a model that splits its frames into bands of rows "
+            "(a row halo per convolution); " +
+                t.name + " does not" +
+                (t.sequence_parallel ? " (its normalisation needs whole-frame statistics: use "
+                                       "sequence)"
+                 : t.causal_state    ? " (use data)"
+                                     : " (use data: its slices spread over the devices)"),
+            kExitDataErr);
+      }
+      sequence_ = count > 1;
+      split_ = parallel::SplitBy::kRows;
       break;
   }
   if (!sequence_ && !cpu && !lane) {
@@ -125,6 +142,7 @@ std::vector<std::unique_ptr<ModelSession>> ModelSet::open_sessions() const {
                    distinct.size() == workers.size();
     options.timeout = std::chrono::milliseconds(int64_t(parallel_.timeout_seconds * 1000.0));
     options.first_rank = slots_.front().rank;
+    options.by = split_;
     options.fault = fault_.get();
     sessions.push_back(std::make_unique<parallel::SequenceParallelSession>(
         std::move(ranks), std::move(workers), options));
@@ -136,6 +154,20 @@ std::vector<std::unique_ptr<ModelSession>> ModelSet::open_sessions() const {
         fault_.get(), /*name_rank=*/job_ranks_ > 1 || parallel_.lane_ranks > 0));
   }
   return sessions;
+}
+
+void ModelSet::check_rows(const JobSpec& job, const std::string& input,
+                          const TilePlan& tiles) const {
+  if (!sequence_ || split_ != parallel::SplitBy::kRows) return;
+  int rows = tiles.height;
+  for (const Span& w : tiles.rows.windows) rows = std::min(rows, w.size());
+  if (rows >= 2 * ranks()) return;
+  throw Error(job.file + ": parallel: mode spatial needs at least 2 latent rows per rank; " +
+                  input + " has " + std::to_string(tiles.height) + " latent rows" +
+                  (rows < tiles.height ? " (tiles of " + std::to_string(rows) + ")" : "") +
+                  " for " + std::to_string(ranks()) +
+                  " ranks (use mode sequence or auto, or fewer ranks)",
+              kExitDataErr);
 }
 
 std::vector<parallel::DeviceWorker*> ModelSet::workers() const {
@@ -165,6 +197,8 @@ std::map<std::string, double> DeviceMeter::metrics(
       const parallel::ExchangeStats e = sp->exchange_stats();
       out["exchange_bytes"] += double(e.bytes);
       out["exchange_wait_seconds"] += e.wait_seconds;
+      out["parallel_sequence_slices"] += double(sp->time_slices());
+      out["parallel_spatial_slices"] += double(sp->row_slices());
     }
   }
   return out;

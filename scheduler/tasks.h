@@ -16,6 +16,7 @@
 #include "io/video_writer.h"
 #include "parallel/device_worker.h"
 #include "parallel/rank_fault.h"
+#include "parallel/sequence_parallel.h"
 #include "scheduler/pipeline.h"
 #include "scheduler/progress.h"
 #include "scheduler/runner.h"
@@ -140,6 +141,12 @@ class ModelSet {
   // The job's ranks (all input lanes), as resolved: GPUs in data mode at most one per device.
   int job_ranks() const { return job_ranks_; }
   bool sequence_parallel() const { return sequence_; }
+  // With sequence_parallel(): how its session splits slices (time, rows, or auto per video).
+  parallel::SplitBy split() const { return split_; }
+  // Spatial parallelism (mode spatial) on an input of `tiles` (model input pixels, latent rows
+  // for a decode): throws wm::Error (kExitDataErr) naming the job file when a tile has fewer
+  // than 2 rows per rank. (Auto takes rows only where they fit: parallel::choose_split.)
+  void check_rows(const JobSpec& job, const std::string& input, const TilePlan& tiles) const;
   // The device workers its sessions run on: the pipeline's lanes, or the ranks of a
   // sequence-parallel session.
   std::vector<parallel::DeviceWorker*> workers() const;
@@ -156,6 +163,7 @@ class ModelSet {
   std::vector<Slot> slots_;
   int job_ranks_ = 1;
   bool sequence_ = false;
+  parallel::SplitBy split_ = parallel::SplitBy::kTime;
   ParallelSpec parallel_;
   std::shared_ptr<parallel::Fault> fault_;  // null: none armed
 };
@@ -179,8 +187,9 @@ class ModelShelf {
 
 // What the devices did for one input, as report metrics: per worker "device_<dev>_busy_seconds"
 // and "device_<dev>_peak_mib" (CUDA: the allocator's peak since the process started), <dev> like
-// "cuda0" or "cuda0.1" (lane 1); a sequence-parallel session adds "exchange_bytes" and
-// "exchange_wait_seconds". Made before the input's pipeline runs.
+// "cuda0" or "cuda0.1" (lane 1); a sequence-parallel session adds "exchange_bytes",
+// "exchange_wait_seconds" and how many slices it split in time and by rows
+// ("parallel_sequence_slices", "parallel_spatial_slices"). Made before the input's pipeline runs.
 class DeviceMeter {
  public:
   explicit DeviceMeter(const ModelSet& models);

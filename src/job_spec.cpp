@@ -77,6 +77,8 @@ const char* to_string(ParallelMode m) {
       return "data";
     case ParallelMode::kSequence:
       return "sequence";
+    case ParallelMode::kSpatial:
+      return "spatial";
   }
   return "?";
 }
@@ -555,7 +557,8 @@ const std::vector<std::pair<std::string, DeinterlaceMode>> kDeinterlaceModes = {
 const std::vector<std::pair<std::string, ParallelMode>> kParallelModes = {
     {"auto", ParallelMode::kAuto},
     {"data", ParallelMode::kData},
-    {"sequence", ParallelMode::kSequence}};
+    {"sequence", ParallelMode::kSequence},
+    {"spatial", ParallelMode::kSpatial}};
 
 // The model tasks a job task needs (reconstruct runs the encoder and the decoder).
 std::vector<std::string> model_tasks(Task task) {
@@ -675,14 +678,7 @@ class JobParser {
     }
     if (const Field* f = top_.find("parallel")) {
       const MapView parallel(*f, kParallelKeys);
-      if (const Field* m = parallel.find("mode")) {
-        if (m->node.IsScalar() && m->node.Scalar() == "spatial") {
-          fail(*m,
-               "spatial (split by image height) is not available yet; use auto, data or "
-               "sequence");
-        }
-        job_.parallel.mode = get_enum(*m, kParallelModes);
-      }
+      if (const Field* m = parallel.find("mode")) job_.parallel.mode = get_enum(*m, kParallelModes);
       if (const Field* r = parallel.find("ranks")) job_.parallel.ranks = get_int(*r, 1, 1024);
       if (const Field* n = parallel.find("inputs")) job_.parallel.inputs = get_int(*n, 1, 1024);
       if (const Field* t = parallel.find("timeout")) {

@@ -61,9 +61,11 @@ struct TilingSpec {
 
 // How a job uses several devices or ranks (`parallel:`; docs/job-format.md, docs/gpu.md).
 // data: inputs and (for models without causal state) slices spread over the devices; sequence:
-// each slice of a causal model split in time over the ranks (exact, halo exchange); auto:
-// sequence for a causal model that supports it on more than one rank, else data.
-enum class ParallelMode { kAuto, kData, kSequence };
+// each slice of a causal model split in time over the ranks (exact, halo exchange); spatial:
+// each slice split into bands of rows, every frame on every rank (exact, a row halo per
+// convolution; Wan2.1 decode); auto: for a causal model that supports it on more than one rank,
+// sequence, or spatial per video where it wins (parallel::choose_split); else data.
+enum class ParallelMode { kAuto, kData, kSequence, kSpatial };
 const char* to_string(ParallelMode m);
 struct ParallelSpec {
   ParallelMode mode = ParallelMode::kAuto;

@@ -107,6 +107,10 @@ struct ModelTraits {
   // The model can run one slice as several ranks that split its frames in time, exchanging
   // causal history through RunContext::halo (parallel/sequence_parallel.h).
   bool sequence_parallel = false;
+  // The model can run one slice as several ranks that each take a band of rows of every frame
+  // (spatial parallelism), exchanging boundary rows before every spatial convolution through
+  // RunContext::halo with RunContext::halo_rows set (docs/gpu.md).
+  bool spatial_parallel = false;
 };
 
 // Where a block sits in its video; stateful sessions key their caches by tile_index.
@@ -124,6 +128,10 @@ struct RunContext {
   // Sequence parallelism (src/exec/halo_exchange.h): this run is rank halo->rank() of a slice
   // split in time; first_slice is set on rank 0 only. nullptr: the whole slice.
   exec::HaloExchange* halo = nullptr;
+  // With `halo`: the ranks split the slice by rows, not in time (spatial parallelism): this run
+  // holds every frame of a band of the input's rows (rank order = top to bottom), first_slice
+  // is set on every rank, and each rank keeps its band's causal state.
+  bool halo_rows = false;
   // Where the caller takes a slice's output later: a session that can may return an empty
   // Planar at once, while the slice's last chunks still copy to the host, and put here a
   // function that waits for them and returns the output (call it once, from any thread, before

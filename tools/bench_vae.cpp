@@ -6,12 +6,15 @@
 //                      [--slice-frames S] [--threads N] [--seed N] [--profile 0|1]
 //                      [--compare-fp32 0|1] [--tuning KEY=V,...] [--max-gpu-gib N]
 //                      [--pinned-mib N] [--kernels 0|1] [--gpu-activity 0|1]
-//                      [--devices 0,1|cpu] [--ranks N]
+//                      [--devices 0,1|cpu] [--ranks N] [--parallel sequence|spatial|...]
 //
 // --devices/--ranks add "sequence_parallel": the same decode as sequence-parallel ranks over the
 // listed devices (ranks: one per device, or N; several on one device run on streams of their
 // own), its fps, speed-up against the one-device run of the same invocation, each rank's busy
 // seconds and peak memory, and the halo exchange's bytes, messages and wait per decode.
+// --parallel picks the split: sequence (time, the default), spatial (bands of latent rows:
+// "spatial_parallel"), or both ("sequence,spatial": both objects, measured one after the other
+// against the same one-device run).
 //
 // H and W are output pixels (multiples of 8). --slice-frames S decodes the T latent frames as
 // consecutive slices of S (0: one slice), exactly as the job runner would. Timing covers decode
@@ -73,7 +76,8 @@ struct Options {
   // Sequence parallelism: ranks over these devices (empty: --device), measured after the
   // one-device run, against it.
   std::string devices;
-  int ranks = 0;  // 0: one per listed device
+  int ranks = 0;                                     // 0: one per listed device
+  std::vector<std::string> parallel = {"sequence"};  // splits to measure: sequence, spatial
 };
 
 const char* kUsage =
@@ -82,7 +86,8 @@ const char* kUsage =
     "                          [--iters N] [--slice-frames S] [--threads N] [--seed N]\n"
     "                          [--profile 0|1] [--compare-fp32 0|1] [--tuning KEY=V,...]\n"
     "                          [--max-gpu-gib N] [--pinned-mib N] [--kernels 0|1]\n"
-    "                          [--gpu-activity 0|1] [--devices 0,1|cpu] [--ranks N]\n";
+    "                          [--gpu-activity 0|1] [--devices 0,1|cpu] [--ranks N]\n"
+    "                          [--parallel sequence|spatial|sequence,spatial]\n";
 
 // Throws std::invalid_argument with a one-line reason.
 Options parse(int argc, char** argv) {
@@ -106,6 +111,19 @@ Options parse(int argc, char** argv) {
       o.devices = v;
     } else if (flag == "--ranks") {
       o.ranks = integer(flag, v, 1);
+    } else if (flag == "--parallel") {
+      o.parallel.clear();
+      size_t at = 0;
+      while (at <= v.size()) {
+        const size_t end = std::min(v.find(',', at), v.size());
+        const std::string mode = v.substr(at, end - at);
+        if (mode != "sequence" && mode != "spatial") {
+          throw std::invalid_argument("--parallel: expected sequence, spatial or both, got '" + v +
+                                      "'");
+        }
+        o.parallel.push_back(mode);
+        at = end + 1;
+      }
     } else {
       throw std::invalid_argument("unknown option " + flag);
     }
@@ -134,11 +152,12 @@ std::vector<wm::Device> rank_devices(const Options& o, const wm::Device& device)
   return out;
 }
 
-// The same decode as sequence-parallel ranks: fps, the speed-up against `one_seconds` (one
-// device, this run), each rank worker's busy seconds, the exchange's bytes and wait.
+// The same decode as parallel ranks (split in time, or by rows when `spatial`): fps, the
+// speed-up against `one_seconds` (one device, this run), each rank worker's busy seconds, the
+// exchange's bytes and wait.
 nlohmann::ordered_json sequence_parallel(const Options& o, const wm::ModelConfig& config,
                                          const wm::Planar& latents, int slice, int64_t frames_out,
-                                         double one_seconds) {
+                                         double one_seconds, bool spatial) {
   const std::vector<wm::Device> devices = rank_devices(o, wm::bench::parse_device(o.device));
   const int ranks = o.ranks > 0 ? o.ranks : int(devices.size());
   std::vector<std::unique_ptr<wm::Model>> models;  // same seed: the same weights on each device
@@ -153,7 +172,9 @@ nlohmann::ordered_json sequence_parallel(const Options& o, const wm::ModelConfig
     // Lane 0 ran the one-device decode; the ranks get lanes of their own.
     workers.push_back(&wm::parallel::device_worker(devices[d], 1 + r / int(devices.size())));
   }
-  wm::parallel::SequenceParallelSession session(std::move(sessions), workers);
+  wm::parallel::SequenceParallelOptions options;
+  options.by = spatial ? wm::parallel::SplitBy::kRows : wm::parallel::SplitBy::kTime;
+  wm::parallel::SequenceParallelSession session(std::move(sessions), workers, options);
   double total = 0;
   std::vector<wm::parallel::WorkerStats> before;
   wm::parallel::ExchangeStats exchange_before;
@@ -176,6 +197,7 @@ nlohmann::ordered_json sequence_parallel(const Options& o, const wm::ModelConfig
   const double seconds = total / o.iters;
   const wm::parallel::ExchangeStats exchange = session.exchange_stats();
   nlohmann::ordered_json out;
+  out["split"] = spatial ? "rows" : "time";
   out["ranks"] = ranks;
   std::string names;
   for (const wm::Device& d : devices) names += (names.empty() ? "" : ",") + d.str();
@@ -290,7 +312,10 @@ int bench_vae_decode(int argc, char** argv) {
     }
 
     if (o.ranks > 1 || !o.devices.empty()) {
-      out["sequence_parallel"] = sequence_parallel(o, config, latents, slice, frames_out, seconds);
+      for (const std::string& mode : o.parallel) {
+        out[mode + "_parallel"] =
+            sequence_parallel(o, config, latents, slice, frames_out, seconds, mode == "spatial");
+      }
     }
 
     if (o.profile) {

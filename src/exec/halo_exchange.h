@@ -1,6 +1,10 @@
 // Halo exchange between the ranks of a sequence-parallel decode: rank r holds the r-th run of
 // a slice's latent frames; before each causal temporal convolution it receives from rank r − 1
 // the last input frames that convolution needs (its causal cache) and sends its own to r + 1.
+// A spatial-parallel decode (RunContext::halo_rows) uses it too: rank r holds a band of rows and
+// swaps boundary rows with r − 1 and r + 1 before each 3×3 convolution, and gathers every
+// band's tokens for the attention (in an order with no cycle of ranks waiting on each other,
+// since an NCCL send waits on the device for its receive).
 // Declared here, implemented in parallel/ (in-process: threads as ranks, CPU tensors or several
 // ranks on one GPU; NCCL: one rank per GPU). Include only from LibTorch translation units.
 //

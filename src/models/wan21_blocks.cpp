@@ -334,6 +334,93 @@ at::Tensor last_frames(const at::Tensor& buf, int64_t n, at::MemoryFormat memory
   return buf.narrow(2, buf.size(2) - n, n).clone(memory_format);
 }
 
+// Spatial parallelism (SequenceState::row_halo). The exchanges below order their sends and
+// receives so that every transfer's two ends meet in the same step on both ranks: no cycle of
+// ranks waiting on each other even where a send waits on the device for its receive (NCCL: the
+// transfers of a stream run one after the other). The in-process exchange's sends never wait.
+
+// `buf` is [1, C, T, p + h + p, W] with this rank's band in rows [p, p + h). Sends the band's
+// first p rows to the rank above and its last p rows to the rank below, and fills rows [0, p)
+// and [p + h, h + 2p) with theirs (zeros at the frame's top and bottom: the conv's zero
+// padding there). Every frame of `buf` goes, the history frames of a causal conv included.
+// Down, then up, each in two steps: pairs (even rank, odd rank below it), then (odd, even).
+void exchange_rows(exec::HaloExchange& halo, const at::Tensor& buf, int64_t p) {
+  const int r = halo.rank(), n = halo.ranks();
+  const int64_t h = buf.size(3) - 2 * p;
+  if (h < p) {
+    throw ModelError("wan2.1-vae: a spatial-parallel band of " + std::to_string(h) +
+                     " rows is narrower than a convolution's halo of " + std::to_string(p));
+  }
+  auto take = [&](int from, int64_t row) {
+    const at::Tensor dst = buf.narrow(3, row, p);
+    at::Tensor in =
+        at::empty(dst.sizes(), buf.options().memory_format(at::MemoryFormat::Contiguous));
+    halo.recv(from, in);
+    dst.copy_(in);
+  };
+  const bool even = r % 2 == 0;
+  for (int step = 0; step < 2; ++step) {  // down: rows [h, h + p) to r + 1
+    if (even == (step == 0)) {
+      if (r + 1 < n) halo.send(r + 1, buf.narrow(3, h, p));
+    } else if (r > 0) {
+      take(r - 1, 0);
+    }
+  }
+  for (int step = 0; step < 2; ++step) {  // up: rows [p, 2p) to r − 1
+    if (even != (step == 0)) {
+      if (r > 0) halo.send(r - 1, buf.narrow(3, p, p));
+    } else if (r + 1 < n) {
+      take(r + 1, p + h);
+    }
+  }
+  if (r == 0) buf.narrow(3, 0, p).zero_();
+  if (r + 1 == n) buf.narrow(3, p + h, p).zero_();
+}
+
+// Every pair of ranks (a < b) in one order on every rank: a sends to b, then b to a.
+template <typename Send, typename Recv>
+void each_pair(exec::HaloExchange& halo, Send&& send, Recv&& recv) {
+  const int r = halo.rank(), n = halo.ranks();
+  for (int a = 0; a < n; ++a) {
+    for (int b = a + 1; b < n; ++b) {
+      if (r == a) {
+        send(b);
+        recv(b);
+      } else if (r == b) {
+        recv(a);
+        send(a);
+      }
+    }
+  }
+}
+
+// Every rank's tokens ([T, n_r, C] each, its band's pixels in row-major order), concatenated in
+// rank order: the whole frame's tokens, as one device has them.
+at::Tensor all_tokens(exec::HaloExchange& halo, const at::Tensor& mine) {
+  const int r = halo.rank(), n = halo.ranks();
+  // The bands' token counts first (bands may differ by a row).
+  const at::Tensor count = at::full({1}, mine.size(1), mine.options().dtype(at::kLong));
+  std::vector<at::Tensor> counts(static_cast<size_t>(n));
+  each_pair(
+      halo, [&](int to) { halo.send(to, count); },
+      [&](int from) {
+        counts[size_t(from)] = at::empty({1}, count.options());
+        halo.recv(from, counts[size_t(from)]);
+      });
+  counts[size_t(r)] = count;
+  const at::Tensor sizes = at::cat(counts).cpu();
+  std::vector<at::Tensor> parts(static_cast<size_t>(n));
+  parts[size_t(r)] = mine.contiguous();
+  each_pair(
+      halo, [&](int to) { halo.send(to, parts[size_t(r)]); },
+      [&](int from) {
+        parts[size_t(from)] = at::empty({mine.size(0), sizes[from].item<int64_t>(), mine.size(2)},
+                                        mine.options().memory_format(at::MemoryFormat::Contiguous));
+        halo.recv(from, parts[size_t(from)]);
+      });
+  return at::cat(parts, 1);
+}
+
 // Causal conv with kernel (3, kh, kw): two frames of history in front, spatial zero padding.
 // The padded input is built once per call ([history | body]); the body is written by the caller
 // (a copy, or a norm straight into it), so no concatenation copies.
@@ -357,6 +444,10 @@ class CausalConv {
   // caller folds it into its next pass.
   template <typename Fill>
   at::Tensor run(const at::Tensor& x, SequenceState& st, Fill&& fill, bool* bias_pending) const {
+    if (st.row_halo && pad_ > 0) {
+      if (bias_pending) *bias_pending = false;
+      return run_rows(x, st, fill);
+    }
     receive_history(x, st);
     at::Tensor buf = history_buffer(x, st.slots[slot_], kCausalFrames, memory_format_);
     fill(buf.narrow(2, kCausalFrames, x.size(2)));
@@ -405,6 +496,32 @@ class CausalConv {
   }
 
  private:
+  // Spatial parallelism: [history | body] of this rank's band with the neighbouring bands'
+  // boundary rows above and below (exchange_rows), convolved without row padding. The slot
+  // keeps the band's own history.
+  template <typename Fill>
+  at::Tensor run_rows(const at::Tensor& x, SequenceState& st, Fill&& fill) const {
+    const int64_t t = x.size(2), h = x.size(3), p = pad_;
+    at::Tensor buf = at::empty({x.size(0), x.size(1), kCausalFrames + t, h + 2 * p, x.size(4)},
+                               x.options().memory_format(memory_format_));
+    const at::Tensor band = buf.narrow(3, p, h);
+    at::Tensor& slot = st.slots[slot_];
+    at::Tensor head = band.narrow(2, 0, kCausalFrames);
+    if (slot.defined()) {
+      head.copy_(slot);
+    } else {
+      head.zero_();
+    }
+    fill(band.narrow(2, kCausalFrames, t));
+    const at::Tensor tail = band.narrow(2, t, kCausalFrames);
+    if (st.write_in_place && slot.defined()) {
+      slot.copy_(tail);
+    } else {
+      slot = tail.clone(memory_format_);
+    }
+    exchange_rows(*st.row_halo, buf, p);
+    return narrow_outputs(conv(buf, conv_, {1, 1, 1}, {0, 0, p}));
+  }
   static std::vector<int64_t> history_sizes(const at::Tensor& x) {
     return {1, x.size(1), kCausalFrames, x.size(3), x.size(4)};
   }
@@ -548,22 +665,39 @@ class Attention : public Block {
     if (proj_weight_.defined()) proj_weight_ = proj_weight_.reshape({c, c}).contiguous();
   }
 
-  at::Tensor forward(at::Tensor x, SequenceState&, bool) const override {
+  at::Tensor forward(at::Tensor x, SequenceState& st, bool) const override {
     const int64_t c = channels_, t = x.size(2), h = x.size(3), w = x.size(4);
     at::Tensor n = at::empty_like(x);
     norm_into(x, {}, gamma_, n, /*silu=*/false, *tuning_);
     // Tokens [T, H·W, C] (a view when x is channels_last_3d).
     at::Tensor tokens = n.squeeze(0).permute({1, 2, 3, 0}).reshape({t, h * w, c});
     n.reset();
-    at::Tensor qkv = at::linear(tokens, qkv_weight_, qkv_bias_);
+    at::Tensor qkv, q, k, v;
+    if (st.row_halo && st.row_halo->ranks() > 1) {
+      // A band of rows: its own queries, keys and values of the whole frame (every rank's
+      // normalised tokens, gathered: half the bytes of the keys and values, and projecting
+      // them again is cheap next to the attention).
+      const at::Tensor all = all_tokens(*st.row_halo, tokens);
+      q = at::linear(tokens, qkv_weight_.narrow(0, 0, c), qkv_bias_.narrow(0, 0, c));
+      qkv = at::linear(all, qkv_weight_.narrow(0, c, 2 * c), qkv_bias_.narrow(0, c, 2 * c));
+      k = qkv.narrow(2, 0, c);
+      v = qkv.narrow(2, c, c);
+    } else {
+      qkv = at::linear(tokens, qkv_weight_, qkv_bias_);
+      q = qkv.narrow(2, 0, c);
+      k = qkv.narrow(2, c, c);
+      v = qkv.narrow(2, 2 * c, c);
+    }
     tokens.reset();
-    const at::Tensor q = qkv.narrow(2, 0, c), k = qkv.narrow(2, c, c), v = qkv.narrow(2, 2 * c, c);
     at::Tensor o;
     const int mode = tuning_->gemm_attention;
     if (!(mode == 1 || (mode < 0 && c > kFusedAttentionMaxHead)) || !attend_gemm(q, k, v, o)) {
       o = attend(q, k, v);
     }
     qkv.reset();
+    q.reset();
+    k.reset();
+    v.reset();
     o = at::linear(o, proj_weight_, proj_bias_);
     at::Tensor out = at::empty_like(x);
     at::add_out(out, x, o.view({1, t, h, w, c}).permute({0, 4, 1, 2, 3}));
@@ -582,12 +716,13 @@ class Attention : public Block {
   // and were no faster). False (out untouched) when the inputs do not suit it.
   static bool attend_gemm(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                           at::Tensor& out) {
-    const int64_t t = q.size(0), tokens = q.size(1), c = q.size(2);
+    // (A spatial-parallel rank has fewer queries than keys: its band's.)
+    const int64_t t = q.size(0), tokens = q.size(1), keys = k.size(1), c = q.size(2);
     if (!q.is_cuda() || (q.scalar_type() != at::kBFloat16 && q.scalar_type() != at::kHalf))
       return false;
     const int64_t rows =
-        std::clamp<int64_t>((int64_t(1) << 27) / (tokens * int64_t(sizeof(float))), 1, tokens);
-    at::Tensor scores = at::empty({rows, tokens}, q.options().dtype(at::kFloat));
+        std::clamp<int64_t>((int64_t(1) << 27) / (keys * int64_t(sizeof(float))), 1, tokens);
+    at::Tensor scores = at::empty({rows, keys}, q.options().dtype(at::kFloat));
     at::Tensor result = at::empty({t, tokens, c}, q.options());
     const double scale = 1.0 / std::sqrt(double(c));
     for (int64_t f = 0; f < t; ++f) {
@@ -609,14 +744,15 @@ class Attention : public Block {
   // score matrices would fit in ~1 GiB: bounded memory on the matmul path (and on SDPA's math
   // fallback, e.g. for head widths the fused kernels lack), while a group still fills the device.
   static at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-    const int64_t t = q.size(0), tokens = q.size(1), c = q.size(2);
-    const int64_t score_bytes = std::max<int64_t>(1, tokens * tokens * int64_t(q.element_size()));
+    // (A spatial-parallel rank has fewer queries than keys: its band's.)
+    const int64_t t = q.size(0), tokens = q.size(1), keys = k.size(1), c = q.size(2);
+    const int64_t score_bytes = std::max<int64_t>(1, tokens * keys * int64_t(q.element_size()));
     const int64_t group = std::max<int64_t>(1, (int64_t(1) << 30) / score_bytes);
     if (score_bytes > (int64_t(1) << 30)) {
       // One frame's scores alone exceed the budget (e.g. 1080p: 32400² tokens): query blocks
       // of ~256 MiB of scores each (softmax is per query row, so this is exact).
       const int64_t rows =
-          std::max<int64_t>(1, (int64_t(1) << 28) / (tokens * int64_t(q.element_size())));
+          std::max<int64_t>(1, (int64_t(1) << 28) / (keys * int64_t(q.element_size())));
       at::Tensor out = at::empty({t, tokens, c}, q.options());
       for (int64_t f = 0; f < t; ++f) {
         for (int64_t r0 = 0; r0 < tokens; r0 += rows) {
@@ -707,6 +843,7 @@ class Upsample : public Block {
     // A tail tile's view of the previous block's output (the convs below want packed input).
     if (!x.is_contiguous(memory_format_)) x = x.contiguous(memory_format_);
     const int64_t t = x.size(2), h = x.size(3), w = x.size(4);
+    if (st.row_halo) return forward_rows(x, *st.row_halo);
     if (!phase_weight_.defined()) {
       x = at::upsample_nearest3d(x, {t, 2 * h, 2 * w});
       if (raw_ok(x, *tuning_)) {
@@ -719,6 +856,36 @@ class Upsample : public Block {
     at::Tensor y = raw_ok(x, *tuning_) ? conv_raw(x, phase_weight_, 1, tuning_->conv_frames)
                                        : conv(x, Conv{phase_weight_, {}}, {1, 1, 1}, {0, 1, 1});
     x.reset();
+    at::Tensor out =
+        at::empty({1, channels_ / 2, t, 2 * h, 2 * w}, y.options().memory_format(memory_format_));
+    if (!(tuning_->fused && cuda::depth_to_space(y, spatial_.bias, out))) {
+      depth_to_space_aten(y, spatial_.bias, out);
+    }
+    return out;
+  }
+
+  // Spatial parallelism: output row o reads source rows ⌊(o−1)/2⌋..⌊(o+1)/2⌋, so the band's
+  // source rows with one row of each neighbouring band (zeros at the frame's edges) give
+  // exactly the untiled output rows of the band.
+  at::Tensor forward_rows(const at::Tensor& x, exec::HaloExchange& halo) const {
+    const int64_t t = x.size(2), h = x.size(3), w = x.size(4);
+    at::Tensor buf =
+        at::empty({1, x.size(1), t, h + 2, w}, x.options().memory_format(memory_format_));
+    buf.narrow(3, 1, h).copy_(x);
+    exchange_rows(halo, buf, 1);
+    if (!phase_weight_.defined()) {
+      // Nearest 2×: upsampled rows [2, 2h + 2) are the band's; one more above and below is
+      // what the 3×3 conv reads.
+      const at::Tensor up = at::upsample_nearest3d(buf, {t, 2 * (h + 2), 2 * w})
+                                .narrow(3, 1, 2 * h + 2)
+                                .contiguous(memory_format_);
+      return conv(up, spatial_, {1, 1, 1}, {0, 0, 1});
+    }
+    // The 2×2 sub-pixel conv over [row above | band | row below] without row padding: its
+    // h + 1 output rows are the untiled conv's rows of this band (phase a of band row i reads
+    // row i + a).
+    at::Tensor y = conv(buf, Conv{phase_weight_, {}}, {1, 1, 1}, {0, 0, 1});
+    buf.reset();
     at::Tensor out =
         at::empty({1, channels_ / 2, t, 2 * h, 2 * w}, y.options().memory_format(memory_format_));
     if (!(tuning_->fused && cuda::depth_to_space(y, spatial_.bias, out))) {
@@ -1363,6 +1530,14 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
     // device-resident tile state (the grid is the planner's, the same on every rank).
     plan.frames = 0;
     plan.host_state = false;
+  }
+  if (state.row_halo) {
+    // Spatial-parallel ranks: the band is the tile (exchanging rows with the bands above and
+    // below); frame chunks only as the tuning says (the same on every rank, so the ranks
+    // exchange in step), not by each device's free memory.
+    plan.rows = plan.cols = 1;
+    plan.host_state = false;
+    plan.frames = tuning_.tail_frames;
   }
   const int64_t frames = x.size(2), h = x.size(3), w = x.size(4), s = tail_scale_;
   // Chunks of at most plan.frames, of (nearly) equal length: 16 frames in 8s go 8 + 8, 13 go 7 + 6.

@@ -58,6 +58,12 @@ struct SequenceState {
   // these slots) and hands its new history to the next rank.
   exec::DeviceContext* context = nullptr;
   exec::HaloExchange* halo = nullptr;
+  // Spatial parallelism (decode; set instead of `halo`): this sequence is a band of rows of
+  // every frame (rank order = top to bottom). Every conv with a 3×3 spatial kernel first
+  // exchanges its input's boundary rows (history frames included) with the ranks above and
+  // below and pads with them; the attention gathers every rank's tokens. The slots hold this
+  // band's history only; the tail runs as one tile.
+  exec::HaloExchange* row_halo = nullptr;
 };
 
 // How the decode tail (the layers after the last temporal upsample: 3×3 convs and per-pixel

@@ -224,6 +224,10 @@ ParamMap random_params(const std::vector<ParamSpec>& specs, Task task, uint64_t 
 // 0: the session's own state), and at the end the last rank's state goes to rank 0 for the next
 // slice. The tail then runs without frame chunks; its tile grid is rank 0's, passed along the
 // ranks; an out-of-memory error fails the slice (the other ranks cannot retry in step).
+//
+// Spatial parallelism (RunContext::halo with halo_rows): the session runs every frame of its
+// band of rows on the plain whole-slice path (SequenceState::row_halo); its state is its band's
+// and stays with it from slice to slice.
 class Wan21Session final : public ModelSession {
  public:
   Wan21Session(const ModelTraits& traits, std::shared_ptr<const Network> net, at::Device device,
@@ -288,6 +292,7 @@ class Wan21Model final : public Model {
       t.scale_den = 1;
       t.halo = kDecodeHaloLatent;
       t.sequence_parallel = true;
+      t.spatial_parallel = true;
     } else {
       t.name = "wan2.1-vae encode";
       t.in_channels = 3;
@@ -413,7 +418,8 @@ void Wan21Session::check(const Planar& in, const RunContext& ctx) const {
   if (ctx.halo && net_->task() != Task::kDecode) {
     throw ModelError(where + "sequence parallelism is for decoding only");
   }
-  if (!ctx.first_slice && !tiles_.count(ctx.tile_index) && !(ctx.halo && ctx.halo->rank() > 0)) {
+  const bool follower = ctx.halo && !ctx.halo_rows && ctx.halo->rank() > 0;
+  if (!ctx.first_slice && !tiles_.count(ctx.tile_index) && !follower) {
     throw ModelError(where + "slice " + std::to_string(ctx.slice_index) + " of tile " +
                      std::to_string(ctx.tile_index) +
                      " is not the first slice, but no earlier slice of it ran on this session");
@@ -422,19 +428,25 @@ void Wan21Session::check(const Planar& in, const RunContext& ctx) const {
 
 Planar Wan21Session::run(Planar&& input, const RunContext& ctx) {
   check(input, ctx);
-  // A sequence-parallel rank after the first takes every history from the rank before it.
-  const bool follower = ctx.halo && ctx.halo->rank() > 0;
+  // A sequence-parallel rank after the first takes every history from the rank before it; a
+  // spatial-parallel rank keeps its band's state from slice to slice.
+  const bool rows = ctx.halo && ctx.halo_rows;
+  const bool follower = ctx.halo && !rows && ctx.halo->rank() > 0;
   if (ctx.first_slice || follower) tiles_[ctx.tile_index] = SequenceState{};
   SequenceState& state = tiles_[ctx.tile_index];
   context_ = ctx.device;
-  halo_ = ctx.halo;
+  halo_ = rows ? nullptr : ctx.halo;
   state.context = ctx.device;
-  state.halo = ctx.halo;
+  state.halo = halo_;
+  state.row_halo = rows ? ctx.halo : nullptr;
   try {
     Planar out = guarded(traits_.name.c_str(), [&] {
       c10::InferenceMode inference;
       Planar y;
-      if (device_.is_cuda() && net_->task() == Task::kDecode && context_) {
+      // Spatial-parallel ranks take the plain whole-slice path (no output sink, no
+      // memory-planned tail chunks or tiles, no out-of-memory retry: the ranks must exchange
+      // in step).
+      if (device_.is_cuda() && net_->task() == Task::kDecode && context_ && !rows) {
         y = run_cuda_decode(std::move(input), ctx.tile_index, ctx.first_slice,
                             halo_ ? nullptr : ctx.deferred);
       } else {
@@ -445,6 +457,7 @@ Planar Wan21Session::run(Planar&& input, const RunContext& ctx) {
     });
     state.context = nullptr;
     state.halo = nullptr;
+    state.row_halo = nullptr;
     return out;
   } catch (...) {
     tiles_.erase(ctx.tile_index);  // half-updated state must not feed a later slice

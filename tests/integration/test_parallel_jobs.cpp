@@ -126,8 +126,7 @@ TEST(ParallelJobs, DevicesOnTheCommandLine) {
 TEST(ParallelJobs, BadParallelKeys) {
   TempDir dir("parallel-keys");
   for (const std::string& bad :
-       {std::string("parallel: {mode: spatial}\n"), std::string("parallel: {ranks: 0}\n"),
-        std::string("parallel: {mode: diagonal}\n")}) {
+       {std::string("parallel: {ranks: 0}\n"), std::string("parallel: {mode: diagonal}\n")}) {
     write_text(dir.file("job.yaml"), decode_job("out.safetensors", bad));
     CommandResult r = wmbatch({dir.file("job.yaml")});
     EXPECT_EQ(r.exit_code, 65) << bad << r.output;

@@ -1,5 +1,6 @@
 // Shared by the GPU sequence-parallel tests: the golden latents decoded by ranks on `devices`
-// against one rank on devices[0]; returns the largest difference.
+// (split in time, or by rows with `by`) against one rank on devices[0]; returns the largest
+// difference.
 #pragma once
 
 #include <cmath>
@@ -19,7 +20,8 @@
 namespace wm::test {
 
 inline double ranks_vs_one_rank(Precision precision, const std::vector<Device>& devices,
-                                const std::vector<int>& slices, bool nccl = false) {
+                                const std::vector<int>& slices, bool nccl = false,
+                                parallel::SplitBy by = parallel::SplitBy::kTime) {
   const std::string golden = std::string(WM_SOURCE_DIR) + "/tests/data/golden/wan21-tiny/";
   std::ifstream in(golden + "meta.json");
   const nlohmann::json meta = nlohmann::json::parse(in);
@@ -82,6 +84,7 @@ inline double ranks_vs_one_rank(Precision precision, const std::vector<Device>& 
   }
   parallel::SequenceParallelOptions options;
   options.nccl = nccl;
+  options.by = by;
   parallel::SequenceParallelSession session(std::move(ranks), std::move(workers), options);
   const std::vector<float> got = run(session, nullptr);
   if (got.size() != expected.size()) return 1e30;
