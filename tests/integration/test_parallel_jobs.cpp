@@ -26,14 +26,6 @@ namespace {
 
 const std::string kGolden = std::string(WM_SOURCE_DIR) + "/tests/data/golden/wan21-tiny/";
 
-std::vector<float> tensor(const std::string& path, const std::string& name) {
-  io::SafetensorsFile file(path);
-  const io::TensorInfo& t = file.info(name);
-  std::vector<float> out(t.bytes / 4);
-  std::memcpy(out.data(), t.data, t.bytes);
-  return out;
-}
-
 nlohmann::json report_input(const std::string& path) {
   std::ifstream in(path);
   return nlohmann::json::parse(in).at(0).at("inputs").at(0);
@@ -51,7 +43,7 @@ TEST(ParallelJobs, SequenceRanksEqualOneRank) {
   write_text(dir.file("one.yaml"), decode_job("one.safetensors", ""));
   CommandResult r = wmbatch({dir.file("one.yaml")});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::vector<float> one = tensor(dir.file("one.safetensors"), "output");
+  const std::vector<float> one = read_floats(dir.file("one.safetensors"), "output");
   for (int ranks : {2, 3}) {
     const std::string name = "ranks" + std::to_string(ranks);
     write_text(dir.file(name + ".yaml"),
@@ -59,7 +51,7 @@ TEST(ParallelJobs, SequenceRanksEqualOneRank) {
                           "parallel: {mode: sequence, ranks: " + std::to_string(ranks) + "}\n"));
     r = wmbatch({"--report", dir.file(name + ".json"), dir.file(name + ".yaml")});
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    const double err = max_abs_diff(tensor(dir.file(name + ".safetensors"), "output"), one);
+    const double err = max_abs_diff(read_floats(dir.file(name + ".safetensors"), "output"), one);
     std::cout << "[ ranks    ] job, " << ranks << " CPU ranks: max diff " << err << "\n";
     EXPECT_LE(err, 1e-5);
     const nlohmann::json in = report_input(dir.file(name + ".json"));
@@ -248,10 +240,11 @@ TEST(ParallelJobs, SequenceRanksOnTwoInputLanesEqualOneRank) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json inputs = report_inputs(dir.file("job.json"));
   ASSERT_EQ(inputs.size(), 2u);
-  const std::vector<float> one = tensor(dir.file("one.safetensors"), "output");
+  const std::vector<float> one = read_floats(dir.file("one.safetensors"), "output");
   for (const char* name : {"a", "b"}) {
     EXPECT_LE(
-        max_abs_diff(tensor(dir.file(std::string("out/") + name + ".safetensors"), "output"), one),
+        max_abs_diff(read_floats(dir.file(std::string("out/") + name + ".safetensors"), "output"),
+                     one),
         1e-5)
         << name;
   }
@@ -323,8 +316,8 @@ void check_sequence_fault(int ranks, const std::string& fault,
   EXPECT_EQ(inputs[0].value("exit_code", 0), exit_code);
   expect_no_output(dir.file("out/a.safetensors"));
   EXPECT_EQ(inputs[1].at("state"), "done") << inputs[1].dump();
-  EXPECT_LE(max_abs_diff(tensor(dir.file("out/b.safetensors"), "output"),
-                         tensor(dir.file("one/b.safetensors"), "output")),
+  EXPECT_LE(max_abs_diff(read_floats(dir.file("out/b.safetensors"), "output"),
+                         read_floats(dir.file("one/b.safetensors"), "output")),
             1e-5);
 }
 

@@ -19,31 +19,13 @@
 #include "io/safetensors.h"
 #include "parallel/devices.h"
 #include "tests/support/media.h"
+#include "tests/support/planar_ops.h"
 #include "tests/support/run.h"
 
 namespace wm::test {
 namespace {
 
 const std::string kGolden = std::string(WM_SOURCE_DIR) + "/tests/data/golden/wan21-tiny/";
-
-std::vector<float> tensor(const std::string& path, const std::string& name) {
-  io::SafetensorsFile file(path);
-  const io::TensorInfo& t = file.info(name);
-  std::vector<float> out(t.bytes / 4);
-  std::memcpy(out.data(), t.data, t.bytes);
-  return out;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return 1e30;
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = std::fabs(double(a[i]) - double(b[i]));
-    if (std::isnan(d)) return 1e30;
-    m = std::max(m, d);
-  }
-  return m;
-}
 
 nlohmann::json report_inputs(const std::string& path) {
   std::ifstream in(path);
@@ -132,8 +114,8 @@ void check_gpu_fault(int gpus, const std::string& fault, const std::vector<std::
   EXPECT_EQ(error.find('\n'), std::string::npos) << error;
   EXPECT_FALSE(exists(dir.file("out/a.safetensors")));
   EXPECT_EQ(inputs[1].at("state"), "done") << inputs[1].dump();
-  const double err = max_abs_diff(tensor(dir.file("out/b.safetensors"), "output"),
-                                  tensor(dir.file("one/b.safetensors"), "output"));
+  const double err = max_abs_diff(read_floats(dir.file("out/b.safetensors"), "output"),
+                                  read_floats(dir.file("one/b.safetensors"), "output"));
   std::cout << "[ fault    ] next input against one GPU: max diff " << err << "\n";
   EXPECT_LE(err, 1e-4);
 }

@@ -21,14 +21,6 @@ namespace {
 
 const std::string kGolden = std::string(WM_SOURCE_DIR) + "/tests/data/golden/wan21-tiny/";
 
-std::vector<float> tensor(const std::string& path, const std::string& name) {
-  io::SafetensorsFile file(path);
-  const io::TensorInfo& t = file.info(name);
-  std::vector<float> out(t.bytes / 4);
-  std::memcpy(out.data(), t.data, t.bytes);
-  return out;
-}
-
 nlohmann::json report_input(const std::string& path) {
   std::ifstream in(path);
   return nlohmann::json::parse(in).at(0).at("inputs").at(0);
@@ -47,7 +39,7 @@ std::vector<float> decode(TempDir& dir, const std::string& name, const std::stri
   const CommandResult r = wmbatch({"--report", dir.file(name + ".json"), dir.file(name + ".yaml")});
   EXPECT_EQ(r.exit_code, 0) << name << ": " << r.output;
   if (r.exit_code != 0) return {};
-  return tensor(dir.file(name + ".safetensors"), "output");
+  return read_floats(dir.file(name + ".safetensors"), "output");
 }
 
 TEST(SpatialJobs, SpatialRanksEqualOneRank) {

@@ -43,7 +43,11 @@ double max_abs_diff_of(const A& a, const B& b) {
   EXPECT_EQ(a.size(), b.size());
   if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
   double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(double(a[i]) - double(b[i]));
+    if (std::isnan(d)) return std::numeric_limits<double>::infinity();  // NaN is never close
+    m = std::max(m, d);
+  }
   return m;
 }
 

@@ -28,6 +28,8 @@
 #include "src/models/wan21_vae.h"
 #include "tests/support/planar_ops.h"
 #include "tests/support/rank_threads.h"
+#include "tests/support/run.h"
+#include "tests/support/slice_pipeline.h"
 
 namespace {
 
@@ -43,19 +45,7 @@ using wm::RunContext;
 const std::string kGolden = std::string(WM_SOURCE_DIR) + "/tests/data/golden/wan21-tiny/";
 
 wm::ModelConfig tiny_config(const std::string& task = "decode") {
-  std::ifstream in(kGolden + "meta.json");
-  const nlohmann::json meta = nlohmann::json::parse(in);
-  const auto& c = meta.at("config");
-  wm::ModelConfig config;
-  config.kind = "wan2.1-vae";
-  config.task = task;
-  config.weights = kGolden + "weights.safetensors";
-  config.dim = c.at("dim").get<int>();
-  config.z_dim = c.at("z_dim").get<int>();
-  config.dim_mult = c.at("dim_mult").get<std::vector<int>>();
-  config.num_res_blocks = c.at("num_res_blocks").get<int>();
-  config.temporal_downsample = c.at("temperal_downsample").get<std::vector<bool>>();
-  return config;
+  return wm::test::tiny_vae_config("wan2.1-vae", task);
 }
 
 // A float32 [1, C, T, H, W] tensor of a safetensors file.
@@ -259,54 +249,16 @@ TEST(SequenceParallel, FailingRankFailsTheSliceWithoutHanging) {
       9);
 }
 
-class LatentSlices : public wm::sched::SliceSource {
- public:
-  LatentSlices(const Planar& z, std::vector<int> sizes) : z_(z), sizes_(std::move(sizes)) {}
-  bool next(wm::sched::SliceWork& out) override {
-    if (i_ == sizes_.size()) return false;
-    out.index = int64_t(i_);
-    out.first = i_ == 0;
-    out.last = i_ + 1 == sizes_.size();
-    out.input = frames(z_, t0_, sizes_[i_]);
-    for (int t = 0; t < sizes_[i_]; ++t) out.frames.push_back({t0_ + t, t0_ + t, 1});
-    t0_ += sizes_[i_++];
-    return true;
-  }
-
- private:
-  const Planar& z_;
-  std::vector<int> sizes_;
-  size_t i_ = 0;
-  int t0_ = 0;
-};
-
-class Gather : public wm::sched::SliceSink {
- public:
-  void write(wm::sched::SliceResult&& r) override { parts.push_back(std::move(r.output)); }
-  std::vector<Planar> parts;
-};
-
-Planar decode_pipeline(std::vector<std::unique_ptr<wm::ModelSession>>& sessions, const Planar& z,
-                       const wm::ModelTraits& traits) {
-  LatentSlices source(z, {4, 5});
-  Gather sink;
-  wm::sched::PipelineOptions options;
-  options.tiles = wm::plan_tiles(z.width, z.height, 6, 6, 4, traits.halo, traits.scale_num,
-                                 traits.scale_den, 1, /*feather=*/true);
-  EXPECT_GT(options.tiles.tiles(), 1);
-  wm::sched::run_pipeline(source, sessions, sink, options);
-  return concat(sink.parts);
-}
-
 TEST(SequenceParallel, PipelineTilesWithRanksEqualOneDevice) {
   auto model = wm::models::make_wan21_vae(tiny_config(), wm::Device{});
   const Planar z = to_planar(golden_t9().input);
   std::vector<std::unique_ptr<wm::ModelSession>> one;
   one.push_back(model->open_session(wm::Device{}));
-  const Planar expected = decode_pipeline(one, z, model->traits());
+  const Planar expected = wm::test::decode_in_pipeline(one, z, model->traits());
   std::vector<std::unique_ptr<wm::ModelSession>> ranks;
   ranks.push_back(parallel_session(*model, 3));
-  const double err = max_abs_diff(decode_pipeline(ranks, z, model->traits()), expected);
+  const double err =
+      max_abs_diff(wm::test::decode_in_pipeline(ranks, z, model->traits()), expected);
   std::cout << "[ ranks    ] float32 pipeline tiles × 3 ranks: max diff " << err << "\n";
   EXPECT_LE(err, 1e-5);
 }
