@@ -106,6 +106,7 @@ WorkerStats DeviceWorker::stats() const {
   WorkerStats s;
   s.busy_seconds = double(busy_ns_.load()) * 1e-9;
   s.calls = calls_.load();
+  s.frames = frames_.load();
 #ifdef WMBATCH_WITH_CUDA
   if (device_.kind == Device::Kind::kCuda) {
     // The allocator refuses ("Invalid device argument") until its first allocation on the

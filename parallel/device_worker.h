@@ -34,6 +34,7 @@ namespace wm::parallel {
 struct WorkerStats {
   double busy_seconds = 0;  // inside calls
   int64_t calls = 0;
+  int64_t frames = 0;  // output frames its calls made (add_frames; a band or a tile counts once)
   double peak_memory_mib = -1;  // CUDA: the allocator's peak on the device; -1 on the CPU
 };
 
@@ -69,6 +70,9 @@ class DeviceWorker {
   }
 
   WorkerStats stats() const;
+  // Counts output frames made on this worker (the caller knows what a call made: once per slice
+  // and rank, not per tile).
+  void add_frames(int64_t n) { frames_ += n; }
 
  private:
   struct Timer {
@@ -88,6 +92,7 @@ class DeviceWorker {
   int lane_;
   std::atomic<int64_t> busy_ns_{0};
   std::atomic<int64_t> calls_{0};
+  std::atomic<int64_t> frames_{0};
   std::unique_ptr<Impl> impl_;
   ModelThread thread_;  // last member: joined first, while impl_ still stands
 };

@@ -25,7 +25,9 @@ Planar WorkerSession::run(Planar&& input, const RunContext& ctx) {
         // No exchange to abort: a hang lasts a minute (tests use oom or error here).
         fault_->raise(rank_, ctx.slice_index, nullptr, std::chrono::minutes(1));
       }
-      return session_->run(std::move(input), rc);
+      Planar out = session_->run(std::move(input), rc);
+      if (ctx.tile_index == 0) worker_.add_frames(out.frames);
+      return out;
     });
   } catch (...) {
     rethrow_rank_failure(std::current_exception(), rank_, worker_.device(), ctx.slice_index,

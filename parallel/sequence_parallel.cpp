@@ -182,14 +182,17 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
     ExchangeGroup* group = group_.get();
     const Device device = workers_[size_t(r)]->device();
     const bool solo_fault = fault && !rc.halo;
-    results.push_back(workers_[size_t(r)]->submit(
-        [session, group, r, job_rank, device, rc, first_failure, faulty, fault, solo_fault, timeout,
-         part = std::make_shared<Planar>(std::move(part))]() -> Planar {
+    results.push_back(
+        workers_[size_t(r)]->submit([session, group, r, job_rank, device, rc, first_failure, faulty,
+                                     fault, solo_fault, timeout, worker = workers_[size_t(r)],
+                                     part = std::make_shared<Planar>(std::move(part))]() -> Planar {
           try {
             if (solo_fault && fault->fires(job_rank, rc.slice_index)) {
               fault->raise(job_rank, rc.slice_index, group, timeout);
             }
-            return session->run(std::move(*part), rc);
+            Planar out = session->run(std::move(*part), rc);
+            if (rc.tile_index == 0) worker->add_frames(out.frames);
+            return out;
           } catch (...) {
             std::exception_ptr failure;
             std::string what = "failed";

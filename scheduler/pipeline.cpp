@@ -214,6 +214,7 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
         } else {
           job->output =
               device_worker.call([&] { return taken.first->run(std::move(job->input), ctx); });
+          if (job->tile == 0) device_worker.add_frames(job->output.frames);
         }
         const int64_t end =
             std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();

@@ -190,6 +190,7 @@ std::map<std::string, double> DeviceMeter::metrics(
     if (w.lane() > 0) name += "." + std::to_string(w.lane());
     const parallel::WorkerStats now = w.stats();
     out["device_" + name + "_busy_seconds"] = now.busy_seconds - before_[i].busy_seconds;
+    out["device_" + name + "_frames"] = double(now.frames - before_[i].frames);
     if (now.peak_memory_mib >= 0) out["device_" + name + "_peak_mib"] = now.peak_memory_mib;
   }
   for (const auto& s : sessions) {

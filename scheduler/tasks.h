@@ -185,7 +185,8 @@ class ModelShelf {
   ModelShelf* previous_;
 };
 
-// What the devices did for one input, as report metrics: per worker "device_<dev>_busy_seconds"
+// What the devices did for one input, as report metrics: per worker "device_<dev>_busy_seconds",
+// "device_<dev>_frames" (output frames it made; a spatial rank counts its band of every frame)
 // and "device_<dev>_peak_mib" (CUDA: the allocator's peak since the process started), <dev> like
 // "cuda0" or "cuda0.1" (lane 1); a sequence-parallel session adds "exchange_bytes",
 // "exchange_wait_seconds" and how many slices it split in time and by rows

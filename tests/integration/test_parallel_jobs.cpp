@@ -59,6 +59,16 @@ TEST(ParallelJobs, SequenceRanksEqualOneRank) {
     for (int rank = 1; rank < ranks; ++rank) {
       EXPECT_TRUE(in.contains("device_cpu." + std::to_string(rank) + "_busy_seconds")) << in.dump();
     }
+    // Split in time, the ranks' frames add up to the output's, every rank with some.
+    double frames = 0;
+    for (int rank = 0; rank < ranks; ++rank) {
+      const std::string key =
+          "device_cpu" + (rank ? "." + std::to_string(rank) : std::string()) + "_frames";
+      ASSERT_TRUE(in.contains(key)) << in.dump();
+      EXPECT_GT(in.at(key).get<double>(), 0) << key;
+      frames += in.at(key).get<double>();
+    }
+    EXPECT_EQ(frames, in.at("frames").get<double>()) << in.dump();
   }
 }
 
@@ -95,10 +105,14 @@ TEST(ParallelJobs, DataParallelSlicesKeepOrderAndEqualOneWorker) {
     EXPECT_TRUE(a[i].image.data == b[i].image.data) << "frame " << i;
   }
   const nlohmann::json in = report_input(dir.file("three.json"));
-  for (const char* worker :
-       {"device_cpu_busy_seconds", "device_cpu.1_busy_seconds", "device_cpu.2_busy_seconds"}) {
-    EXPECT_TRUE(in.contains(worker)) << in.dump();
+  double frames = 0;
+  for (const char* worker : {"device_cpu", "device_cpu.1", "device_cpu.2"}) {
+    EXPECT_TRUE(in.contains(std::string(worker) + "_busy_seconds")) << in.dump();
+    ASSERT_TRUE(in.contains(std::string(worker) + "_frames")) << in.dump();
+    frames += in.at(std::string(worker) + "_frames").get<double>();
   }
+  // Each slice ran on one rank: the ranks' frames add up to the video's.
+  EXPECT_EQ(frames, 24) << in.dump();
 }
 
 TEST(ParallelJobs, DevicesOnTheCommandLine) {
