@@ -26,7 +26,19 @@ Planar WorkerSession::run(Planar&& input, const RunContext& ctx) {
         fault_->raise(rank_, ctx.slice_index, nullptr, std::chrono::minutes(1));
       }
       Planar out = session_->run(std::move(input), rc);
-      if (ctx.tile_index == 0) worker_.add_frames(out.frames);
+      // Output frames made here, once per slice (tile 0); a deferred output (the session
+      // returned before its last copies) counts when it is taken.
+      if (ctx.tile_index == 0) {
+        if (ctx.deferred && *ctx.deferred) {
+          *ctx.deferred = [take = std::move(*ctx.deferred), worker = &worker_] {
+            Planar taken = take();
+            worker->add_frames(taken.frames);
+            return taken;
+          };
+        } else {
+          worker_.add_frames(out.frames);
+        }
+      }
       return out;
     });
   } catch (...) {

@@ -207,14 +207,28 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
         // takes it), so the device starts the next slice meanwhile; sequence-parallel sessions
         // gather their ranks' parts and take it at once.
         ctx.deferred = &job->deferred;
-        if (dynamic_cast<parallel::PlacedSession*>(taken.first)) {
+        const bool placed = dynamic_cast<parallel::PlacedSession*>(taken.first) != nullptr;
+        if (placed) {
           // A session that runs on workers of its own (a rank's WorkerSession, sequence
           // parallel) is only waited for.
           job->output = taken.first->run(std::move(job->input), ctx);
         } else {
           job->output =
               device_worker.call([&] { return taken.first->run(std::move(job->input), ctx); });
-          if (job->tile == 0) device_worker.add_frames(job->output.frames);
+        }
+        // Output frames made on the worker, once per slice (tile 0); a deferred output counts
+        // when the blender takes it.
+        parallel::DeviceWorker* counted = placed ? nullptr : &device_worker;
+        if (counted && job->tile == 0) {
+          if (job->deferred) {
+            job->deferred = [take = std::move(job->deferred), counted] {
+              Planar out = take();
+              counted->add_frames(out.frames);
+              return out;
+            };
+          } else {
+            counted->add_frames(job->output.frames);
+          }
         }
         const int64_t end =
             std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();

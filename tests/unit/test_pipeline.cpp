@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "parallel/device_worker.h"
 #include "scheduler/pipeline.h"
 #include "src/base/error.h"
 
@@ -115,6 +116,48 @@ TEST(Pipeline, KeepsSliceOrderWithParallelWorkers) {
   // while the limiter is full (TBB's input_node reads ahead by one).
   EXPECT_LE(source.max_in_flight.load(), 4 + 1);
   EXPECT_GE(source.max_in_flight.load(), 1);
+}
+
+// Hands every slice's output back deferred (as a CUDA session does while its last copies land).
+class DeferringSession : public ModelSession {
+ public:
+  Planar run(Planar&& input, const RunContext& ctx) override {
+    for (float& v : input.data) v = v * 2 + 1;
+    if (!ctx.deferred) return std::move(input);
+    auto out = std::make_shared<Planar>(std::move(input));
+    *ctx.deferred = [out] { return std::move(*out); };
+    return Planar();
+  }
+};
+
+// Deferred outputs reach the sink in order and whole, and each worker's frame count (the
+// report's device_<dev>_frames) counts them when taken: every frame once.
+TEST(Pipeline, DeferredOutputsArriveAndCountTheirFrames) {
+  RandomSource source(6, 3, 4, 4);
+  RandomSource reference(6, 3, 4, 4);
+  CollectSink sink;
+  std::vector<std::unique_ptr<ModelSession>> sessions;
+  for (int i = 0; i < 2; ++i) sessions.push_back(std::make_unique<DeferringSession>());
+  PipelineOptions options;
+  options.tiles = plan_tiles(4, 4, 0, 0, 0, 0);
+  options.devices = {Device{}, Device{}};
+  int64_t before = 0;
+  for (int lane = 0; lane < 2; ++lane)
+    before += parallel::device_worker(Device{}, lane).stats().frames;
+  run_pipeline(source, sessions, sink, options);
+  int64_t after = 0;
+  for (int lane = 0; lane < 2; ++lane)
+    after += parallel::device_worker(Device{}, lane).stats().frames;
+  EXPECT_EQ(after - before, 6 * 3);
+  ASSERT_EQ(sink.outputs.size(), 6u);
+  for (size_t i = 0; i < sink.outputs.size(); ++i) {
+    SliceWork w;
+    ASSERT_TRUE(reference.next(w));
+    ASSERT_EQ(sink.outputs[i].data.size(), w.input.data.size()) << i;
+    for (size_t k = 0; k < w.input.data.size(); ++k) {
+      ASSERT_EQ(sink.outputs[i].data[k], w.input.data[k] * 2 + 1) << i;
+    }
+  }
 }
 
 // LibTorch caches cuDNN's tuned plans per thread: session i must always run on the same thread,
