@@ -24,6 +24,7 @@
 #include <atomic>
 
 #include "src/models/conv3x3_launch.h"
+#include "src/models/cuda_convert.cuh"
 
 namespace wm::models::cuda {
 namespace {
@@ -48,17 +49,6 @@ constexpr int kMaxSmem = 227 * 1024;
 template <class G = GeoDefault>
 size_t smem_bytes(int cin, int bn, int stages) {
   return size_t(kHeadBytes) + size_t(stages) * G::kStageBytes + size_t(9) * bn * (cin + 8) * 2;
-}
-
-template <typename T>
-__device__ __forceinline__ float to_f(T v);
-template <>
-__device__ __forceinline__ float to_f<__half>(__half v) {
-  return __half2float(v);
-}
-template <>
-__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) {
-  return __bfloat162float(v);
 }
 
 template <typename T>

@@ -4,36 +4,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "src/models/cuda_convert.cuh"
 #include "src/models/realesrgan_launch.h"
 
 namespace wm::models::cuda {
 namespace {
-
-template <typename T>
-__device__ __forceinline__ float as_float(T v);
-template <>
-__device__ __forceinline__ float as_float<__half>(__half v) {
-  return __half2float(v);
-}
-template <>
-__device__ __forceinline__ float as_float<__nv_bfloat16>(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-
-template <typename T>
-__device__ __forceinline__ T to_t(float v);
-template <>
-__device__ __forceinline__ __half to_t<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 to_t<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ float to_t<float>(float v) {
-  return v;
-}
 
 template <typename T>
 union Vec8 {
@@ -61,11 +36,11 @@ __global__ void __launch_bounds__(256) mix_kernel(EsrganMixArgs a) {
     Vec8<T> r;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      float v = as_float(va.v[k]);
-      if (a.b) v = fmaf(a.beta, as_float(vb.v[k]), v);
-      if (a.c) v = fmaf(a.gamma, v, as_float(vc.v[k]));
+      float v = to_f(va.v[k]);
+      if (a.b) v = fmaf(a.beta, to_f(vb.v[k]), v);
+      if (a.c) v = fmaf(a.gamma, v, to_f(vc.v[k]));
       if (a.slope >= 0.f && v < 0.f) v *= a.slope;
-      r.v[k] = to_t<T>(v);
+      r.v[k] = from_f<T>(v);
     }
 #pragma unroll
     for (int o = 0; o < EsrganMixArgs::kMaxOutputs; ++o) {
@@ -97,8 +72,8 @@ __global__ void __launch_bounds__(256) shuffle_add_kernel(EsrganShuffleAddArgs a
     const T* xp = x + n * a.x_strides[0] + y * a.x_strides[2] + xx * a.x_strides[3];
 #pragma unroll
     for (int c = 0; c < 3; ++c) {
-      const float v = as_float(tp[c * s * s]) + as_float(xp[c * a.x_strides[1]]);
-      out[(n * 3 + c) * plane + yx] = to_t<O>(v);
+      const float v = to_f(tp[c * s * s]) + to_f(xp[c * a.x_strides[1]]);
+      out[(n * 3 + c) * plane + yx] = from_f<O>(v);
     }
   }
 }

@@ -6,41 +6,16 @@
 
 #include <algorithm>
 
+#include "src/models/cuda_convert.cuh"
 #include "src/models/seedvr2_launch.h"
 
 namespace wm::models::seedvr2::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+using models::cuda::from_f;
+using models::cuda::to_f;
 
-template <typename T>
-__device__ __forceinline__ float to_f(T v);
-template <>
-__device__ __forceinline__ float to_f<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ float to_f<__half>(__half v) {
-  return __half2float(v);
-}
-template <>
-__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-template <typename T>
-__device__ __forceinline__ T from_f(float v);
-template <>
-__device__ __forceinline__ float from_f<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half from_f<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
+constexpr int kThreads = 256;
 
 template <typename T>
 struct Vec {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "src/models/conv3x3_launch.h"
+#include "src/models/cuda_convert.cuh"
 #include "src/models/realesrgan_launch.h"
 
 using namespace wm::models::cuda;
@@ -49,27 +50,6 @@ using namespace wm::models::cuda;
 
 namespace {
 
-template <typename T>
-__device__ __host__ float tf(T v);
-template <>
-__device__ __host__ float tf<__half>(__half v) {
-  return __half2float(v);
-}
-template <>
-__device__ __host__ float tf<__nv_bfloat16>(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-template <typename T>
-__device__ T ft(float v);
-template <>
-__device__ __half ft<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __nv_bfloat16 ft<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
 __device__ float hash_unit(uint64_t i, uint32_t seed) {  // uniform in [-1, 1)
   uint64_t x = i * 0x9E3779B97F4A7C15ull + seed * 0xBF58476D1CE4E5B9ull;
   x ^= x >> 31;
@@ -82,7 +62,7 @@ template <typename T>
 __global__ void fill(T* p, int64_t n, uint32_t seed, float scale, float shift) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
-    p[i] = ft<T>(hash_unit(i, seed) * scale + shift);
+    p[i] = from_f<T>(hash_unit(i, seed) * scale + shift);
 }
 
 // One thread per (pixel, output channel), float32, the same epilogue, no rounding.
@@ -104,15 +84,16 @@ __global__ void reference(Conv3x3Args a, float* out) {
         if (yy < 0 || yy >= a.height || xx < 0 || xx >= a.width) continue;
         const T* ip = in + ((n * a.height + yy) * a.width + xx) * a.input_stride;
         const T* wp = w + (int64_t(co) * 9 + ky * 3 + kx) * a.in_channels;
-        for (int c = 0; c < a.in_channels; ++c) s = fmaf(tf(ip[c]), tf(wp[c]), s);
+        for (int c = 0; c < a.in_channels; ++c) s = fmaf(to_f(ip[c]), to_f(wp[c]), s);
       }
-    float v = s + (a.bias ? tf(static_cast<const T*>(a.bias)[co]) : 0.f);
-    if (a.activation == Conv3x3Args::kPRelu && v < 0.f) v *= tf(static_cast<const T*>(a.prelu)[co]);
+    float v = s + (a.bias ? to_f(static_cast<const T*>(a.bias)[co]) : 0.f);
+    if (a.activation == Conv3x3Args::kPRelu && v < 0.f)
+      v *= to_f(static_cast<const T*>(a.prelu)[co]);
     if (a.activation == Conv3x3Args::kLeaky && v < 0.f) v *= a.leaky_slope;
     if (a.residual1)
-      v = tf(static_cast<const T*>(a.residual1)[pix * a.residual1_stride + co]) + a.alpha1 * v;
+      v = to_f(static_cast<const T*>(a.residual1)[pix * a.residual1_stride + co]) + a.alpha1 * v;
     if (a.residual2)
-      v = tf(static_cast<const T*>(a.residual2)[pix * a.residual2_stride + co]) + a.alpha2 * v;
+      v = to_f(static_cast<const T*>(a.residual2)[pix * a.residual2_stride + co]) + a.alpha2 * v;
     out[i] = v;
   }
 }
@@ -131,7 +112,7 @@ __global__ void add_bias(T* y, const T* bias, int64_t pixels, int channels) {
     } u;
     u.raw = *reinterpret_cast<const uint4*>(y + i * 8);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) u.v[k] = ft<T>(tf(u.v[k]) + tf(bias[c + k]));
+    for (int k = 0; k < 8; ++k) u.v[k] = from_f<T>(to_f(u.v[k]) + to_f(bias[c + k]));
     *reinterpret_cast<uint4*>(y + i * 8) = u.raw;
   }
 }
@@ -224,7 +205,7 @@ double check_case(const Case& c, int variant, bool& ok, std::string& why) {
   for (int64_t p = 0; p < pix; ++p) {
     for (int k = 0; k < c.cout; ++k) {
       const double r = hr[p * c.cout + k];
-      const double d = tf(hd[p * c.cout + k]), v = tf(hw[p * wide + wide_off + k]);
+      const double d = to_f(hd[p * c.cout + k]), v = to_f(hw[p * wide + wide_off + k]);
       const double e = std::max(std::fabs(d - r), std::fabs(v - r));
       worst = std::max(worst, e);
       if (!(e <= 1e-3 + rel * std::fabs(r)) && ok) {
