@@ -37,6 +37,7 @@
 #include "tests/support/planar_ops.h"
 #include "tests/support/run.h"
 #include "tests/support/slice_pipeline.h"
+#include "tests/unit/wan21_float64.h"
 
 namespace {
 
@@ -49,18 +50,14 @@ using wm::Planar;
 using wm::RunContext;
 using wm::parallel::SplitBy;
 
-const std::string kGolden = std::string(WM_SOURCE_DIR) + "/tests/data/golden/wan21-tiny/";
+const std::string& kGolden = wm::test::kWan21Golden;
+using wm::test::float64_decoder;
+using wm::test::Float64Weights;
+using wm::test::read_tensor;
+using wm::test::to_planar;
 
 wm::ModelConfig tiny_config(const std::string& task = "decode") {
-  return wm::test::tiny_vae_config("wan2.1-vae", task);
-}
-
-at::Tensor read_tensor(const wm::io::SafetensorsFile& file, const std::string& name) {
-  const wm::io::TensorInfo& info = file.info(name);
-  EXPECT_EQ(info.dtype, "F32");
-  at::Tensor t = at::empty(info.shape, at::kFloat);
-  std::memcpy(t.data_ptr(), info.data, info.bytes);
-  return t;
+  return wm::test::wan21_tiny_config(task);
 }
 
 // The golden latents: [1, 16, 9, 6, 10].
@@ -69,40 +66,7 @@ at::Tensor golden_latents() {
   return read_tensor(file, "input");
 }
 
-Planar to_planar(const at::Tensor& t) {
-  const at::Tensor c = t.to(at::kFloat).contiguous();
-  Planar p(int(c.size(1)), int(c.size(2)), int(c.size(3)), int(c.size(4)));
-  std::memcpy(p.data.data(), c.data_ptr(), p.data.size() * sizeof(float));
-  return p;
-}
-
 // --- float64, network level ------------------------------------------------------------------
-
-class Float64Weights : public wan21::ParamSource {
- public:
-  Float64Weights() : file_(kGolden + "weights.safetensors") {}
-  at::Tensor get(const std::string& key, const std::vector<int64_t>&) override {
-    const wm::io::TensorInfo& info = file_.info(key);
-    at::Tensor t = at::empty(info.shape, at::kFloat);
-    std::memcpy(t.data_ptr(), info.data, info.bytes);
-    return t.to(at::kDouble);
-  }
-
- private:
-  wm::io::SafetensorsFile file_;
-};
-
-std::unique_ptr<wan21::Network> float64_decoder(const std::string& tuning = "") {
-  const wan21::Architecture arch = wan21::Architecture::from(tiny_config());
-  Float64Weights weights;
-  auto stat = [](const std::vector<double>& v) {
-    return at::tensor(v, at::kDouble).reshape({1, -1, 1, 1, 1});
-  };
-  return std::make_unique<wan21::Network>(
-      arch, wan21::Task::kDecode, weights, stat(wm::models::wan21_latent_mean()),
-      stat(wm::models::wan21_latent_std()), at::MemoryFormat::Contiguous,
-      wan21::Tuning::parse(tuning));
-}
 
 // Sends that wait until their receiver has started the matching receive, as NCCL's do on the
 // device (a stream's transfers run one after the other): an exchange whose sends and receives
