@@ -98,10 +98,12 @@ Tuning Tuning::parse(const std::string& text) {
       t.device_state_mib = number(0);
     } else if (key == "oom_retry") {
       t.oom_retry = number(0) != 0;
+    } else if (key == "phased") {
+      t.phased = int(std::min<int64_t>(number(-1), 1));
     } else {
       throw ModelError("seedvr2-vae: unknown tuning key '" + key +
                        "' (fused, cudnn_benchmark, conv_frames, work_mib, host_state, "
-                       "device_state_mib, oom_retry)");
+                       "device_state_mib, oom_retry, phased)");
     }
   }
   return t;
@@ -111,7 +113,8 @@ std::string Tuning::str() const {
   std::ostringstream o;
   o << "fused=" << fused << ",cudnn_benchmark=" << cudnn_benchmark << ",conv_frames=" << conv_frames
     << ",work_mib=" << work_mib << ",host_state=" << host_state
-    << ",device_state_mib=" << device_state_mib << ",oom_retry=" << oom_retry;
+    << ",device_state_mib=" << device_state_mib << ",oom_retry=" << oom_retry
+    << ",phased=" << phased;
   return o.str();
 }
 
@@ -283,6 +286,19 @@ Network::Network(const Architecture& arch, bool decoder, const ParamGetter& para
   for (size_t i = stages_.size(); i-- > 0;) {
     if (stages_[i].kind == Stage::kDownsample) group *= stages_[i].down->st;
     stages_[i].frame_group = group;
+  }
+  // Phases (forward_phased): the decoder's top level starts at its last Upsample3D, whose conv
+  // is the first of that level's slots.
+  late_.assign(size_t(slots_), 0);
+  if (decoder_) {
+    for (size_t i = 0; i < stages_.size(); ++i) {
+      if (stages_[i].kind == Stage::kUpsample) split_ = i;
+    }
+  }
+  if (split_ > 0) {
+    int top = 0;
+    for (const SlotInfo& i : slot_info_) top = std::max(top, i.scale);
+    for (int k = 0; k < slots_; ++k) late_[size_t(k)] = slot_info_[size_t(k)].scale == top;
   }
 }
 
@@ -540,8 +556,8 @@ at::Tensor Network::conv_buffer(const Conv& c, int64_t channels, int64_t frames,
   return buffer;
 }
 
-void Network::write_back(const Conv& c, const at::Tensor& frames, StreamState& s) const {
-  const size_t slot = size_t(c.slot);
+void Network::write_back(int index, const at::Tensor& frames, StreamState& s) const {
+  const size_t slot = size_t(index);
 #ifdef WMBATCH_WITH_CUDA
   if (frames.is_cuda()) {
     const CopyStreams streams(s.context);
@@ -568,6 +584,14 @@ void Network::write_back(const Conv& c, const at::Tensor& frames, StreamState& s
   s.written[slot].reset();
 }
 
+void Network::park(StreamState& s, const std::vector<char>& which) const {
+  for (size_t k = 0; k < s.memory.size() && k < which.size(); ++k) {
+    if (which[k] && s.memory[k].defined() && !s.memory[k].is_cpu()) {
+      write_back(int(k), s.memory[k], s);
+    }
+  }
+}
+
 // `buffer`: [1, C, kt − 1 + T, H, W] with the slice's T input frames after kt − 1 free ones,
 // which get the time padding here (spec §2, §5); then the conv (stride 1 in time).
 at::Tensor Network::conv_buffered(const Conv& c, at::Tensor buffer, StreamState& s,
@@ -588,17 +612,35 @@ at::Tensor Network::conv_buffered(const Conv& c, at::Tensor buffer, StreamState&
       pad.copy_(buffer.narrow(2, head, 1).expand_as(pad));
     } else {
       const at::Tensor& memory = s.memory[size_t(c.slot)];
-      if (memory.device() != buffer.device()) wait_written(c.slot, s);
-      pad.copy_(memory);
+      bool async = false;
+      if (memory.device() != buffer.device()) {
+        // Parked (or made host-resident by an earlier plan): it comes back here.
+#ifdef WMBATCH_WITH_CUDA
+        if (buffer.is_cuda() && memory.is_pinned()) {
+          const size_t slot = size_t(c.slot);
+          if (slot < s.written.size() && s.written[slot]) {
+            s.written[slot]->done.block(c10::cuda::getCurrentCUDAStream());
+          }
+          async = true;
+        }
+#endif
+        if (!async) wait_written(c.slot, s);
+      }
+      pad.copy_(memory, /*non_blocking=*/async);
     }
   }
   if (c.slot >= 0) {
     const int64_t keep = c.kt - c.st;
     const at::Tensor kept = buffer.narrow(2, buffer.size(2) - keep, keep);
+    at::Tensor& memory = s.memory[size_t(c.slot)];
     if (host_slot(c, s)) {
-      write_back(c, kept, s);
+      write_back(c.slot, kept, s);
+    } else if (s.in_place && !s.halo && memory.defined() && memory.device() == kept.device() &&
+               memory.sizes() == kept.sizes() && memory.dtype() == kept.dtype()) {
+      // The old memory is in the buffer's padding already (above, same stream).
+      memory.copy_(kept);
     } else {
-      s.memory[size_t(c.slot)] = kept.clone(format_);
+      memory = kept.clone(format_);
       if (size_t(c.slot) < s.written.size()) s.written[size_t(c.slot)].reset();
     }
   }
@@ -645,17 +687,26 @@ at::Tensor Network::pointwise(const Conv& c, const at::Tensor& x) const {
   return y.view({1, T, H, W, cout}).permute({0, 4, 1, 2, 3});
 }
 
-at::Tensor Network::resnet_fused(const Resnet& r, const at::Tensor& x, StreamState& s,
-                                 bool first) const {
+at::Tensor Network::resnet_fused(const Resnet& r, at::Tensor x, StreamState& s, bool first) const {
   const int64_t T = x.size(2), H = x.size(3), W = x.size(4);
-  at::Tensor buffer = conv_buffer(r.conv1, x.size(1), T, H, W, x.options(), s, first);
+  const at::TensorOptions options = x.options();
+  at::Tensor buffer = conv_buffer(r.conv1, x.size(1), T, H, W, options, s, first);
   norm_into(x, r.norm1_w, r.norm1_b, true, buffer.narrow(2, head_frames(r.conv1), T));
+  // An input only this stage holds (wider than the shortcut's output) goes now: the shortcut
+  // first (the same values as after the convs).
+  at::Tensor skip;
+  if (r.shortcut && x.use_count() == 1 && x.storage().use_count() == 1) {
+    skip = pointwise(*r.shortcut, x);
+    x = at::Tensor();
+  }
   at::Tensor h = conv_buffered(r.conv1, std::move(buffer), s, first);
-  buffer = conv_buffer(r.conv2, h.size(1), T, H, W, x.options(), s, first);
+  buffer = conv_buffer(r.conv2, h.size(1), T, H, W, options, s, first);
   norm_into(h, r.norm2_w, r.norm2_b, true, buffer.narrow(2, head_frames(r.conv2), T));
   h = at::Tensor();
   at::Tensor y = conv_buffered(r.conv2, std::move(buffer), s, first);
-  if (r.shortcut) {
+  if (skip.defined()) {
+    y.add_(skip);
+  } else if (r.shortcut) {
     y.add_(pointwise(*r.shortcut, x));
   } else {
     y.add_(x);
@@ -665,13 +716,15 @@ at::Tensor Network::resnet_fused(const Resnet& r, const at::Tensor& x, StreamSta
 
 // upscale_conv as a GEMM, then one strided copy unpacks its channels straight into the time
 // padded buffer of the conv after it (dropping the duplicate head frame there).
-at::Tensor Network::upsample_fused(const Upsample& u, const at::Tensor& x, StreamState& s,
+at::Tensor Network::upsample_fused(const Upsample& u, at::Tensor x, StreamState& s,
                                    bool first) const {
   const int64_t C = x.size(1), T = x.size(2), H = x.size(3), W = x.size(4), z = u.z;
+  const at::TensorOptions options = x.options();
   at::Tensor y = pointwise(u.upscale, x);  // [1, 4zC, T, H, W], channels-last
+  x = at::Tensor();
   const bool drop = z == 2 && first;
   const int64_t frames = T * z - (drop ? 1 : 0);
-  at::Tensor buffer = conv_buffer(u.conv, C, frames, 2 * H, 2 * W, x.options(), s, first);
+  at::Tensor buffer = conv_buffer(u.conv, C, frames, 2 * H, 2 * W, options, s, first);
   // [frames, 2H, 2W, C] and [T, H, W, a, b, c, C] (channel ((a·2 + b)·z + c)·C + ch).
   const at::Tensor dst = buffer.narrow(2, head_frames(u.conv), frames).permute({0, 2, 3, 4, 1})[0];
   const at::Tensor src = y.permute({0, 2, 3, 4, 1})[0].view({T, H, W, 2, 2, z, C});
@@ -694,8 +747,7 @@ at::Tensor Network::upsample_fused(const Upsample& u, const at::Tensor& x, Strea
   return conv_buffered(u.conv, std::move(buffer), s, first);
 }
 
-at::Tensor Network::run_stage(const Stage& st, const at::Tensor& x, StreamState& s,
-                              bool first) const {
+at::Tensor Network::run_stage(const Stage& st, at::Tensor x, StreamState& s, bool first) const {
   switch (st.kind) {
     case Stage::kConvIn: {
       if (!fused_) return conv(*conv_in_, x.contiguous(format_), s, first);
@@ -705,11 +757,12 @@ at::Tensor Network::run_stage(const Stage& st, const at::Tensor& x, StreamState&
       return conv_buffered(*conv_in_, std::move(buffer), s, first);
     }
     case Stage::kResnet:
-      return fused_ ? resnet_fused(*st.resnet, x, s, first) : resnet(*st.resnet, x, s, first);
+      return fused_ ? resnet_fused(*st.resnet, std::move(x), s, first)
+                    : resnet(*st.resnet, x, s, first);
     case Stage::kAttention:
       return attention(*attention_, x);
     case Stage::kUpsample:
-      return fused_ ? upsample_fused(*st.upsample, x, s, first)
+      return fused_ ? upsample_fused(*st.upsample, std::move(x), s, first)
                     : upsample(*st.upsample, x, s, first);
     case Stage::kDownsample:
       return conv(*st.down, x, s, first);
@@ -752,9 +805,10 @@ int64_t Network::stage_bytes_per_frame(const Stage& st, const at::Tensor& x) con
   return C * px * e;
 }
 
-void Network::run_from(size_t index, at::Tensor x, StreamState& s, bool first, int64_t work_bytes,
+void Network::run_from(size_t index, size_t end, at::Tensor x, StreamState& s, bool first,
+                       int64_t work_bytes,
                        const std::function<void(const at::Tensor&)>& emit) const {
-  if (index == stages_.size()) {
+  if (index == end) {
     emit(x);
     return;
   }
@@ -766,9 +820,9 @@ void Network::run_from(size_t index, at::Tensor x, StreamState& s, bool first, i
     if (per * T > work_bytes) n = std::max<int64_t>(1, work_bytes / per);
   }
   if (n >= T) {
-    at::Tensor y = run_stage(st, x, s, first);
+    at::Tensor y = run_stage(st, std::move(x), s, first);
     x = at::Tensor();
-    run_from(index + 1, std::move(y), s, first, work_bytes, emit);
+    run_from(index + 1, end, std::move(y), s, first, work_bytes, emit);
     return;
   }
   // Time chunks, each through the remaining stages before the next (exact: every causal conv
@@ -780,7 +834,8 @@ void Network::run_from(size_t index, at::Tensor x, StreamState& s, bool first, i
     int64_t len = n;
     if (f > 1) len = head ? 1 + std::max<int64_t>(0, (n - 1) / f) * f : std::max(f, n / f * f);
     len = std::min(len, T - t0);
-    run_from(index + 1, run_stage(st, x.narrow(2, t0, len), s, head), s, head, work_bytes, emit);
+    run_from(index + 1, end, run_stage(st, x.narrow(2, t0, len), s, head), s, head, work_bytes,
+             emit);
     t0 += len;
   }
 }
@@ -789,7 +844,110 @@ void Network::forward_chunks(const at::Tensor& input, StreamState& state, bool f
                              int64_t work_bytes,
                              const std::function<void(const at::Tensor&)>& emit) const {
   size_state(state);
-  run_from(0, input.contiguous(format_), state, first, work_bytes, emit);
+  run_from(0, stages_.size(), input.contiguous(format_), state, first, work_bytes, emit);
+}
+
+namespace {
+
+// A chunk of the phase boundary's activations in host memory; CUDA: `done` after its copy down.
+struct Spooled {
+  at::Tensor host;
+  std::shared_ptr<HostCopy> copy;
+};
+
+}  // namespace
+
+void Network::forward_phased(const at::Tensor& input, StreamState& s, bool first,
+                             int64_t work_early, int64_t work_late,
+                             const std::function<void(const at::Tensor&)>& emit) const {
+  if (split_ == 0 || s.halo) {
+    forward_chunks(input, s, first, work_early, emit);
+    return;
+  }
+  size_state(s);
+  std::vector<char> early(late_.size());
+  for (size_t k = 0; k < late_.size(); ++k) early[k] = !late_[k];
+  // Parked memory must have left before its device memory serves the next phase (the allocator
+  // reuses a block when the copy's event has passed): the host waits for those copies (once per
+  // phase; ~0.15 s for 7 GB).
+  auto settle = [&](const std::vector<char>& which) {
+    for (size_t k = 0; k < which.size(); ++k) {
+      if (which[k]) wait_written(int(k), s);
+    }
+  };
+  park(s, late_);
+  settle(late_);
+  std::vector<Spooled> spool;
+  run_from(0, split_, input.contiguous(format_), s, first, work_early, [&](const at::Tensor& y) {
+    Spooled part;
+    part.copy = std::make_shared<HostCopy>();
+#ifdef WMBATCH_WITH_CUDA
+    if (y.is_cuda()) {
+      const CopyStreams streams(s.context);
+      at::cuda::CUDAEvent computed;
+      computed.record(streams.compute);
+      computed.block(streams.down);
+      {
+        const c10::cuda::CUDAStreamGuard guard(streams.down);
+        part.host = at::empty(
+            y.sizes(), y.options().device(at::kCPU).pinned_memory(true).memory_format(format_));
+        part.host.copy_(y, /*non_blocking=*/true);
+        part.copy->done.record(streams.down);
+      }
+      y.record_stream(streams.down);
+      spool.push_back(std::move(part));
+      return;
+    }
+#endif
+    part.host = y;
+    spool.push_back(std::move(part));
+  });
+  park(s, early);
+  settle(early);
+  // The late stages over the spool one frame at a time (their chunks are single frames at the
+  // sizes that need phases); frame i + 1 comes up while frame i computes.
+  std::vector<std::pair<size_t, int64_t>> frames;  // (spool part, frame)
+  for (size_t p = 0; p < spool.size(); ++p) {
+    for (int64_t t = 0; t < spool[p].host.size(2); ++t) frames.emplace_back(p, t);
+  }
+  auto bring = [&](size_t i) -> std::pair<at::Tensor, std::shared_ptr<HostCopy>> {
+    const Spooled& part = spool[frames[i].first];
+    const at::Tensor src = part.host.narrow(2, frames[i].second, 1);
+    auto copy = std::make_shared<HostCopy>();
+    const at::Device device = input.device();
+#ifdef WMBATCH_WITH_CUDA
+    if (device.is_cuda()) {
+      const CopyStreams streams(s.context);
+      at::Tensor x = at::empty(src.sizes(), input.options().memory_format(format_));
+      at::cuda::CUDAEvent allocated;
+      allocated.record(streams.compute);
+      allocated.block(streams.up);
+      part.copy->done.block(streams.up);
+      {
+        const c10::cuda::CUDAStreamGuard guard(streams.up);
+        x.copy_(src, /*non_blocking=*/true);
+      }
+      copy->done.record(streams.up);
+      return {x, copy};
+    }
+#endif
+    return {src.to(device).contiguous(format_), copy};
+  };
+  std::pair<at::Tensor, std::shared_ptr<HostCopy>> next;
+  if (!frames.empty()) next = bring(0);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    at::Tensor x = std::move(next.first);
+#ifdef WMBATCH_WITH_CUDA
+    if (x.is_cuda()) next.second->done.block(c10::cuda::getCurrentCUDAStream());
+#endif
+    next = i + 1 < frames.size() ? bring(i + 1) : decltype(next){};
+    // A spool part whose last frame is up is no longer needed (its pinned block goes back to
+    // the allocator once the copy has run).
+    if (frames[i].second + 1 == spool[frames[i].first].host.size(2)) {
+      spool[frames[i].first].host = at::Tensor();
+    }
+    run_from(split_, stages_.size(), std::move(x), s, first && i == 0, work_late, emit);
+  }
 }
 
 void Network::size_state(StreamState& state) const {
@@ -807,12 +965,13 @@ int64_t Network::slot_bytes(int slot, int64_t h, int64_t w, int64_t element_size
 }
 
 std::vector<char> Network::host_slots(int64_t h, int64_t w, int64_t element_size,
-                                      int64_t device_bytes) const {
+                                      int64_t device_bytes, const std::vector<char>& among) const {
   std::vector<char> host(size_t(slots_), 0);
   int64_t on_device = 0;
-  std::vector<int> order(static_cast<size_t>(slots_));
+  std::vector<int> order;
   for (int k = 0; k < slots_; ++k) {
-    order[size_t(k)] = k;
+    if (!among.empty() && (size_t(k) >= among.size() || !among[size_t(k)])) continue;
+    order.push_back(k);
     on_device += slot_bytes(k, h, w, element_size);
   }
   // Lowest resolution first (decoder: smallest scale; encoder: largest), then execution order.

@@ -29,9 +29,14 @@ namespace wm::models::seedvr2 {
 struct HostCopy;  // a slot's copy between host and device in flight (seedvr2_blocks.cpp)
 
 // Per causal conv (slot), the frames it keeps for the next slice. Slot tensors are replaced,
-// never written in place (host-resident ones too), so a copy of a StreamState is a snapshot.
+// never written in place (host-resident ones too), so a copy of a StreamState is a snapshot —
+// unless `in_place` is set.
 struct StreamState {
   std::vector<at::Tensor> memory;  // undefined: nothing seen yet
+  // The caller keeps no snapshot that shares this state's device tensors: a device-resident
+  // slot's new memory is written into its old tensor (no second allocation beside the conv's
+  // buffer). Ignored with sequence parallelism.
+  bool in_place = false;
   // Slots whose memory lives in host memory between uses (empty or 0: on the memory's device).
   // Set by the session before a call (Network::host_slots); may change between calls (a device
   // memory comes down at its next use). A host slot's memory is copied straight into the time
@@ -76,6 +81,11 @@ struct Tuning {
   // Retry a slice that runs out of device memory with a smaller plan (keeps the state from
   // before the slice until it succeeds: on the device, twice the device-resident state).
   bool oom_retry = true;
+  // Decoder: run the stages before the top (full-resolution) level over the whole slice first,
+  // their output spooled to host memory, then the top level over the spool (Network::
+  // forward_phased): each level's causal state is on the device only while its stages run.
+  // -1: when the state does not fit the memory budget (CUDA), 0 never, 1 always.
+  int phased = -1;
   static Tuning parse(const std::string& text);  // ModelError names a bad key or value
   std::string str() const;
 };
@@ -114,14 +124,32 @@ class Network {
   void forward_chunks(const at::Tensor& x, StreamState& state, bool first, int64_t work_bytes,
                       const std::function<void(const at::Tensor&)>& emit) const;
 
+  // forward_chunks in two phases (decoder; elsewhere forward_chunks): the stages before
+  // phase_split() over the whole input (chunks of `work_early` bytes), their output copied to
+  // host memory (CUDA: pinned, on the worker's side stream 1, while later chunks compute), then
+  // the remaining stages over that spool (chunks of `work_late`; the next spooled chunk comes up
+  // on side stream 0 while the current one computes). At the start of each phase the
+  // device-resident memory of the other phase's slots goes to host memory (park), so each
+  // level's state needs device memory only during its phase. Same result as forward_chunks.
+  void forward_phased(const at::Tensor& x, StreamState& state, bool first, int64_t work_early,
+                      int64_t work_late, const std::function<void(const at::Tensor&)>& emit) const;
+  // The first stage of the top level (decoder: the last Upsample3D; 0: no phases) and, per slot,
+  // whether that level's stages use it (all 0 without phases).
+  size_t phase_split() const { return split_; }
+  const std::vector<char>& late_slots() const { return late_; }
+  // The device-resident memory of the slots in `which` to host memory (CUDA: pinned, on side
+  // stream 1; the next use brings it back). No-op on the CPU.
+  void park(StreamState& state, const std::vector<char>& which) const;
+
   // Bytes of slot `slot`'s memory for an input of h × w pixels (decode: latent pixels) in
   // `element_size`-byte values: kt − st frames of the conv's input at its resolution.
   int64_t slot_bytes(int slot, int64_t h, int64_t w, int64_t element_size) const;
   // Which slots to keep in host memory so that at most `device_bytes` of state stays on the
   // device: the lowest resolutions go first (their convs do the most arithmetic per byte of
   // state, so their copies hide best), then by execution order. All 0 when everything fits.
-  std::vector<char> host_slots(int64_t h, int64_t w, int64_t element_size,
-                               int64_t device_bytes) const;
+  // `among` (empty: every slot): only these slots count and may go.
+  std::vector<char> host_slots(int64_t h, int64_t w, int64_t element_size, int64_t device_bytes,
+                               const std::vector<char>& among = {}) const;
   // One frame of the widest conv input (channels × pixels at its resolution), in bytes: the
   // unit of a time chunk's working memory.
   int64_t largest_frame_bytes(int64_t h, int64_t w, int64_t element_size) const;
@@ -154,16 +182,18 @@ class Network {
   void wait_written(int slot, StreamState& s) const;
   void size_state(StreamState& state) const;
   // A host slot's new memory (frames of a device tensor) to the host.
-  void write_back(const Conv& c, const at::Tensor& frames, StreamState& s) const;
+  void write_back(int slot, const at::Tensor& frames, StreamState& s) const;
   at::Tensor conv_buffered(const Conv& c, at::Tensor buffer, StreamState& s, bool first) const;
   at::Tensor pointwise(const Conv& c, const at::Tensor& x) const;
-  at::Tensor resnet_fused(const Resnet& r, const at::Tensor& x, StreamState& s, bool first) const;
-  at::Tensor upsample_fused(const Upsample& u, const at::Tensor& x, StreamState& s,
-                            bool first) const;
-  at::Tensor run_stage(const Stage& stage, const at::Tensor& x, StreamState& s, bool first) const;
+  // The fused stages take their input by value: an input nobody else holds is freed as soon as
+  // it has been read (the shortcut computed first), not after the stage.
+  at::Tensor resnet_fused(const Resnet& r, at::Tensor x, StreamState& s, bool first) const;
+  at::Tensor upsample_fused(const Upsample& u, at::Tensor x, StreamState& s, bool first) const;
+  at::Tensor run_stage(const Stage& stage, at::Tensor x, StreamState& s, bool first) const;
   int64_t stage_bytes_per_frame(const Stage& stage, const at::Tensor& x) const;
-  void run_from(size_t index, at::Tensor x, StreamState& s, bool first, int64_t work_bytes,
-                const std::function<void(const at::Tensor&)>& emit) const;
+  // Stages [index, end) over x, then emit.
+  void run_from(size_t index, size_t end, at::Tensor x, StreamState& s, bool first,
+                int64_t work_bytes, const std::function<void(const at::Tensor&)>& emit) const;
 
   Architecture arch_;
   bool decoder_;
@@ -179,6 +209,8 @@ class Network {
   };
   std::vector<SlotInfo> slot_info_;
   std::vector<Stage> stages_;  // execution order
+  size_t split_ = 0;           // phase_split()
+  std::vector<char> late_;     // late_slots()
   std::unique_ptr<Conv> conv_in_, conv_out_;
   std::vector<std::vector<Resnet>> blocks_;    // per level, encoder or decoder order
   std::vector<std::unique_ptr<Conv>> down_;    // encoder: per level (null: none)

@@ -1,6 +1,8 @@
 // SeedVR2 VAE under memory pressure, on the CPU: causal state kept in host memory between uses
 // (the same code the CUDA path runs, with plain copies instead of side-stream ones) computes
-// exactly what device-resident state does; the choice of host slots; a slice that runs out of
+// exactly what device-resident state does; the decoder in two phases (the top level after the
+// rest, over a spool) and state written in place compute what the plain pass does; the choice of
+// host slots; a slice that runs out of
 // device memory (an injected c10::OutOfMemoryError) is retried from the state before it and
 // gives the same output as a run without the fault.
 #include <ATen/ATen.h>
@@ -75,18 +77,24 @@ std::unique_ptr<seedvr2::Network> tiny_network(bool decoder, at::MemoryFormat fo
 
 // `x` through `net` in slices of `sizes` frames (time chunks of `work` bytes; 0: whole stages),
 // slice k with its slots in host memory when on_host[k] (-1: the previous slice's choice).
+// `phased`: Network::forward_phased; `in_place`: StreamState::in_place.
 at::Tensor run_slices(const seedvr2::Network& net, const at::Tensor& x,
                       const std::vector<int64_t>& sizes, const std::vector<int>& on_host,
-                      int64_t work) {
+                      int64_t work, bool phased = false, bool in_place = false) {
   seedvr2::StreamState state;
+  state.in_place = in_place;
   std::vector<at::Tensor> parts;
   int64_t t0 = 0;
   for (size_t k = 0; k < sizes.size(); ++k) {
     if (k < on_host.size() && on_host[k] >= 0) {
       state.on_host.assign(size_t(net.state_slots()), char(on_host[k]));
     }
-    net.forward_chunks(x.narrow(2, t0, sizes[k]), state, k == 0, work,
-                       [&](const at::Tensor& y) { parts.push_back(y.clone()); });
+    auto emit = [&](const at::Tensor& y) { parts.push_back(y.clone()); };
+    if (phased) {
+      net.forward_phased(x.narrow(2, t0, sizes[k]), state, k == 0, work, work, emit);
+    } else {
+      net.forward_chunks(x.narrow(2, t0, sizes[k]), state, k == 0, work, emit);
+    }
     t0 += sizes[k];
     if (k < on_host.size() && on_host[k] == 1) {
       // Between slices every slot's memory is a host tensor.
@@ -170,6 +178,59 @@ TEST(SeedVR2HostState, HostResidentStateEqualsDeviceState) {
   }
 }
 
+// The decoder in two phases: every level below the top over the whole slice, its output
+// spooled, then the top level over the spool one frame at a time. With one-frame chunks
+// everywhere (a 1-byte budget) that is the same computation as forward_chunks, bitwise; with
+// whole stages within rounding. State written in place (StreamState::in_place) and host-resident
+// state change nothing. Fused (channels-last) and reference (contiguous) networks; the encoder
+// has no phases (forward_chunks).
+TEST(SeedVR2Phases, PhasedEqualsThePlainPass) {
+  for (at::MemoryFormat format : {at::MemoryFormat::ChannelsLast3d, at::MemoryFormat::Contiguous}) {
+    const auto net = tiny_network(true, format);
+    ASSERT_GT(net->phase_split(), size_t(0));
+    const at::Tensor z = golden("decode_t5", "latent");
+    const std::vector<int64_t> sizes = {2, 2, 1};
+    const at::Tensor whole = run_slices(*net, z, sizes, {0}, 0);
+    const at::Tensor chunks = run_slices(*net, z, sizes, {0}, 1);
+    const at::Tensor phased = run_slices(*net, z, sizes, {0}, 1, true);
+    const at::Tensor phased_whole = run_slices(*net, z, sizes, {0}, 0, true);
+    const at::Tensor in_place = run_slices(*net, z, sizes, {0}, 1, true, true);
+    const at::Tensor in_place_whole = run_slices(*net, z, sizes, {0}, 0, false, true);
+    const at::Tensor host = run_slices(*net, z, sizes, {1, 0, 1}, 1, true, true);
+    const double e1 = max_diff(phased, chunks), e2 = max_diff(phased_whole, whole),
+                 e3 = max_diff(in_place, phased), e4 = max_diff(in_place_whole, whole),
+                 e5 = max_diff(host, phased);
+    std::cout << "[ phases   ] " << (format == at::MemoryFormat::Contiguous ? "reference" : "fused")
+              << ": phased vs chunks " << e1 << ", phased vs whole stages " << e2 << ", in place "
+              << e3 << " / " << e4 << ", host state switching " << e5 << "\n";
+    EXPECT_EQ(e1, 0.0);
+    EXPECT_LE(e2, 1e-5);
+    EXPECT_EQ(e3, 0.0);
+    EXPECT_EQ(e4, 0.0);
+    EXPECT_EQ(e5, 0.0);
+  }
+  const auto encoder = tiny_network(false, at::MemoryFormat::ChannelsLast3d);
+  EXPECT_EQ(encoder->phase_split(), size_t(0));
+  const at::Tensor video = golden("encode_t9", "video");
+  EXPECT_EQ(max_diff(run_slices(*encoder, video, {5, 4}, {0}, 1, true),
+                     run_slices(*encoder, video, {5, 4}, {0}, 1)),
+            0.0);
+}
+
+// Through a session forced into phases (tuning phased=1), in slices, one-frame chunks: the
+// default session's output.
+TEST(SeedVR2Phases, ForcedOnACpuSessionEqualsTheDefault) {
+  const Planar z = to_planar(golden("decode_t5", "latent"));
+  auto plain = wm::models::make_seedvr2_vae(tiny_config("decode"), wm::Device{});
+  const at::Tensor want = run_session(*plain, z, {2, 2, 1});
+  for (const char* tuning : {"phased=1", "phased=1,work_mib=1", "phased=1,host_state=1"}) {
+    auto forced = wm::models::make_seedvr2_vae(tiny_config("decode", tuning), wm::Device{});
+    const double err = max_diff(run_session(*forced, z, {2, 2, 1}), want);
+    std::cout << "[ phases   ] session " << tuning << " vs default: " << err << "\n";
+    EXPECT_LE(err, 1e-6);
+  }
+}
+
 // The reference path (the CPU session's contiguous network) through a session forced to keep
 // its state in host memory and run in 1 MiB chunks: the default session's output.
 TEST(SeedVR2HostState, ForcedOnACpuSessionEqualsTheDefault) {
@@ -219,6 +280,19 @@ TEST(SeedVR2HostState, OfficialDecoderStateAt1080p) {
   // 2 frames of every 3×3×3 conv's input (docs/gpu.md, SeedVR2 memory at 1080p).
   EXPECT_EQ(total, int64_t(17'917'977'600));
   EXPECT_EQ(net.largest_frame_bytes(135, 240, 2), int64_t(256) * 1080 * 1920 * 2);
+  // The top level (the second phase of Network::forward_phased): the last upsampler's conv and
+  // up_blocks.3 res0.conv1 (256 channels), 5 convs of 128 and conv_out (128), 2 frames each.
+  int64_t late = 0, n = 0;
+  for (int k = 0; k < net.state_slots(); ++k) {
+    if (net.late_slots()[size_t(k)]) {
+      late += net.slot_bytes(k, 135, 240, 2);
+      ++n;
+    }
+  }
+  EXPECT_EQ(n, 8);
+  EXPECT_EQ(late, int64_t(2) * 1080 * 1920 * 2 * (2 * 256 + 6 * 128));  // 10.62 GB
+  // The phases leave out exactly what they must: the early slots are the lowest first.
+  EXPECT_EQ(net.host_slots(135, 240, 2, 0, net.late_slots()), net.late_slots());
 }
 
 // A slice that runs out of device memory after its state moved on (the fault fires as its output
@@ -237,6 +311,7 @@ TEST(SeedVR2OomRetry, RetriedSliceEqualsTheRunWithoutTheFault) {
       {"decode", "", {2, 2, 1}, 1},            // whole slices: slice 1 fails
       {"decode", "work_mib=1", {2, 2, 1}, 7},  // mid-slice in one-frame chunks
       {"decode", "host_state=1,work_mib=1", {2, 2, 1}, 9},
+      {"decode", "phased=1,work_mib=1", {2, 2, 1}, 8},
       {"encode", "", {5, 4, 8}, 2},  // the last slice
   };
   for (const Case& c : cases) {
@@ -284,8 +359,12 @@ TEST(SeedVR2OomRetry, WithoutRetryTheSliceFails) {
 }
 
 TEST(SeedVR2HostState, TuningKeys) {
-  const seedvr2::Tuning t = seedvr2::Tuning::parse("host_state=1,device_state_mib=512,oom_retry=0");
+  const seedvr2::Tuning t =
+      seedvr2::Tuning::parse("host_state=1,device_state_mib=512,oom_retry=0,phased=0");
   EXPECT_EQ(t.host_state, 1);
+  EXPECT_EQ(t.phased, 0);
+  EXPECT_EQ(seedvr2::Tuning::parse("").phased, -1);
+  EXPECT_THROW(seedvr2::Tuning::parse("phased=-2"), wm::ModelError);
   EXPECT_EQ(t.device_state_mib, 512);
   EXPECT_FALSE(t.oom_retry);
   const seedvr2::Tuning d = seedvr2::Tuning::parse("");

@@ -67,6 +67,7 @@ Planar run_slices(const wm::Model& model, const Planar& input, const std::vector
     wm::RunContext ctx;
     ctx.slice_index = int64_t(i);
     ctx.first_slice = i == 0;
+    ctx.last_slice = i + 1 == sizes.size();
     if (worker) {
       wm::parallel::DeviceWorker& w = wm::parallel::device_worker(kCuda, 0);
       ctx.device = w.context();
@@ -185,6 +186,37 @@ TEST(SeedVR2Gpu, ChunkedAndFusedEqualTheWholePass) {
   std::cout << "[ chunks   ] bf16 chunked vs whole: max abs " << max_abs_diff(bf_chunked, bf_whole)
             << ", PSNR " << bf_psnr << " dB\n";
   EXPECT_GT(bf_psnr, 40.0);
+}
+
+// The decoder in two phases (tuning phased=1: the top level after the others, over a spool in
+// pinned host memory that comes back frame by frame on a side stream; each phase's state parked
+// in host memory during the other and between slices; device state written in place), through
+// the device worker: the whole pass's output, and with one-frame chunks the chunked pass's; with
+// every slot host-resident too. bf16 phased against bf16 chunked: the same computation.
+TEST(SeedVR2Gpu, PhasedEqualsTheWholePass) {
+  REQUIRE_GPU();
+  const Planar z = golden("decode_t5", "latent");
+  const Planar whole =
+      run_slices(*tiny_model("decode", wm::Precision::kFloat32, "work_mib=100000"), z, {5});
+  const Planar chunked =
+      run_slices(*tiny_model("decode", wm::Precision::kFloat32, "work_mib=1"), z, {2, 2, 1}, true);
+  for (const char* tuning :
+       {"phased=1", "phased=1,work_mib=1", "phased=1,work_mib=1,host_state=1"}) {
+    const Planar got =
+        run_slices(*tiny_model("decode", wm::Precision::kFloat32, tuning), z, {2, 2, 1}, true);
+    const double e_whole = max_abs_diff(got, whole), e_chunked = max_abs_diff(got, chunked);
+    std::cout << "[ phases   ] " << tuning << ": vs whole " << e_whole << ", vs chunked "
+              << e_chunked << "\n";
+    EXPECT_LE(e_whole, 1e-5);
+    if (std::string(tuning).find("work_mib=1") != std::string::npos) EXPECT_LE(e_chunked, 1e-6);
+  }
+  const Planar bf_chunked =
+      run_slices(*tiny_model("decode", wm::Precision::kBFloat16, "work_mib=1"), z, {2, 3}, true);
+  const Planar bf_phased = run_slices(
+      *tiny_model("decode", wm::Precision::kBFloat16, "phased=1,work_mib=1"), z, {2, 3}, true);
+  const double bf = max_abs_diff(bf_phased, bf_chunked);
+  std::cout << "[ phases   ] bf16 phased vs chunked: max abs " << bf << "\n";
+  EXPECT_LE(bf, 1e-2);
 }
 
 // Sequence parallelism with 2 ranks on one GPU (two device workers, in-process exchange): the
