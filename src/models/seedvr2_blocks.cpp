@@ -65,6 +65,7 @@ struct Stage {
   // Encoder: the product of the temporal strides after this stage's input (a time chunk after
   // the sequence's first must hold a multiple of it, the first one 1 + a multiple).
   int64_t frame_group = 1;
+  std::vector<int> slots;  // the state slots of its convs
 };
 
 Tuning Tuning::parse(const std::string& text) {
@@ -99,7 +100,7 @@ Tuning Tuning::parse(const std::string& text) {
     } else if (key == "oom_retry") {
       t.oom_retry = number(0) != 0;
     } else if (key == "phased") {
-      t.phased = int(std::min<int64_t>(number(-1), 1));
+      t.phased = int(std::min<int64_t>(number(-1), 2));
     } else {
       throw ModelError("seedvr2-vae: unknown tuning key '" + key +
                        "' (fused, cudnn_benchmark, conv_frames, work_mib, host_state, "
@@ -287,19 +288,57 @@ Network::Network(const Architecture& arch, bool decoder, const ParamGetter& para
     if (stages_[i].kind == Stage::kDownsample) group *= stages_[i].down->st;
     stages_[i].frame_group = group;
   }
+  for (Stage& st : stages_) {
+    auto use = [&](const Conv& c) {
+      if (c.slot >= 0) st.slots.push_back(c.slot);
+    };
+    switch (st.kind) {
+      case Stage::kConvIn:
+        use(*conv_in_);
+        break;
+      case Stage::kResnet:
+        use(st.resnet->conv1);
+        use(st.resnet->conv2);
+        break;
+      case Stage::kUpsample:
+        use(st.upsample->conv);
+        break;
+      case Stage::kDownsample:
+        use(*st.down);
+        break;
+      case Stage::kOut:
+        use(*conv_out_);
+        break;
+      case Stage::kAttention:
+        break;
+    }
+  }
   // Phases (forward_phased): the decoder's top level starts at its last Upsample3D, whose conv
   // is the first of that level's slots.
-  late_.assign(size_t(slots_), 0);
   if (decoder_) {
     for (size_t i = 0; i < stages_.size(); ++i) {
       if (stages_[i].kind == Stage::kUpsample) split_ = i;
     }
   }
-  if (split_ > 0) {
-    int top = 0;
-    for (const SlotInfo& i : slot_info_) top = std::max(top, i.scale);
-    for (int k = 0; k < slots_; ++k) late_[size_t(k)] = slot_info_[size_t(k)].scale == top;
+}
+
+std::vector<size_t> Network::phase_starts(int phases) const {
+  std::vector<size_t> starts = {0};
+  if (split_ == 0 || phases < 2) return starts;
+  starts.push_back(split_);
+  // After the top level's first resnet, if a stage follows it.
+  if (phases >= 3 && split_ + 2 < stages_.size()) starts.push_back(split_ + 2);
+  return starts;
+}
+
+size_t Network::stage_count() const { return stages_.size(); }
+
+std::vector<char> Network::stage_slots(size_t begin, size_t end) const {
+  std::vector<char> used(size_t(slots_), 0);
+  for (size_t i = begin; i < end && i < stages_.size(); ++i) {
+    for (int k : stages_[i].slots) used[size_t(k)] = 1;
   }
+  return used;
 }
 
 // Sequence parallelism: a rank after the first takes the conv's memory (the last kt − st frames
@@ -858,27 +897,30 @@ struct Spooled {
 }  // namespace
 
 void Network::forward_phased(const at::Tensor& input, StreamState& s, bool first,
-                             int64_t work_early, int64_t work_late,
+                             const std::vector<size_t>& starts, const std::vector<int64_t>& work,
                              const std::function<void(const at::Tensor&)>& emit) const {
-  if (split_ == 0 || s.halo) {
-    forward_chunks(input, s, first, work_early, emit);
+  size_state(s);
+  const size_t phases = s.halo ? 1 : starts.size();
+  auto budget = [&](size_t p) -> int64_t {
+    return work.empty() ? 0 : work[std::min(p, work.size() - 1)];
+  };
+  if (phases <= 1) {
+    run_from(0, stages_.size(), input.contiguous(format_), s, first, budget(0), emit);
     return;
   }
-  size_state(s);
-  std::vector<char> early(late_.size());
-  for (size_t k = 0; k < late_.size(); ++k) early[k] = !late_[k];
-  // Parked memory must have left before its device memory serves the next phase (the allocator
-  // reuses a block when the copy's event has passed): the host waits for those copies (once per
-  // phase; ~0.15 s for 7 GB).
-  auto settle = [&](const std::vector<char>& which) {
-    for (size_t k = 0; k < which.size(); ++k) {
-      if (which[k]) wait_written(int(k), s);
+  // Every other phase's device-resident memory to host memory. It must have left before its
+  // device memory serves this phase (the allocator reuses a block when the copy's event has
+  // passed): the host waits for those copies (once per phase; ~0.15 s for 7 GB).
+  auto park_all_but = [&](const std::vector<char>& mine) {
+    std::vector<char> others(mine.size());
+    for (size_t k = 0; k < mine.size(); ++k) others[k] = !mine[k];
+    park(s, others);
+    for (size_t k = 0; k < others.size(); ++k) {
+      if (others[k]) wait_written(int(k), s);
     }
   };
-  park(s, late_);
-  settle(late_);
-  std::vector<Spooled> spool;
-  run_from(0, split_, input.contiguous(format_), s, first, work_early, [&](const at::Tensor& y) {
+  // A phase's output chunk to host memory.
+  auto spool_one = [&](std::vector<Spooled>& spool, const at::Tensor& y) {
     Spooled part;
     part.copy = std::make_shared<HostCopy>();
 #ifdef WMBATCH_WITH_CUDA
@@ -901,22 +943,14 @@ void Network::forward_phased(const at::Tensor& input, StreamState& s, bool first
 #endif
     part.host = y;
     spool.push_back(std::move(part));
-  });
-  park(s, early);
-  settle(early);
-  // The late stages over the spool one frame at a time (their chunks are single frames at the
-  // sizes that need phases); frame i + 1 comes up while frame i computes.
-  std::vector<std::pair<size_t, int64_t>> frames;  // (spool part, frame)
-  for (size_t p = 0; p < spool.size(); ++p) {
-    for (int64_t t = 0; t < spool[p].host.size(2); ++t) frames.emplace_back(p, t);
-  }
-  auto bring = [&](size_t i) -> std::pair<at::Tensor, std::shared_ptr<HostCopy>> {
-    const Spooled& part = spool[frames[i].first];
-    const at::Tensor src = part.host.narrow(2, frames[i].second, 1);
+  };
+  // Frame i of a spool (part, frame) back on the device; CUDA: on side stream 0, `done` after.
+  using Frame = std::pair<at::Tensor, std::shared_ptr<HostCopy>>;
+  auto bring = [&](const Spooled& part, int64_t t) -> Frame {
+    const at::Tensor src = part.host.narrow(2, t, 1);
     auto copy = std::make_shared<HostCopy>();
-    const at::Device device = input.device();
 #ifdef WMBATCH_WITH_CUDA
-    if (device.is_cuda()) {
+    if (input.is_cuda()) {
       const CopyStreams streams(s.context);
       at::Tensor x = at::empty(src.sizes(), input.options().memory_format(format_));
       at::cuda::CUDAEvent allocated;
@@ -931,22 +965,44 @@ void Network::forward_phased(const at::Tensor& input, StreamState& s, bool first
       return {x, copy};
     }
 #endif
-    return {src.to(device).contiguous(format_), copy};
+    return {src.to(input.device()).contiguous(format_), copy};
   };
-  std::pair<at::Tensor, std::shared_ptr<HostCopy>> next;
-  if (!frames.empty()) next = bring(0);
-  for (size_t i = 0; i < frames.size(); ++i) {
-    at::Tensor x = std::move(next.first);
-#ifdef WMBATCH_WITH_CUDA
-    if (x.is_cuda()) next.second->done.block(c10::cuda::getCurrentCUDAStream());
-#endif
-    next = i + 1 < frames.size() ? bring(i + 1) : decltype(next){};
-    // A spool part whose last frame is up is no longer needed (its pinned block goes back to
-    // the allocator once the copy has run).
-    if (frames[i].second + 1 == spool[frames[i].first].host.size(2)) {
-      spool[frames[i].first].host = at::Tensor();
+  std::vector<Spooled> spool;
+  for (size_t p = 0; p < phases; ++p) {
+    const size_t begin = starts[p], end = p + 1 < phases ? starts[p + 1] : stages_.size();
+    park_all_but(stage_slots(begin, end));
+    std::vector<Spooled> out;
+    std::function<void(const at::Tensor&)> to_spool = [&](const at::Tensor& y) {
+      spool_one(out, y);
+    };
+    const auto& sink = p + 1 < phases ? to_spool : emit;
+    if (p == 0) {
+      run_from(0, end, input.contiguous(format_), s, first, budget(p), sink);
+      spool = std::move(out);
+      continue;
     }
-    run_from(split_, stages_.size(), std::move(x), s, first && i == 0, work_late, emit);
+    // Over the spool one frame at a time (the stages that need phases run single frames);
+    // frame i + 1 comes up while frame i computes.
+    std::vector<std::pair<size_t, int64_t>> frames;  // (spool part, frame)
+    for (size_t k = 0; k < spool.size(); ++k) {
+      for (int64_t t = 0; t < spool[k].host.size(2); ++t) frames.emplace_back(k, t);
+    }
+    Frame next;
+    if (!frames.empty()) next = bring(spool[frames[0].first], frames[0].second);
+    for (size_t i = 0; i < frames.size(); ++i) {
+      at::Tensor x = std::move(next.first);
+#ifdef WMBATCH_WITH_CUDA
+      if (x.is_cuda()) next.second->done.block(c10::cuda::getCurrentCUDAStream());
+#endif
+      next =
+          i + 1 < frames.size() ? bring(spool[frames[i + 1].first], frames[i + 1].second) : Frame{};
+      // A spool part whose last frame is up is no longer needed (its pinned block goes back to
+      // the allocator once the copy has run).
+      Spooled& part = spool[frames[i].first];
+      if (frames[i].second + 1 == part.host.size(2)) part.host = at::Tensor();
+      run_from(begin, end, std::move(x), s, first && i == 0, budget(p), sink);
+    }
+    spool = std::move(out);
   }
 }
 
@@ -987,9 +1043,11 @@ std::vector<char> Network::host_slots(int64_t h, int64_t w, int64_t element_size
   return host;
 }
 
-int64_t Network::largest_frame_bytes(int64_t h, int64_t w, int64_t element_size) const {
+int64_t Network::largest_frame_bytes(int64_t h, int64_t w, int64_t element_size,
+                                     const std::vector<char>& among) const {
   int64_t most = 0;
   for (int k = 0; k < slots_; ++k) {
+    if (!among.empty() && (size_t(k) >= among.size() || !among[size_t(k)])) continue;
     most = std::max(most, slot_bytes(k, h, w, element_size) / slot_info_[size_t(k)].keep);
   }
   return most;

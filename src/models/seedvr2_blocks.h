@@ -84,7 +84,8 @@ struct Tuning {
   // Decoder: run the stages before the top (full-resolution) level over the whole slice first,
   // their output spooled to host memory, then the top level over the spool (Network::
   // forward_phased): each level's causal state is on the device only while its stages run.
-  // -1: when the state does not fit the memory budget (CUDA), 0 never, 1 always.
+  // -1: when the state does not fit the memory budget (CUDA: two phases, three when the top
+  // level's state does not fit either), 0 never, 1 always two, 2 always three.
   int phased = -1;
   static Tuning parse(const std::string& text);  // ModelError names a bad key or value
   std::string str() const;
@@ -124,19 +125,23 @@ class Network {
   void forward_chunks(const at::Tensor& x, StreamState& state, bool first, int64_t work_bytes,
                       const std::function<void(const at::Tensor&)>& emit) const;
 
-  // forward_chunks in two phases (decoder; elsewhere forward_chunks): the stages before
-  // phase_split() over the whole input (chunks of `work_early` bytes), their output copied to
-  // host memory (CUDA: pinned, on the worker's side stream 1, while later chunks compute), then
-  // the remaining stages over that spool (chunks of `work_late`; the next spooled chunk comes up
-  // on side stream 0 while the current one computes). At the start of each phase the
-  // device-resident memory of the other phase's slots goes to host memory (park), so each
-  // level's state needs device memory only during its phase. Same result as forward_chunks.
-  void forward_phased(const at::Tensor& x, StreamState& state, bool first, int64_t work_early,
-                      int64_t work_late, const std::function<void(const at::Tensor&)>& emit) const;
-  // The first stage of the top level (decoder: the last Upsample3D; 0: no phases) and, per slot,
-  // whether that level's stages use it (all 0 without phases).
-  size_t phase_split() const { return split_; }
-  const std::vector<char>& late_slots() const { return late_; }
+  // forward_chunks in phases: phase p runs stages [starts[p], starts[p + 1]) (starts[0] = 0, the
+  // last phase to the end) over the whole input, in chunks of work[p] bytes; a phase's output
+  // goes to host memory (CUDA: pinned, on the worker's side stream 1, while later chunks
+  // compute) and the next phase runs over that spool one frame at a time (the next frame comes
+  // up on side stream 0 while the current one computes). At the start of each phase the
+  // device-resident memory of every other phase's slots goes to host memory (park), so each
+  // slot needs device memory only during its phase. Same result as forward_chunks.
+  void forward_phased(const at::Tensor& x, StreamState& state, bool first,
+                      const std::vector<size_t>& starts, const std::vector<int64_t>& work,
+                      const std::function<void(const at::Tensor&)>& emit) const;
+  // Where phases start (phase_starts(n)[0] = 0). Decoder, n = 2: the top level (from its last
+  // Upsample3D) after the rest; n = 3: besides, the top level's first resnet (with the
+  // Upsample3D: its widest slots) before its other stages. {0} without phases (the encoder).
+  std::vector<size_t> phase_starts(int phases) const;
+  size_t stage_count() const;
+  // Per slot: whether stages [begin, end) use it.
+  std::vector<char> stage_slots(size_t begin, size_t end) const;
   // The device-resident memory of the slots in `which` to host memory (CUDA: pinned, on side
   // stream 1; the next use brings it back). No-op on the CPU.
   void park(StreamState& state, const std::vector<char>& which) const;
@@ -152,7 +157,9 @@ class Network {
                                const std::vector<char>& among = {}) const;
   // One frame of the widest conv input (channels × pixels at its resolution), in bytes: the
   // unit of a time chunk's working memory.
-  int64_t largest_frame_bytes(int64_t h, int64_t w, int64_t element_size) const;
+  // `among` (empty: every slot): the slots that count.
+  int64_t largest_frame_bytes(int64_t h, int64_t w, int64_t element_size,
+                              const std::vector<char>& among = {}) const;
 
   bool decoder() const { return decoder_; }
   const Architecture& arch() const { return arch_; }
@@ -209,8 +216,7 @@ class Network {
   };
   std::vector<SlotInfo> slot_info_;
   std::vector<Stage> stages_;  // execution order
-  size_t split_ = 0;           // phase_split()
-  std::vector<char> late_;     // late_slots()
+  size_t split_ = 0;           // the top level's first stage (decoder; 0: none)
   std::unique_ptr<Conv> conv_in_, conv_out_;
   std::vector<std::vector<Resnet>> blocks_;    // per level, encoder or decoder order
   std::vector<std::unique_ptr<Conv>> down_;    // encoder: per level (null: none)

@@ -418,7 +418,7 @@ class SeedVR2Session final : public ModelSession {
     if (tuning.host_state == 1 && !ctx.halo) state.on_host.assign(size_t(net_->state_slots()), 1);
     int64_t work = tuning.work_mib << 20;
     if (ctx.halo) work = 0;
-    if (ctx.halo || (work <= 0 && tuning.host_state != 1 && tuning.phased != 1)) {
+    if (ctx.halo || (work <= 0 && tuning.host_state != 1 && tuning.phased <= 0)) {
       at::Tensor y = net_->forward(x, state, ctx.first_slice);
       inject_oom_for_test();
       return y;
@@ -429,8 +429,9 @@ class SeedVR2Session final : public ModelSession {
       inject_oom_for_test();
       parts.push_back(y);
     };
-    if (tuning.phased == 1) {
-      net_->forward_phased(x, state, ctx.first_slice, work, work, emit);
+    if (tuning.phased > 0) {
+      net_->forward_phased(x, state, ctx.first_slice, net_->phase_starts(tuning.phased + 1), {work},
+                           emit);
     } else {
       net_->forward_chunks(x, state, ctx.first_slice, work, emit);
     }
@@ -461,10 +462,10 @@ class SeedVR2Session final : public ModelSession {
     int64_t work = 0;
     std::vector<char> on_host;
     int64_t device_state = 0, host_state = 0;  // bytes of causal state on each side
-    // Network::forward_phased: the top level's working memory; device_state is then the larger
-    // of the two phases'.
-    bool phased = false;
-    int64_t work_late = 0;
+    // Network::forward_phased: where the phases start and each one's working memory (work is
+    // the first's); device_state is then the largest phase's.
+    std::vector<size_t> starts;
+    std::vector<int64_t> works;
   };
 
   // The plan for input `x` from the memory budget (or what the device has), after what is
@@ -505,13 +506,9 @@ class SeedVR2Session final : public ModelSession {
     int64_t device_budget =
         tuning.device_state_mib > 0 ? tuning.device_state_mib << 20 : (avail - reserve) / copies;
     device_budget = std::max<int64_t>(device_budget, 0) >> attempt;
-    const std::vector<char>& late = net_->late_slots();
-    int64_t late_total = 0;
-    for (int k = 0; k < slots; ++k) {
-      if (late[size_t(k)]) late_total += net_->slot_bytes(k, h, w, elt);
-    }
-    if (tuning.phased == 1 || (tuning.phased < 0 && late_total > 0 && tuning.host_state < 0 &&
-                               tuning.device_state_mib == 0 && total > device_budget)) {
+    if (tuning.phased > 0 ||
+        (tuning.phased < 0 && net_->phase_starts(2).size() > 1 && tuning.host_state < 0 &&
+         tuning.device_state_mib == 0 && total > device_budget)) {
       return phased_plan(h, w, avail, cap - (allocated - resident), attempt);
     }
     if (tuning.host_state == 1) {
@@ -532,56 +529,70 @@ class SeedVR2Session final : public ModelSession {
     return p;
   }
 
-  // The phased plan (Network::forward_phased), when the whole state does not fit: between
-  // slices the state waits in host memory (so the snapshot of the retry costs no device memory),
-  // and each phase needs only its own level's state on the device.
-  // - early phase (every level below the top): its state beside the reserve of 5 frames of the
-  //   widest activation, within `avail` (as plan()); working memory a third of what is left;
-  // - late phase (the top level, one-frame chunks): its state beside one chunk's transients,
-  //   counted exactly: the widest conv's time-padded buffer (3 frames) and one frame of output,
-  //   and 1 GiB for cuDNN's workspace and the allocator, within `room` (the cap less what is
+  // The phased plan (Network::forward_phased), when the whole state does not fit: two phases
+  // (the top level after the rest), or three (the top level's first resnet apart) when the top
+  // level's state does not fit as one. Between slices the state waits in host memory (so the
+  // snapshot of the retry costs no device memory); each phase needs only its own slots on the
+  // device:
+  // - the first phase (every level below the top): its state beside a reserve of 5 frames of
+  //   its widest activation, within `avail` (as plan());
+  // - a later phase (one-frame chunks): its state beside one chunk's transients, counted
+  //   exactly: its widest conv's time-padded buffer (3 frames) and one frame of output, and
+  //   1 GiB for cuDNN's workspace and the allocator, within `room` (the cap less what is
   //   allocated besides the state);
   // - a phase whose state does not fit sends its slots to host memory as plan() does (lowest
-  //   resolution first, then execution order); retry k halves the budgets k times.
+  //   resolution first, then execution order); working memory a third of what `avail` leaves
+  //   beside the phase's state; retry k halves the budgets k times.
   Plan phased_plan(int64_t h, int64_t w, int64_t avail, int64_t room, int attempt) const {
     const seedvr2::Tuning& tuning = net_->tuning();
     constexpr int64_t kMostWork = int64_t(4) << 30, kLeastWork = int64_t(256) << 20;
     const int64_t slots = net_->state_slots();
     const int64_t elt = int64_t(c10::elementSize(dtype_));
-    const int64_t frame = net_->largest_frame_bytes(h, w, elt);
-    const std::vector<char>& late = net_->late_slots();
-    std::vector<char> early(late.size());
-    for (size_t k = 0; k < late.size(); ++k) early[k] = !late[k];
+    const std::vector<int> tries =
+        tuning.phased > 0 ? std::vector<int>{tuning.phased + 1} : std::vector<int>{2, 3};
     Plan p;
-    p.phased = true;
-    const int64_t early_budget = std::max<int64_t>(avail - 5 * frame, 0) >> attempt;
-    const int64_t late_budget =
-        std::max<int64_t>(room - 4 * frame - (int64_t(1) << 30), 0) >> attempt;
-    p.on_host.assign(size_t(slots), 0);
-    if (tuning.host_state == 1) p.on_host.assign(size_t(slots), 1);
-    if (tuning.host_state < 0) {
-      const std::vector<char> a = net_->host_slots(h, w, elt, early_budget, early);
-      const std::vector<char> b = net_->host_slots(h, w, elt, late_budget, late);
-      for (size_t k = 0; k < size_t(slots); ++k) p.on_host[k] = a[k] || b[k];
-    }
-    int64_t early_device = 0, late_device = 0;
-    for (int k = 0; k < slots; ++k) {
-      const int64_t bytes = net_->slot_bytes(k, h, w, elt);
-      if (p.on_host[size_t(k)]) {
-        p.host_state += bytes;
-      } else {
-        (late[size_t(k)] ? late_device : early_device) += bytes;
+    for (size_t n = 0; n < tries.size(); ++n) {
+      p = Plan{};
+      p.starts = net_->phase_starts(tries[n]);
+      p.on_host.assign(size_t(slots), tuning.host_state == 1 ? 1 : 0);
+      bool spilled = false;
+      for (size_t q = 0; q < p.starts.size(); ++q) {
+        const size_t end = q + 1 < p.starts.size() ? p.starts[q + 1] : net_->stage_count();
+        const std::vector<char> mine = net_->stage_slots(p.starts[q], end);
+        const int64_t frame = net_->largest_frame_bytes(h, w, elt, mine);
+        const int64_t budget =
+            std::max<int64_t>(q == 0 ? avail - 5 * frame : room - 4 * frame - (int64_t(1) << 30),
+                              0) >>
+            attempt;
+        if (tuning.host_state < 0) {
+          const std::vector<char> host = net_->host_slots(h, w, elt, budget, mine);
+          for (size_t k = 0; k < size_t(slots); ++k) {
+            if (host[k]) {
+              p.on_host[k] = 1;
+              spilled = spilled || q > 0;
+            }
+          }
+        }
+        int64_t device = 0;
+        for (int k = 0; k < slots; ++k) {
+          if (mine[size_t(k)] && !p.on_host[size_t(k)]) device += net_->slot_bytes(k, h, w, elt);
+        }
+        p.device_state = std::max(p.device_state, device);
+        const int64_t work = tuning.work_mib > 0
+                                 ? tuning.work_mib << 20
+                                 : std::clamp<int64_t>((avail - device) / 3, kLeastWork, kMostWork);
+        p.works.push_back(std::max<int64_t>(work >> attempt, 1));
+      }
+      // Three phases only when the top level spilled to host memory as one.
+      if (!spilled || n + 1 == tries.size() ||
+          net_->phase_starts(tries[n + 1]).size() <= p.starts.size()) {
+        break;
       }
     }
-    p.device_state = std::max(early_device, late_device);
-    if (tuning.work_mib > 0) {
-      p.work = p.work_late = tuning.work_mib << 20;
-    } else {
-      p.work = std::clamp<int64_t>((avail - early_device) / 3, kLeastWork, kMostWork);
-      p.work_late = std::clamp<int64_t>((avail - late_device) / 3, kLeastWork, kMostWork);
+    for (int k = 0; k < slots; ++k) {
+      if (p.on_host[size_t(k)]) p.host_state += net_->slot_bytes(k, h, w, elt);
     }
-    p.work = std::max<int64_t>(p.work >> attempt, 1);
-    p.work_late = std::max<int64_t>(p.work_late >> attempt, 1);
+    p.work = p.works.front();
     return p;
   }
 
@@ -605,19 +616,23 @@ class SeedVR2Session final : public ModelSession {
                   bool snapshot) {
     const Plan p = plan(x.size(3), x.size(4), state, ctx, attempt, snapshot);
     state.on_host = p.on_host;
-    if (attempt > 0 || ((p.host_state > 0 || p.phased) && ctx.first_slice)) {
-      log::info(kLogger, traits_.name + ": " + (p.phased ? "in two phases, " : "") +
-                             std::to_string(p.device_state >> 20) +
-                             " MiB of causal state on the device, " +
-                             std::to_string(p.host_state >> 20) + " MiB in host memory, " +
-                             std::to_string(p.work >> 20) +
-                             (p.phased ? " / " + std::to_string(p.work_late >> 20) : "") +
-                             " MiB of working memory per chunk");
+    const bool phased = !p.starts.empty();
+    if (attempt > 0 || ((p.host_state > 0 || phased) && ctx.first_slice)) {
+      std::string works;
+      for (int64_t b : p.works) works += (works.empty() ? "" : " / ") + std::to_string(b >> 20);
+      if (works.empty()) works = std::to_string(p.work >> 20);
+      log::info(
+          kLogger,
+          traits_.name + ": " +
+              (phased ? "in " + std::to_string(p.starts.size()) + " phases, " : std::string()) +
+              std::to_string(p.device_state >> 20) + " MiB of causal state on the device, " +
+              std::to_string(p.host_state >> 20) + " MiB in host memory, " + works +
+              " MiB of working memory per chunk");
     }
     const int64_t work = p.work;
     auto forward = [&](const std::function<void(const at::Tensor&)>& emit) {
-      if (p.phased) {
-        net_->forward_phased(x, state, ctx.first_slice, work, p.work_late, emit);
+      if (phased) {
+        net_->forward_phased(x, state, ctx.first_slice, p.starts, p.works, emit);
         // Between slices the state waits in host memory (the next slice's snapshot then holds
         // no device memory); after the last slice there is nothing to wait for.
         if (!ctx.last_slice) net_->park(state, std::vector<char>(state.memory.size(), 1));

@@ -200,23 +200,25 @@ TEST(SeedVR2Gpu, PhasedEqualsTheWholePass) {
       run_slices(*tiny_model("decode", wm::Precision::kFloat32, "work_mib=100000"), z, {5});
   const Planar chunked =
       run_slices(*tiny_model("decode", wm::Precision::kFloat32, "work_mib=1"), z, {2, 2, 1}, true);
-  for (const char* tuning :
-       {"phased=1", "phased=1,work_mib=1", "phased=1,work_mib=1,host_state=1"}) {
+  for (const char* tuning : {"phased=1", "phased=1,work_mib=1", "phased=2,work_mib=1",
+                             "phased=2,work_mib=1,host_state=1"}) {
     const Planar got =
         run_slices(*tiny_model("decode", wm::Precision::kFloat32, tuning), z, {2, 2, 1}, true);
     const double e_whole = max_abs_diff(got, whole), e_chunked = max_abs_diff(got, chunked);
     std::cout << "[ phases   ] " << tuning << ": vs whole " << e_whole << ", vs chunked "
               << e_chunked << "\n";
     EXPECT_LE(e_whole, 1e-5);
-    if (std::string(tuning).find("work_mib=1") != std::string::npos) EXPECT_LE(e_chunked, 1e-6);
+    // (cuDNN may take other algorithms for other buffer addresses: rounding, not bitwise.)
+    EXPECT_LE(e_chunked, 1e-5);
   }
   const Planar bf_chunked =
       run_slices(*tiny_model("decode", wm::Precision::kBFloat16, "work_mib=1"), z, {2, 3}, true);
   const Planar bf_phased = run_slices(
       *tiny_model("decode", wm::Precision::kBFloat16, "phased=1,work_mib=1"), z, {2, 3}, true);
-  const double bf = max_abs_diff(bf_phased, bf_chunked);
-  std::cout << "[ phases   ] bf16 phased vs chunked: max abs " << bf << "\n";
-  EXPECT_LE(bf, 1e-2);
+  const double bf = psnr(bf_phased, bf_chunked);
+  std::cout << "[ phases   ] bf16 phased vs chunked: max abs "
+            << max_abs_diff(bf_phased, bf_chunked) << ", PSNR " << bf << " dB\n";
+  EXPECT_GT(bf, 40.0);
 }
 
 // Sequence parallelism with 2 ranks on one GPU (two device workers, in-process exchange): the
