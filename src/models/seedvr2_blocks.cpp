@@ -100,7 +100,7 @@ Tuning Tuning::parse(const std::string& text) {
     } else if (key == "oom_retry") {
       t.oom_retry = number(0) != 0;
     } else if (key == "phased") {
-      t.phased = int(std::min<int64_t>(number(-1), 2));
+      t.phased = int(std::min<int64_t>(number(-1), 3));
     } else {
       throw ModelError("seedvr2-vae: unknown tuning key '" + key +
                        "' (fused, cudnn_benchmark, conv_frames, work_mib, host_state, "
@@ -325,6 +325,12 @@ Network::Network(const Architecture& arch, bool decoder, const ParamGetter& para
 std::vector<size_t> Network::phase_starts(int phases) const {
   std::vector<size_t> starts = {0};
   if (split_ == 0 || phases < 2) return starts;
+  // The level below the top (from its Upsample3D), if there is one.
+  size_t below = 0;
+  for (size_t i = 0; i < split_; ++i) {
+    if (stages_[i].kind == Stage::kUpsample) below = i;
+  }
+  if (phases >= 4 && below > 0) starts.push_back(below);
   starts.push_back(split_);
   // After the top level's first resnet, if a stage follows it.
   if (phases >= 3 && split_ + 2 < stages_.size()) starts.push_back(split_ + 2);

@@ -85,7 +85,8 @@ struct Tuning {
   // their output spooled to host memory, then the top level over the spool (Network::
   // forward_phased): each level's causal state is on the device only while its stages run.
   // -1: when the state does not fit the memory budget (CUDA: two phases, three when the top
-  // level's state does not fit either), 0 never, 1 always two, 2 always three.
+  // level's state does not fit either, four when the lower levels' does not), 0 never, 1, 2, 3:
+  // always two, three, four.
   int phased = -1;
   static Tuning parse(const std::string& text);  // ModelError names a bad key or value
   std::string str() const;
@@ -137,7 +138,8 @@ class Network {
                       const std::function<void(const at::Tensor&)>& emit) const;
   // Where phases start (phase_starts(n)[0] = 0). Decoder, n = 2: the top level (from its last
   // Upsample3D) after the rest; n = 3: besides, the top level's first resnet (with the
-  // Upsample3D: its widest slots) before its other stages. {0} without phases (the encoder).
+  // Upsample3D: its widest slots) before its other stages; n = 4: besides, the level below the
+  // top (from its Upsample3D) after the lower ones. {0} without phases (the encoder).
   std::vector<size_t> phase_starts(int phases) const;
   size_t stage_count() const;
   // Per slot: whether stages [begin, end) use it.

@@ -530,15 +530,16 @@ class SeedVR2Session final : public ModelSession {
   }
 
   // The phased plan (Network::forward_phased), when the whole state does not fit: two phases
-  // (the top level after the rest), or three (the top level's first resnet apart) when the top
-  // level's state does not fit as one. Between slices the state waits in host memory (so the
-  // snapshot of the retry costs no device memory); each phase needs only its own slots on the
-  // device:
-  // - the first phase (every level below the top): its state beside a reserve of 5 frames of
-  //   its widest activation, within `avail` (as plan());
-  // - a later phase (one-frame chunks): its state beside one chunk's transients, counted
-  //   exactly: its widest conv's time-padded buffer (3 frames) and one frame of output, and
-  //   1 GiB for cuDNN's workspace and the allocator, within `room` (the cap less what is
+  // (the top level after the rest); three (the top level's first resnet apart) or four (the
+  // level below the top apart, too) while a phase's state still does not fit. Between slices the
+  // state waits in host memory (so the snapshot of the retry costs no device memory); each phase
+  // needs only its own slots on the device:
+  // - the first phase: its state beside a reserve of 5 frames of the widest activation, within
+  //   `avail` (as plan(): its fixed transients, the upsamplers' unpacking, reach past its own
+  //   frames);
+  // - a later phase (one spooled frame at a time): its state beside one chunk's transients,
+  //   counted exactly: its widest conv's time-padded buffer (3 frames) and one frame of output,
+  //   and 1 GiB for cuDNN's workspace and the allocator, within `room` (the cap less what is
   //   allocated besides the state);
   // - a phase whose state does not fit sends its slots to host memory as plan() does (lowest
   //   resolution first, then execution order); working memory a third of what `avail` leaves
@@ -549,7 +550,8 @@ class SeedVR2Session final : public ModelSession {
     const int64_t slots = net_->state_slots();
     const int64_t elt = int64_t(c10::elementSize(dtype_));
     const std::vector<int> tries =
-        tuning.phased > 0 ? std::vector<int>{tuning.phased + 1} : std::vector<int>{2, 3};
+        tuning.phased > 0 ? std::vector<int>{tuning.phased + 1} : std::vector<int>{2, 3, 4};
+    const std::vector<char> all;  // every slot
     Plan p;
     for (size_t n = 0; n < tries.size(); ++n) {
       p = Plan{};
@@ -559,7 +561,7 @@ class SeedVR2Session final : public ModelSession {
       for (size_t q = 0; q < p.starts.size(); ++q) {
         const size_t end = q + 1 < p.starts.size() ? p.starts[q + 1] : net_->stage_count();
         const std::vector<char> mine = net_->stage_slots(p.starts[q], end);
-        const int64_t frame = net_->largest_frame_bytes(h, w, elt, mine);
+        const int64_t frame = net_->largest_frame_bytes(h, w, elt, q == 0 ? all : mine);
         const int64_t budget =
             std::max<int64_t>(q == 0 ? avail - 5 * frame : room - 4 * frame - (int64_t(1) << 30),
                               0) >>
@@ -569,7 +571,7 @@ class SeedVR2Session final : public ModelSession {
           for (size_t k = 0; k < size_t(slots); ++k) {
             if (host[k]) {
               p.on_host[k] = 1;
-              spilled = spilled || q > 0;
+              spilled = true;
             }
           }
         }
@@ -583,7 +585,7 @@ class SeedVR2Session final : public ModelSession {
                                  : std::clamp<int64_t>((avail - device) / 3, kLeastWork, kMostWork);
         p.works.push_back(std::max<int64_t>(work >> attempt, 1));
       }
-      // Three phases only when the top level spilled to host memory as one.
+      // More phases only when a phase spilled to host memory.
       if (!spilled || n + 1 == tries.size() ||
           net_->phase_starts(tries[n + 1]).size() <= p.starts.size()) {
         break;

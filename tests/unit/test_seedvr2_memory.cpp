@@ -190,17 +190,17 @@ TEST(SeedVR2Phases, PhasedEqualsThePlainPass) {
   const std::vector<int64_t> sizes = {2, 2, 1};
   for (at::MemoryFormat format : {at::MemoryFormat::ChannelsLast3d, at::MemoryFormat::Contiguous}) {
     const auto net = tiny_network(true, format);
-    const std::vector<size_t> two = net->phase_starts(2), three = net->phase_starts(3);
-    ASSERT_EQ(two.size(), 2u);
-    ASSERT_EQ(three.size(), 3u);
+    ASSERT_EQ(net->phase_starts(2).size(), 2u);
+    ASSERT_EQ(net->phase_starts(3).size(), 3u);
+    ASSERT_EQ(net->phase_starts(4).size(), 4u);
     EXPECT_EQ(net->phase_starts(1), std::vector<size_t>{0});
     const at::Tensor whole = run_slices(*net, z, sizes, {0}, 0);
     const at::Tensor chunks = run_slices(*net, z, sizes, {0}, 1);
     const bool fused = format == at::MemoryFormat::ChannelsLast3d;
     // (One-frame chunks are slow on the CPU: the reference network checks three phases only,
     // in place and host state are checked once each.)
-    for (int phases : {2, 3}) {
-      if (!fused && phases == 2) continue;
+    for (int phases : {2, 3, 4}) {
+      if (!fused && phases != 3) continue;
       const double e1 = max_diff(run_slices(*net, z, sizes, {0}, 1, phases), chunks);
       const double e2 = max_diff(run_slices(*net, z, sizes, {0}, 0, phases), whole);
       EXPECT_EQ(e1, 0.0);
@@ -232,8 +232,8 @@ TEST(SeedVR2Phases, ForcedOnACpuSessionEqualsTheDefault) {
   const Planar z = to_planar(golden("decode_t5", "latent"));
   auto plain = wm::models::make_seedvr2_vae(tiny_config("decode"), wm::Device{});
   const at::Tensor want = run_session(*plain, z, {2, 2, 1});
-  for (const char* tuning :
-       {"phased=1", "phased=2", "phased=1,work_mib=1", "phased=2,host_state=1,work_mib=1"}) {
+  for (const char* tuning : {"phased=1", "phased=2", "phased=3", "phased=1,work_mib=1",
+                             "phased=3,host_state=1,work_mib=1"}) {
     auto forced = wm::models::make_seedvr2_vae(tiny_config("decode", tuning), wm::Device{});
     const double err = max_diff(run_session(*forced, z, {2, 2, 1}), want);
     std::cout << "[ phases   ] session " << tuning << " vs default: " << err << "\n";
@@ -320,6 +320,14 @@ TEST(SeedVR2HostState, OfficialDecoderStateAt1080p) {
   EXPECT_EQ(n, 5);
   EXPECT_EQ(net.largest_frame_bytes(135, 240, 2, net.stage_slots(0, starts[1])),
             int64_t(512) * 540 * 960 * 2);
+  // Four phases: the level below the top (from its Upsample3D: 4.78 GB) apart from the lower
+  // ones (1.86 + 0.67 GB).
+  const std::vector<size_t> four = net.phase_starts(4);
+  ASSERT_EQ(four.size(), 4u);
+  EXPECT_EQ(four[2], starts[1]);
+  EXPECT_EQ(bytes(net.stage_slots(four[1], four[2]), n),
+            2 * int64_t(540) * 960 * 2 * (2 * 512 + 5 * 256));
+  EXPECT_EQ(n, 7);
   // host_slots among some slots leaves the others alone.
   EXPECT_EQ(net.host_slots(135, 240, 2, 0, top), top);
 }
@@ -394,7 +402,8 @@ TEST(SeedVR2HostState, TuningKeys) {
   EXPECT_EQ(t.host_state, 1);
   EXPECT_EQ(t.phased, 0);
   EXPECT_EQ(seedvr2::Tuning::parse("").phased, -1);
-  EXPECT_EQ(seedvr2::Tuning::parse("phased=2").phased, 2);
+  EXPECT_EQ(seedvr2::Tuning::parse("phased=3").phased, 3);
+  EXPECT_EQ(seedvr2::Tuning::parse("phased=9").phased, 3);
   EXPECT_THROW(seedvr2::Tuning::parse("phased=-2"), wm::ModelError);
   EXPECT_EQ(t.device_state_mib, 512);
   EXPECT_FALSE(t.oom_retry);

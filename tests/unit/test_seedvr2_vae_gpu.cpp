@@ -200,8 +200,8 @@ TEST(SeedVR2Gpu, PhasedEqualsTheWholePass) {
       run_slices(*tiny_model("decode", wm::Precision::kFloat32, "work_mib=100000"), z, {5});
   const Planar chunked =
       run_slices(*tiny_model("decode", wm::Precision::kFloat32, "work_mib=1"), z, {2, 2, 1}, true);
-  for (const char* tuning : {"phased=1", "phased=1,work_mib=1", "phased=2,work_mib=1",
-                             "phased=2,work_mib=1,host_state=1"}) {
+  for (const char* tuning : {"phased=1", "phased=1,work_mib=1", "phased=2,work_mib=1", "phased=3",
+                             "phased=3,work_mib=1,host_state=1"}) {
     const Planar got =
         run_slices(*tiny_model("decode", wm::Precision::kFloat32, tuning), z, {2, 2, 1}, true);
     const double e_whole = max_abs_diff(got, whole), e_chunked = max_abs_diff(got, chunked);
