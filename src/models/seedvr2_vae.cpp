@@ -259,10 +259,11 @@ class SeedVR2Session final : public ModelSession {
     }
 #endif
     const StreamState before = retry ? state : StreamState{};
-    // Without device tensors in the snapshot, device-resident memory may be written in place.
-    state.in_place = true;
+    // Without tensors of the session's device in the snapshot, that device's memory may be
+    // written in place (set again on every attempt: a restored state carries the snapshot's flag).
+    bool in_place = true;
     for (const at::Tensor& m : before.memory) {
-      if (m.defined() && !m.is_cpu()) state.in_place = false;
+      if (m.defined() && m.device().type() == device_.type()) in_place = false;
     }
     try {
       Planar out = guarded(traits_.name.c_str(), [&] {
@@ -279,6 +280,7 @@ class SeedVR2Session final : public ModelSession {
           const c10::cuda::CUDAGuard device_guard(device_.index());
           const at::Tensor x = upload(std::move(input), ctx);
           return attempts(before, state, ctx, retry, [&](int attempt) {
+            state.in_place = in_place;
             Planar y = run_cuda(x, state, ctx, attempt, retry);
             if (ctx.halo) hand_over_state(state, *ctx.halo);
             return y;
@@ -287,6 +289,7 @@ class SeedVR2Session final : public ModelSession {
 #endif
         const at::Tensor x = to_tensor(std::move(input)).to(device_, dtype_);
         return attempts(before, state, ctx, retry, [&](int attempt) {
+          state.in_place = in_place;
           at::Tensor y = run_cpu(x, state, ctx, attempt);
           if (!net_->decoder() && !logvar_) y = y.narrow(1, 0, net_->arch().latent_channels);
           if (ctx.halo) hand_over_state(state, *ctx.halo);
