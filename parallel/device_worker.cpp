@@ -4,82 +4,38 @@
 
 #include <map>
 #include <mutex>
-#include <optional>
 #include <utility>
 
-#ifdef WMBATCH_WITH_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
-
-#include "parallel/memory_budget.h"
-#include "parallel/offload.h"
+#include "parallel/torch_side.h"
 #include "src/base/error.h"
 #include "src/exec/device_context.h"
 
 namespace wm::parallel {
 
+// The worker as the models see it: forwards to the LibTorch side's context
+// (parallel/device_context.h), made on the worker's thread — for a GPU when the worker starts
+// (it makes the device and the compute stream current there), for the CPU on a model's first
+// call (a built-in resampler never makes one: a CPU lanczos job does not load LibTorch).
 struct DeviceWorker::Impl final : public exec::DeviceContext {
   explicit Impl(const Device& d) : dev(d) {}
 
-  at::Device device() const override {
-    return dev.kind == Device::Kind::kCuda ? at::Device(at::kCUDA, c10::DeviceIndex(dev.index))
-                                           : at::Device(at::kCPU);
+  exec::DeviceContext& real() const {
+    std::call_once(made, [this] { ctx = torch_devices().make_context(dev); });
+    return *ctx;
   }
+  at::Device device() const override { return real().device(); }
   exec::OutputSink& output_sink(int64_t pool_bytes) override {
-    if (!offload || offload_pool != pool_bytes) {
-      offload.reset();  // its copier finishes first: one pool at a time
-      offload = std::make_unique<OutputOffload>(pool_bytes);
-      offload_pool = pool_bytes;
-    }
-    return *offload;
+    return real().output_sink(pool_bytes);
   }
   exec::InputStager& input_stager(int64_t pool_bytes) override {
-    if (!staging || staging_pool != pool_bytes) {
-      staging.reset();
-      staging = std::make_unique<InputStaging>(pool_bytes);
-      staging_pool = pool_bytes;
-    }
-    return *staging;
+    return real().input_stager(pool_bytes);
   }
-  int64_t memory_budget() const override {
-    return dev.kind == Device::Kind::kCuda ? parallel::memory_budget(dev.index) : 0;
-  }
-  c10::Stream side_stream(int k) override {
-#ifdef WMBATCH_WITH_CUDA
-    if (dev.kind == Device::Kind::kCuda && (k == 0 || k == 1)) {
-      std::optional<c10::cuda::CUDAStream>& s = side[size_t(k)];
-      if (!s)
-        s = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, c10::DeviceIndex(dev.index));
-      return s->unwrap();
-    }
-#endif
-    throw Error("device worker " + dev.str() + ": no side stream " + std::to_string(k),
-                kExitSoftware);
-  }
-
-  // On the worker's thread, before any call: the device and the compute stream it keeps.
-  void enter() {
-#ifdef WMBATCH_WITH_CUDA
-    if (dev.kind == Device::Kind::kCuda) {
-      const c10::DeviceIndex index = c10::DeviceIndex(dev.index);
-      c10::cuda::set_device(index);
-      compute = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
-      c10::cuda::setCurrentCUDAStream(*compute);
-    }
-#endif
-  }
+  int64_t memory_budget() const override { return real().memory_budget(); }
+  c10::Stream side_stream(int k) override { return real().side_stream(k); }
 
   Device dev;
-  std::unique_ptr<OutputOffload> offload;
-  int64_t offload_pool = 0;
-  std::unique_ptr<InputStaging> staging;
-  int64_t staging_pool = 0;
-#ifdef WMBATCH_WITH_CUDA
-  std::optional<c10::cuda::CUDAStream> compute;
-  std::optional<c10::cuda::CUDAStream> side[2];
-#endif
+  mutable std::once_flag made;
+  mutable std::unique_ptr<exec::DeviceContext> ctx;
 };
 
 namespace {
@@ -95,7 +51,7 @@ DeviceWorker::DeviceWorker(const Device& device, int lane)
       lane_(lane),
       impl_(std::make_unique<Impl>(device)),
       thread_(thread_name(device, lane)) {
-  thread_.call([this] { impl_->enter(); });
+  if (device.kind == Device::Kind::kCuda) thread_.call([this] { impl_->real(); });
 }
 
 DeviceWorker::~DeviceWorker() = default;
@@ -107,19 +63,9 @@ WorkerStats DeviceWorker::stats() const {
   s.busy_seconds = double(busy_ns_.load()) * 1e-9;
   s.calls = calls_.load();
   s.frames = frames_.load();
-#ifdef WMBATCH_WITH_CUDA
   if (device_.kind == Device::Kind::kCuda) {
-    // The allocator refuses ("Invalid device argument") until its first allocation on the
-    // device, which a model without weights (lanczos) has not made yet: nothing allocated.
-    s.peak_memory_mib = 0;
-    try {
-      const auto stats =
-          c10::cuda::CUDACachingAllocator::getDeviceStats(c10::DeviceIndex(device_.index));
-      s.peak_memory_mib = double(stats.allocated_bytes[0].peak) / double(1 << 20);
-    } catch (const c10::Error&) {
-    }
+    s.peak_memory_mib = double(torch_devices().cuda_memory(device_.index).peak) / double(1 << 20);
   }
-#endif
   return s;
 }
 

@@ -1,7 +1,9 @@
 // A device worker: one lasting thread on one device (a GPU, or the CPU), the streams that thread
 // computes on, the pinned staging pools and the output copier its sessions use, and the
 // device's memory budget. Models reach all of it through exec::DeviceContext
-// (src/exec/device_context.h), handed to them in RunContext::device; they own none of it.
+// (src/exec/device_context.h), handed to them in RunContext::device; they own none of it. The
+// context is the LibTorch side's (device_context.h, through torch_side.h): made when a GPU's
+// worker starts, and for the CPU when a model first uses it (never, for a built-in resampler).
 //
 // Why a lasting thread: LibTorch keeps GPU state per thread: cuDNN's tuned execution plans
 // (`cudnn_benchmark`) are cached thread-locally, and so are the cuDNN/cuBLAS handles and the

@@ -1,12 +1,17 @@
 #include "parallel/devices.h"
 
-#include <torch/cuda.h>
-
+#include "parallel/torch_side.h"
 #include "src/base/error.h"
 
 namespace wm::parallel {
 
-int cuda_device_count() { return static_cast<int>(torch::cuda::device_count()); }
+int cuda_device_count() {
+#ifdef WMBATCH_WITH_CUDA
+  return torch_devices().cuda_device_count();
+#else
+  return 0;  // known without loading LibTorch: a CPU job starts in milliseconds
+#endif
+}
 
 std::vector<Device> resolve_devices(const std::string& spec, const std::vector<int>& ids) {
   std::vector<Device> out;

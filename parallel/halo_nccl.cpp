@@ -25,15 +25,11 @@ namespace wm::parallel {
 
 #ifndef WMBATCH_WITH_NCCL
 
-bool nccl_available() { return false; }
-
 std::unique_ptr<ExchangeGroup> nccl_group(const std::vector<int>&, std::chrono::milliseconds) {
   throw Error("this build has no NCCL (configure with -DWMBATCH_WITH_NCCL=ON)", kExitDataErr);
 }
 
 #else
-
-bool nccl_available() { return true; }
 
 namespace {
 

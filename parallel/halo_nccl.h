@@ -6,7 +6,8 @@
 // failure, an NCCL error seen by health(), or the session's timeout) aborts them (ncclCommAbort:
 // device work waiting on a peer ends), and the next run on that set makes new ones. Built when
 // CMake finds NCCL with CUDA (WMBATCH_WITH_NCCL); without it nccl_group() throws.
-// Torch-free header.
+// Torch-free header; nccl_group() is on the LibTorch side (the torch-free code calls it through
+// parallel/torch_side.h).
 #pragma once
 
 #include <chrono>
@@ -17,8 +18,14 @@
 
 namespace wm::parallel {
 
-// True when this build has NCCL.
-bool nccl_available();
+// True when this build has NCCL (known without loading LibTorch).
+inline bool nccl_available() {
+#ifdef WMBATCH_WITH_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
 
 // A group of one rank per CUDA device in `devices` (distinct indices; rank r on devices[r]).
 // `timeout`: the longest the communicators' setup, and any send or receive of a run (from

@@ -4,10 +4,7 @@
 #include <map>
 #include <mutex>
 
-#ifdef WMBATCH_WITH_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <cuda_runtime_api.h>
-#endif
+#include "parallel/torch_side.h"
 
 namespace wm::parallel {
 
@@ -27,26 +24,13 @@ int64_t memory_budget(int device) {
   return it == g_budgets.end() ? 0 : it->second;
 }
 
-#ifdef WMBATCH_WITH_CUDA
-namespace {
-// cudaMemGetInfo of device `index` (it answers for the calling thread's current device).
-void mem_info(int index, size_t& free_bytes, size_t& total_bytes) {
-  int previous = 0;
-  cudaGetDevice(&previous);
-  if (previous != index) cudaSetDevice(index);
-  cudaMemGetInfo(&free_bytes, &total_bytes);
-  if (previous != index) cudaSetDevice(previous);
-}
-}  // namespace
-#endif
-
 void limit_device_memory(const Device& device, double gib) {
 #ifdef WMBATCH_WITH_CUDA
   if (device.kind == Device::Kind::kCuda && gib > 0) {
-    size_t free_bytes = 0, total_bytes = 0;
-    mem_info(device.index, free_bytes, total_bytes);
-    const double fraction = std::min(1.0, gib * double(1 << 30) / double(total_bytes));
-    c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, device.index);
+    const TorchDevices& torch = torch_devices();
+    const CudaMemory m = torch.cuda_memory(device.index);
+    const double fraction = std::min(1.0, gib * double(1 << 30) / double(m.total));
+    torch.cap_cuda_allocator(device.index, fraction);
     set_memory_budget(device.index, int64_t(gib * double(1 << 30)));
   }
 #else
@@ -59,24 +43,11 @@ DeviceMemory device_memory(const Device& device) {
   DeviceMemory m;
 #ifdef WMBATCH_WITH_CUDA
   if (device.kind == Device::Kind::kCuda) {
-    // Before the allocator's first allocation on the device its stats throw: nothing held yet.
-    int64_t reserved = 0;
-    m.peak = 0;
-    try {
-      const auto stats =
-          c10::cuda::CUDACachingAllocator::getDeviceStats(c10::DeviceIndex(device.index));
-      m.peak = int64_t(stats.allocated_bytes[0].peak);
-      reserved = int64_t(stats.reserved_bytes[0].current);
-    } catch (const c10::Error&) {
-    }
+    // Cached blocks of LibTorch's allocator are ours to reuse.
+    const CudaMemory cuda = torch_devices().cuda_memory(device.index);
+    m.peak = cuda.peak;
     const int64_t budget = memory_budget(device.index);
-    if (budget > 0) {
-      m.usable = budget;
-    } else {
-      size_t free_bytes = 0, total_bytes = 0;
-      mem_info(device.index, free_bytes, total_bytes);
-      m.usable = int64_t(free_bytes) + reserved;
-    }
+    m.usable = budget > 0 ? budget : cuda.free + cuda.reserved;
   }
 #else
   (void)device;

@@ -19,8 +19,8 @@
 //
 // One producer thread per object. Destinations must outlive finish()/abandon().
 //
-// They implement the sink and staging of src/exec/device_context.h; a DeviceWorker
-// (device_worker.h) owns one of each and hands them to the sessions it runs.
+// They implement the sink and staging of src/exec/device_context.h; a device worker's context
+// (device_context.h) owns one of each and hands them to the sessions it runs. LibTorch side.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -1,14 +1,13 @@
 #include "parallel/rank_fault.h"
 
-#include <ATen/ATen.h>
-#include <c10/util/Exception.h>
-
 #include <stdexcept>
 #include <thread>
 
 #include "parallel/exchange_group.h"
+#include "parallel/torch_side.h"
 #include "src/base/error.h"
 #include "src/exec/halo_exchange.h"
+#include "src/models/torch_side.h"
 
 namespace wm::parallel {
 
@@ -25,8 +24,8 @@ int64_t number_after(const std::string& part, const std::string& prefix) {
   return v;
 }
 
-// The first line of a LibTorch message (its what() goes on with "Exception raised from ..." and
-// a backtrace).
+// The first line of a message (LibTorch's what() goes on with "Exception raised from ..." and a
+// backtrace).
 std::string first_line(const std::string& text) {
   const size_t end = text.find('\n');
   return end == std::string::npos ? text : text.substr(0, end);
@@ -108,23 +107,28 @@ void Fault::raise(int rank, int64_t slice, const ExchangeGroup* group,
                   std::chrono::milliseconds timeout) const {
   const std::string where =
       " (fault injection: rank " + std::to_string(rank) + ", slice " + std::to_string(slice) + ")";
-  const c10::SourceLocation here{__func__, __FILE__, uint32_t(__LINE__)};
+  // LibTorch's own errors, as a failing rank's would be (the LibTorch side throws them).
+  const TorchDevices& torch = torch_devices();
   switch (spec_.kind) {
     case FaultSpec::Kind::kOom:
-      throw c10::OutOfMemoryError(here, "CUDA out of memory. Tried to allocate 2.00 GiB" + where);
+      torch.throw_torch_error(true, "CUDA out of memory. Tried to allocate 2.00 GiB" + where);
+      break;
     case FaultSpec::Kind::kHang: {
       // A rank whose device stopped: it answers nobody until the exchange is given up.
       const auto deadline = std::chrono::steady_clock::now() + timeout;
       while (!(group && group->failed()) && std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
-      throw c10::Error(here, "stopped answering" + where);
+      torch.throw_torch_error(false, "stopped answering" + where);
+      break;
     }
     case FaultSpec::Kind::kError:
     case FaultSpec::Kind::kNone:
     default:
-      throw c10::Error(here, "CUDA error: an illegal memory access was encountered" + where);
+      torch.throw_torch_error(false,
+                              "CUDA error: an illegal memory access was encountered" + where);
   }
+  throw Error("fault injection: LibTorch's error was not thrown", kExitSoftware);
 }
 
 void Fault::hang(int rank, int64_t slice, const ExchangeGroup& group,
@@ -156,11 +160,13 @@ void rethrow_rank_failure(std::exception_ptr failure, int rank, const Device& de
     throw ModelError(who + first_line(e.what()), e.exit_code());
   } catch (const Error&) {
     throw;  // Cancelled, InputError: already one line naming what they are about
-  } catch (const c10::OutOfMemoryError& e) {
-    throw ModelError(who + "out of device memory: " + first_line(e.what_without_backtrace()),
-                     kExitFailure);
-  } catch (const c10::Error& e) {
-    throw ModelError(who + first_line(e.what_without_backtrace()), kExitFailure);
+  } catch (...) {
+  }
+  // LibTorch's errors (out of memory, CUDA, NCCL) exist only where LibTorch is loaded; its side
+  // tells them apart.
+  if (models::torch_side_loaded()) torch_devices().rethrow_torch_error(failure, who);
+  try {
+    std::rethrow_exception(failure);
   } catch (const std::bad_alloc&) {
     throw ModelError(who + "out of host memory", kExitFailure);
   } catch (const std::exception& e) {

@@ -8,9 +8,9 @@
 #include <string>
 #include <utility>
 
-#include "parallel/halo_inprocess.h"
-#include "parallel/halo_nccl.h"
+#include "parallel/exchange_group.h"
 #include "parallel/rank_fault.h"
+#include "parallel/torch_side.h"
 #include "src/base/error.h"
 #include "src/exec/halo_exchange.h"
 
@@ -117,9 +117,9 @@ SequenceParallelSession::SequenceParallelSession(std::vector<std::unique_ptr<Mod
       }
       devices.push_back(w->device().index);
     }
-    group_ = nccl_group(devices, options_.timeout);
+    group_ = torch_devices().nccl_group(devices, options_.timeout);
   } else {
-    group_ = std::make_unique<InProcessGroup>(int(ranks_.size()), options_.timeout);
+    group_ = torch_devices().inprocess_group(int(ranks_.size()), options_.timeout);
   }
 }
 

@@ -5,8 +5,9 @@
 #include <sstream>
 
 #include "parallel/devices.h"
+#include "parallel/memory_budget.h"
 #include "scheduler/progress.h"
-#include "src/models/wan21_bench_support.h"
+#include "src/models/torch_side.h"
 
 namespace wm::watch {
 namespace {
@@ -164,12 +165,17 @@ json status_json(Queue& queue, const std::vector<LiveItem>& live, const std::str
   if (daemon) {
     j["peak_rss_mib"] = sched::peak_rss_mib();
     json gpus = json::array();
-    for (int i = 0; i < parallel::cuda_device_count(); ++i) {
+    // Until a job loaded LibTorch no GPU has held anything of ours (and the page does not load it).
+    const int count = models::torch_side_loaded() ? parallel::cuda_device_count() : 0;
+    for (int i = 0; i < count; ++i) {
       Device d;
       d.kind = Device::Kind::kCuda;
       d.index = i;
-      const double mib = models::peak_device_memory_mib(d);
-      if (mib >= 0) gpus.push_back({{"device", "cuda:" + std::to_string(i)}, {"peak_mib", mib}});
+      const int64_t peak = parallel::device_memory(d).peak;
+      if (peak >= 0) {
+        gpus.push_back({{"device", "cuda:" + std::to_string(i)},
+                        {"peak_mib", double(peak) / double(1 << 20)}});
+      }
     }
     j["gpus"] = gpus;
   }

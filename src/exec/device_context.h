@@ -1,5 +1,5 @@
 // What a device worker gives the model sessions it runs: the interfaces models call for device
-// execution. They are declared here, in src/, and implemented in parallel/ (device_worker.h,
+// execution. They are declared here, in src/, and implemented in parallel/ (device_context.h,
 // offload.h, memory_budget.h, halo_inprocess.h): a model computes; it does not own threads,
 // streams or pinned memory. Include only from LibTorch translation units (models, parallel/).
 //

@@ -11,7 +11,7 @@
 #include "src/models/realesrgan.h"
 #include "src/models/resample.h"
 #include "src/models/seedvr2_vae.h"
-#include "src/models/tensor.h"
+#include "src/models/torch_side.h"
 #include "src/models/torchscript.h"
 #include "src/models/wan21_vae.h"
 
@@ -121,29 +121,47 @@ std::unique_ptr<Model> make_resampler(const ModelConfig& c, const Device&) {
   return models::make_resampler(c);
 }
 
+// The kinds that compute with LibTorch: built by its side, loaded on first use
+// (src/models/torch_side.h), so validating a job or running a resampler never loads it.
+std::unique_ptr<Model> make_realesrgan(const ModelConfig& c, const Device& d) {
+  return models::torch_models().make_realesrgan(c, d);
+}
+std::unique_ptr<Model> make_torchscript(const ModelConfig& c, const Device& d) {
+  return models::torch_models().make_torchscript(c, d);
+}
+std::unique_ptr<Model> make_aoti(const ModelConfig& c, const Device& d) {
+  return models::torch_models().make_aoti(c, d);
+}
+std::unique_ptr<Model> make_wan21_vae(const ModelConfig& c, const Device& d) {
+  return models::torch_models().make_wan21_vae(c, d);
+}
+std::unique_ptr<Model> make_seedvr2_vae(const ModelConfig& c, const Device& d) {
+  return models::torch_models().make_seedvr2_vae(c, d);
+}
+
 // The kinds, in the order documentation and error messages list them. A new kind is one entry.
 std::vector<ModelKind> build_kinds() {
   const std::vector<std::string> scripted_keys = {"weights", "scale", "halo"};
   std::vector<ModelKind> kinds;
   kinds.push_back(entry("lanczos", {"upscale"}, {"scale"}, parse_resampler, make_resampler));
   kinds.push_back(entry("bicubic", {"upscale"}, {"scale"}, parse_resampler, make_resampler));
-  kinds.push_back(entry("realesrgan", {"upscale"}, {"weights", "scale"}, parse_realesrgan,
-                        models::make_realesrgan));
+  kinds.push_back(
+      entry("realesrgan", {"upscale"}, {"weights", "scale"}, parse_realesrgan, make_realesrgan));
   kinds.back().cpu_precisions = {Precision::kFloat32};
   kinds.push_back(
-      entry("torchscript", {"upscale"}, scripted_keys, parse_scripted, models::make_torchscript));
+      entry("torchscript", {"upscale"}, scripted_keys, parse_scripted, make_torchscript));
   kinds.back().cpu_precisions = {Precision::kFloat32};
-  kinds.push_back(entry("aoti", {"upscale"}, scripted_keys, parse_scripted, models::make_aoti));
+  kinds.push_back(entry("aoti", {"upscale"}, scripted_keys, parse_scripted, make_aoti));
   kinds.back().unavailable = aoti_unavailable();
   kinds.push_back(entry("wan2.1-vae", {"decode", "encode"},
                         {"weights", "dim", "z_dim", "dim_mult", "num_res_blocks",
                          "temporal_downsample", "latent_mean", "latent_std", "tuning"},
-                        parse_wan21_vae, models::make_wan21_vae));
+                        parse_wan21_vae, make_wan21_vae));
   kinds.back().cpu_precisions = {Precision::kFloat32, Precision::kBFloat16};
   kinds.push_back(
       entry("seedvr2-vae", {"decode", "encode"},
             {"weights", "norm_groups", "latent_scale", "latent_shift", "logvar", "tuning"},
-            parse_seedvr2_vae, models::make_seedvr2_vae));
+            parse_seedvr2_vae, make_seedvr2_vae));
   kinds.back().cpu_precisions = {Precision::kFloat32, Precision::kBFloat16};
   return kinds;
 }
@@ -194,7 +212,6 @@ std::vector<std::string> kinds_with_option(const std::string& key) {
 }
 
 std::unique_ptr<Model> make_model(const ModelConfig& config, const Device& device) {
-  models::use_all_cpu_threads();
   const ModelKind* kind = find_model_kind(config.kind);
   if (!kind) throw ModelError("model kind '" + config.kind + "' is not known");
   if (!kind->unavailable.empty()) throw ModelError(kind->unavailable);

@@ -8,7 +8,7 @@
 #include <numeric>
 
 #include "src/base/error.h"
-#include "src/models/tensor.h"
+#include "src/models/torch_side.h"
 
 namespace wm::models {
 namespace {
@@ -23,21 +23,6 @@ double sinc(double x) {
 
 // Support radius of each kernel, in input pixels.
 int kernel_radius(const std::string& kind) { return kind == "lanczos" ? 3 : 2; }
-
-// One separable pass over x [N, 1, H, W]: along W (`vertical` false) → [N, 1, H, W*scale], or
-// along H → [N, 1, H*scale, W]. The input is edge-replicated by `pad` pixels so that border
-// pixels use clamped indices, the same rule as the direct formula and as swscale. The `scale`
-// output phases come out as channels of one conv and are interleaved by a reshape.
-at::Tensor upsample_axis(const at::Tensor& x, const at::Tensor& kernel, int scale, int pad,
-                         bool vertical) {
-  const auto n = x.size(0), h = x.size(2), w = x.size(3);
-  if (!vertical) {
-    at::Tensor phases = at::conv2d(at::replication_pad2d(x, {pad, pad, 0, 0}), kernel);
-    return phases.permute({0, 2, 3, 1}).reshape({n, 1, h, w * scale});
-  }
-  at::Tensor phases = at::conv2d(at::replication_pad2d(x, {0, 0, pad, pad}), kernel);
-  return phases.permute({0, 2, 1, 3}).reshape({n, 1, h * scale, w});
-}
 
 // Horizontal pass on one row: `row` holds width + 2*pad edge-replicated pixels; each phase is
 // computed into a contiguous scratch row (vectorisable), then interleaved.
@@ -113,7 +98,7 @@ class ResampleSession : public ModelSession {
 
   Planar run(Planar&& input, const RunContext&) override {
     if (device_.kind == Device::Kind::kCpu) return resample_cpu(kernel_, std::move(input));
-    return resample_torch(kernel_, std::move(input), device_);
+    return torch_models().resample_torch(kernel_, std::move(input), device_);
   }
 
  private:
@@ -196,24 +181,6 @@ Planar resample_cpu(const ResampleKernel& kernel, Planar&& input) {
     throw ModelError("resample: unsupported kernel size");
   }
   return out;
-}
-
-Planar resample_torch(const ResampleKernel& k, Planar&& input, const Device& device) {
-  return guarded("resample", [&] {
-    const int c = input.channels, t = input.frames, h = input.height, w = input.width;
-    const at::Device dev = to_device(device);
-    at::Tensor weights = at::empty({k.scale, 1, 1, k.taps}, at::kDouble);
-    auto acc = weights.accessor<double, 4>();
-    for (int p = 0; p < k.scale; ++p) {
-      for (int i = 0; i < k.taps; ++i) acc[p][0][0][i] = k.weights[p][i];
-    }
-    at::Tensor horizontal = weights.to(dev, at::kFloat);
-    at::Tensor vertical = horizontal.view({k.scale, 1, k.taps, 1});
-    at::Tensor x = to_tensor(std::move(input)).to(dev).view({c * t, 1, h, w});
-    at::Tensor wide = upsample_axis(x, horizontal, k.scale, -k.offset, false);
-    at::Tensor out = upsample_axis(wide, vertical, k.scale, -k.offset, true);
-    return to_planar(out.view({c, t, h * k.scale, w * k.scale}));
-  });
 }
 
 std::unique_ptr<Model> make_resampler(const ModelConfig& config) {

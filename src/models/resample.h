@@ -1,6 +1,7 @@
 // Built-in spatial upscalers (lanczos a=3, bicubic a=-0.5) for integer scales 2, 3, 4,
-// separable, implemented with LibTorch ops, exact halo (tiles with the halo equal the untiled
-// result).
+// separable, exact halo (tiles with the halo equal the untiled result). Torch-free on the CPU
+// (resample.cpp); on a GPU the session calls resample_torch through the LibTorch side
+// (resample_torch.cpp, src/models/torch_side.h).
 #pragma once
 
 #include <memory>
@@ -26,7 +27,8 @@ ResampleKernel resample_kernel(const std::string& kind, int scale);
 // resample_cpu: hand-written separable passes, threaded over rows; every output value is the
 // same sequence of float operations wherever its tile starts, so tiles reproduce the untiled
 // result bit for bit. resample_torch: the same filter as LibTorch convolutions (used on CUDA,
-// where cuDNN makes it fast); on this machine's CPU LibTorch it measured 10-40x slower.
+// where cuDNN makes it fast); on this machine's CPU LibTorch it measured 10-40x slower. It is
+// defined on the LibTorch side: only code linked with it (tests, benchmarks) calls it directly.
 Planar resample_cpu(const ResampleKernel& kernel, Planar&& input);
 Planar resample_torch(const ResampleKernel& kernel, Planar&& input, const Device& device);
 

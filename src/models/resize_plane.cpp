@@ -2,9 +2,8 @@
 
 #include <algorithm>
 
-#include "src/models/lanczos_resize.h"
 #include "src/models/resample.h"
-#include "src/models/tensor.h"
+#include "src/models/torch_side.h"
 
 namespace wm::models {
 
@@ -15,10 +14,8 @@ Planar resize_plane_lanczos(const Planar& plane, int width, int height) {
   if (scale >= 2 && scale <= 4 && width == plane.width * scale && height == plane.height * scale) {
     out = resample_cpu(resample_kernel("lanczos", scale), plane.clone());
   } else {
-    out = guarded("alpha resize", [&] {
-      const at::Tensor x = to_tensor(plane.clone()).view({1, 1, plane.height, plane.width});
-      return to_planar(lanczos_resize(x, height, width).view({1, 1, height, width}));
-    });
+    // Other sizes (a network's output brought to another `scale:`): LibTorch's general resize.
+    out = torch_models().resize_plane(plane, width, height);
   }
   for (float& v : out.data) v = std::min(1.0f, std::max(0.0f, v));
   return out;

@@ -9,8 +9,8 @@ namespace wm::models {
 
 // `plane` [1,1,h,w] → [1,1,height,width], values clamped to [0,1]. The same integer scale 2, 3 or
 // 4 on both axes uses the built-in lanczos resampler (resample_cpu, bit for bit the `lanczos`
-// model on one channel); other sizes the general Lanczos-3 (lanczos_resize). The same size is a
-// copy.
+// model on one channel, without LibTorch); other sizes the general Lanczos-3 (lanczos_resize,
+// through the LibTorch side: src/models/torch_side.h). The same size is a copy.
 Planar resize_plane_lanczos(const Planar& plane, int width, int height);
 
 }  // namespace wm::models

@@ -1,0 +1,59 @@
+// The LibTorch side of the models, as the torch-free code reaches it. Everything that calls into
+// LibTorch (the neural models, the resampler on CUDA, the general Lanczos resize) is built into
+// wm_core_torch; the rest of the program calls it only through this table, so a run that needs no
+// LibTorch never loads it (its start-up alone, ~0.45 s of symbol binding and operator
+// registration, was the whole gap of a CPU lanczos job against ffmpeg: docs/performance.md).
+//
+// Where the table comes from: programs that link the LibTorch side in (tests, wmbench) find it
+// at once; wmbatch loads it on first use from wmbatch-torch.so beside its executable (dlopen),
+// which resolves the rest of the program (logging, errors, wm_core, wm_parallel) against the
+// executable's own symbols. parallel/torch_side.h is the same for the device layer, from the same
+// module. docs/architecture.md, "The LibTorch boundary".
+//
+// Torch-free header. Threading: torch_models() may be called from any thread; the first call
+// loads, the others wait for it.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "src/base/planar.h"
+#include "src/model.h"
+
+namespace wm::models {
+
+struct ResampleKernel;
+
+// Raised when the table changes shape: a wmbatch-torch.so of another build is refused.
+constexpr int kTorchModelsAbi = 1;
+
+struct TorchModels {
+  int abi = kTorchModelsAbi;
+  size_t size = sizeof(TorchModels);
+  // The model kinds that compute with LibTorch (registry.cpp names them). Throw ModelError.
+  std::unique_ptr<Model> (*make_realesrgan)(const ModelConfig&, const Device&) = nullptr;
+  std::unique_ptr<Model> (*make_torchscript)(const ModelConfig&, const Device&) = nullptr;
+  std::unique_ptr<Model> (*make_aoti)(const ModelConfig&, const Device&) = nullptr;
+  std::unique_ptr<Model> (*make_wan21_vae)(const ModelConfig&, const Device&) = nullptr;
+  std::unique_ptr<Model> (*make_seedvr2_vae)(const ModelConfig&, const Device&) = nullptr;
+  // The built-in resampler on a GPU (resample.h: resample_torch).
+  Planar (*resample_torch)(const ResampleKernel& kernel, Planar&& input,
+                           const Device& device) = nullptr;
+  // One plane [1,1,h,w] resized to width × height by the general Lanczos-3 (lanczos_resize.h),
+  // unclamped.
+  Planar (*resize_plane)(const Planar& plane, int width, int height) = nullptr;
+};
+
+// The table; loads the LibTorch side first when this program does not link it. Throws wm::Error
+// (exit 70) naming the module and the loader's reason when it cannot be loaded.
+const TorchModels& torch_models();
+
+// True once LibTorch is in this process (always, where the LibTorch side is linked in). Whatever
+// LibTorch throws can only exist when this is true.
+bool torch_side_loaded();
+
+// The extern "C" entry `name` of the LibTorch side, loading wmbatch-torch.so on first use; for
+// parallel/torch_side.cpp. Throws as torch_models() does. Not for programs that link the side in.
+void* torch_side_symbol(const char* name);
+
+}  // namespace wm::models
