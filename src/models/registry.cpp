@@ -2,8 +2,6 @@
 // how they are read, and its constructor, in one list.
 #include "src/models/registry.h"
 
-#include <torch/version.h>
-
 #include <algorithm>
 
 #include "src/base/error.h"
@@ -97,10 +95,10 @@ void parse_scripted(const OptionReader& r, ModelConfig& m) {
 }
 
 std::string aoti_unavailable() {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
+#if WM_TORCH_VERSION_MAJOR > 2 || (WM_TORCH_VERSION_MAJOR == 2 && WM_TORCH_VERSION_MINOR >= 6)
   return "";
 #else
-  return "kind aoti needs LibTorch 2.6 or newer (this build has " TORCH_VERSION
+  return "kind aoti needs LibTorch 2.6 or newer (this build has " WM_TORCH_VERSION
          "); export the model with torch.jit.trace and use kind torchscript";
 #endif
 }
