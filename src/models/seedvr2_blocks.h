@@ -89,9 +89,9 @@ struct Tuning {
   // always two, three, four.
   int phased = -1;
   // Host memory the phases may hold (their spools and the parked state), in bytes (keys host_mib,
-  // host_kib; 0: half of the host's MemAvailable when the session first decodes in phases). A
-  // slice whose phases would hold more runs them over sub-ranges of its latent frames (exact,
-  // like slices).
+  // host_kib; 0: the host's MemAvailable when the session first decodes in phases, less an
+  // eighth of it, at least 8 GiB). A slice whose phases would hold more runs them over sub-ranges
+  // of its latent frames (exact, like slices).
   int64_t host_bytes = 0;
   static Tuning parse(const std::string& text);  // ModelError names a bad key or value
   std::string str() const;
