@@ -479,8 +479,7 @@ class Planner {
     }
     // The slices the task runner will cut (temporal models: independent of the frame size).
     const ModelTraits& t = traits(job, job_index);
-    p.rule = latents ? make_latent_chunk_rule(t, auto_slice_frames(job.slice_frames, true, 0),
-                                              chunk_frames_)
+    p.rule = latents ? make_latent_chunk_rule(t, decode_slice_frames(job), chunk_frames_)
                      : make_chunk_rule(t, job_slice_rule(job, t, 0, 0), chunk_frames_);
     p.ranges = plan_chunks(p.frames, p.rule);
     if (journal && write_cache_) journal->put_plan(plan_key, to_json(p).dump());

@@ -433,7 +433,7 @@ class DecodeLatentsRunner : public FinishingRunner {
     io::SafetensorsFile file(input);
     const ModelTraits& traits = models_.traits();
     TensorSliceSource source(file, job_.input_tensor, traits.in_channels,
-                             make_slice_rule(auto_slice_frames(job_.slice_frames, true, 0), 1, 0),
+                             make_slice_rule(decode_slice_frames(job_), 1, 0),
                              LatentRule::of(job_.model).for_file(file));
     int64_t frames = models_.model().output_frames(source.frames());
     const auto& meta = file.metadata();
@@ -455,7 +455,7 @@ class DecodeLatentsRunner : public FinishingRunner {
     // Farm chunks are in output frames, on latent slice boundaries (farm.cpp
     // make_latent_chunk_rule): latent L starts output frame output_frames(L).
     const Model& model = models_.model();
-    const int64_t slice = auto_slice_frames(job_.slice_frames, true, 0);
+    const int64_t slice = decode_slice_frames(job_);
     auto latent_at = [&](int64_t frame) -> int64_t {
       for (int64_t l = 0; l <= source.frames(); ++l) {
         if (model.output_frames(l) == frame) return l;

@@ -224,6 +224,10 @@ TilePlan plan_job_tiles(const JobSpec& job, const ModelTraits& traits, int width
   }
 }
 
+int decode_slice_frames(const JobSpec& job) {
+  return auto_decode_slice_frames(job.slice_frames, job.model.kind, job.devices != "cpu");
+}
+
 SliceRule job_slice_rule(const JobSpec& job, const ModelTraits& traits, int out_width,
                          int out_height) {
   const bool temporal = traits.causal_state || traits.frame_group > 1;

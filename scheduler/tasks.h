@@ -210,6 +210,11 @@ TilePlan plan_job_tiles(const JobSpec& job, const ModelTraits& traits, int width
 SliceRule job_slice_rule(const JobSpec& job, const ModelTraits& traits, int out_width,
                          int out_height);
 
+// Latent frames per decode_latents slice: the job's slice_frames, or auto_decode_slice_frames
+// when it is 0 (a GPU: devices other than cpu, read from the job so that every farm process
+// cuts the same slices).
+int decode_slice_frames(const JobSpec& job);
+
 // The reader options for a job's inputs: its max_error_rate and its `decode:` mode on
 // `devices` (the job's resolved devices): nvdec uses the first CUDA device (GPU 0 when there is
 // none), auto asks for NVDEC only when there is one.

@@ -125,6 +125,11 @@ TileRect TilePlan::tile(int index) const {
   return t;
 }
 
+int auto_decode_slice_frames(int requested, const std::string& kind, bool gpu) {
+  if (requested > 0) return requested;
+  return kind == "seedvr2-vae" && gpu ? 16 : auto_slice_frames(0, true, 0);
+}
+
 int auto_slice_frames(int requested, bool temporal, int64_t output_frame_bytes) {
   if (requested > 0) return requested;
   if (temporal) return 4;

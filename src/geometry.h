@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace wm {
@@ -87,6 +88,11 @@ struct SliceRule {
 // with temporal coupling get 4 groups (4 latent frames decoded per call, or 1+16 frames encoded),
 // enough frames per convolution call to keep the convolutions efficient.
 int auto_slice_frames(int requested, bool temporal, int64_t output_frame_bytes);
+// Latent frames per decode_latents slice when the job leaves `slice_frames` at 0: 4, but 16 for
+// seedvr2-vae on GPUs (`gpu`), whose decode runs in phases where its causal state does not fit
+// the device (1080p in 16 GiB): each slice then moves the whole state to the host and back, which
+// larger slices amortise (docs/gpu.md); the session's host budget bounds what a slice holds.
+int auto_decode_slice_frames(int requested, const std::string& kind, bool gpu);
 
 // The rule for a model with frame grouping `group`/`offset` and a requested slice length.
 SliceRule make_slice_rule(int requested, int group, int offset);

@@ -16,9 +16,9 @@
 // ("latent", metadata fps 16) and a job YAML (task decode_latents, libx264 PRESET crf CRF
 // yuv420p, devices and precision from the options), then:
 //  1. decode only: make_model() from the same weights file, one session, the latents cut into
-//     the job's slices (S latent frames, 0: the job's automatic 4), timed from host latents to
-//     host frames after --warmup untimed runs (cuDNN autotuning); outputs are freed slice by
-//     slice. The model is released before the job runs.
+//     the job's slices (S latent frames, 0: the job's automatic slices, auto_decode_slice_frames),
+//     timed from host latents to host frames after --warmup untimed runs (cuDNN autotuning);
+//     outputs are freed slice by slice. The model is released before the job runs.
 //  2. the job: run_job_files() on the YAML, --job-warmup untimed runs first (the job is run
 //     whole again rather than on a shorter version, so that every slice shape, the encoder, the
 //     pinned host allocator and the page cache are warm), then --iters timed runs. Each run
@@ -483,7 +483,10 @@ int bench_vae_job(int argc, char** argv) {
     const int latent_h = o.height / 8, latent_w = o.width / 8;
     // The slice length decode_latents uses (scheduler/task_latents.cpp).
     const int slice =
-        wm::make_slice_rule(wm::auto_slice_frames(o.slice_frames, true, 0), 1, 0).slice_frames;
+        wm::make_slice_rule(
+            wm::auto_decode_slice_frames(o.slice_frames, o.kind, o.device.rfind("cuda", 0) == 0), 1,
+            0)
+            .slice_frames;
 
     const bool rss_per_phase = wm::bench::reset_peak_rss();  // false: peaks are the process's
     auto setup_start = Clock::now();

@@ -101,10 +101,14 @@ Tuning Tuning::parse(const std::string& text) {
       t.oom_retry = number(0) != 0;
     } else if (key == "phased") {
       t.phased = int(std::min<int64_t>(number(-1), 3));
+    } else if (key == "host_mib") {
+      t.host_bytes = number(0) << 20;
+    } else if (key == "host_kib") {
+      t.host_bytes = number(0) << 10;
     } else {
       throw ModelError("seedvr2-vae: unknown tuning key '" + key +
                        "' (fused, cudnn_benchmark, conv_frames, work_mib, host_state, "
-                       "device_state_mib, oom_retry, phased)");
+                       "device_state_mib, oom_retry, phased, host_mib, host_kib)");
     }
   }
   return t;
@@ -115,7 +119,7 @@ std::string Tuning::str() const {
   o << "fused=" << fused << ",cudnn_benchmark=" << cudnn_benchmark << ",conv_frames=" << conv_frames
     << ",work_mib=" << work_mib << ",host_state=" << host_state
     << ",device_state_mib=" << device_state_mib << ",oom_retry=" << oom_retry
-    << ",phased=" << phased;
+    << ",phased=" << phased << ",host_kib=" << (host_bytes >> 10);
   return o.str();
 }
 
@@ -338,6 +342,28 @@ std::vector<size_t> Network::phase_starts(int phases) const {
 }
 
 size_t Network::stage_count() const { return stages_.size(); }
+
+int64_t Network::stage_input_bytes(size_t index, int64_t h, int64_t w, int64_t element_size) const {
+  int64_t frames = 1;  // per latent frame: the temporal upsamplers before the stage
+  for (size_t i = 0; i < index && i < stages_.size(); ++i) {
+    if (stages_[i].kind == Stage::kUpsample) frames *= stages_[i].upsample->z;
+  }
+  const Stage& st = stages_.at(index);
+  int64_t channels = 0;
+  int scale = 0;
+  if (st.kind == Stage::kUpsample) {
+    // Its conv runs after the ×2 unpacking: the input is one resolution below.
+    channels = st.upsample->upscale.w.size(1);
+    scale = slot_info_.at(size_t(st.upsample->conv.slot)).scale - 1;
+  } else if (st.kind == Stage::kResnet) {
+    channels = st.resnet->conv1.w.size(1);
+    scale = slot_info_.at(size_t(st.resnet->conv1.slot)).scale;
+  } else {
+    return frames * largest_frame_bytes(h, w, element_size, stage_slots(index, index + 1));
+  }
+  const int64_t sh = decoder_ ? h << scale : h >> scale, sw = decoder_ ? w << scale : w >> scale;
+  return frames * channels * sh * sw * element_size;
+}
 
 std::vector<char> Network::stage_slots(size_t begin, size_t end) const {
   std::vector<char> used(size_t(slots_), 0);
@@ -937,8 +963,16 @@ void Network::forward_phased(const at::Tensor& input, StreamState& s, bool first
       computed.block(streams.down);
       {
         const c10::cuda::CUDAStreamGuard guard(streams.down);
-        part.host = at::empty(
-            y.sizes(), y.options().device(at::kCPU).pinned_memory(true).memory_format(format_));
+        try {
+          part.host = at::empty(
+              y.sizes(), y.options().device(at::kCPU).pinned_memory(true).memory_format(format_));
+        } catch (const c10::Error& e) {
+          // Not a crash without a reason: the host's pinned memory ran out (the session bounds
+          // what the phases hold by Tuning::host_mib; other processes may have taken the rest).
+          throw ModelError("seedvr2-vae: could not allocate " + std::to_string(y.nbytes() >> 20) +
+                           " MiB of pinned host memory for a phase's output (set tuning " +
+                           "host_mib lower, or free host memory): " + e.what_without_backtrace());
+        }
         part.host.copy_(y, /*non_blocking=*/true);
         part.copy->done.record(streams.down);
       }

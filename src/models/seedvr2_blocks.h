@@ -88,6 +88,11 @@ struct Tuning {
   // level's state does not fit either, four when the lower levels' does not), 0 never, 1, 2, 3:
   // always two, three, four.
   int phased = -1;
+  // Host memory the phases may hold (their spools and the parked state), in bytes (keys host_mib,
+  // host_kib; 0: the host's MemAvailable when the session first decodes in phases, less an
+  // eighth of it, at least 8 GiB). A slice whose phases would hold more runs them over sub-ranges
+  // of its latent frames (exact, like slices).
+  int64_t host_bytes = 0;
   static Tuning parse(const std::string& text);  // ModelError names a bad key or value
   std::string str() const;
 };
@@ -142,6 +147,9 @@ class Network {
   // top (from its Upsample3D) after the lower ones. {0} without phases (the encoder).
   std::vector<size_t> phase_starts(int phases) const;
   size_t stage_count() const;
+  // Bytes of stage `index`'s input per latent frame (decode: one input frame after the first
+  // slice; h × w latent pixels): what a phase starting there spools per latent frame.
+  int64_t stage_input_bytes(size_t index, int64_t h, int64_t w, int64_t element_size) const;
   // Per slot: whether stages [begin, end) use it.
   std::vector<char> stage_slots(size_t begin, size_t end) const;
   // The device-resident memory of the slots in `which` to host memory (CUDA: pinned, on side

@@ -12,12 +12,16 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #ifdef WMBATCH_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -65,6 +69,19 @@ void inject_oom_for_test() {
     TORCH_CHECK_WITH(OutOfMemoryError, false,
                      "seedvr2-vae: injected out of memory (test fault) at output chunk ", chunk);
   }
+}
+
+// The host's available memory in bytes (MemAvailable: free plus what the kernel can reclaim),
+// else its free pages.
+int64_t available_host_memory() {
+  std::ifstream in("/proc/meminfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("MemAvailable:", 0) == 0) {
+      const long long kib = std::atoll(line.c_str() + 13);
+      if (kib > 0) return int64_t(kib) << 10;
+    }
+  }
+  return int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {
@@ -415,8 +432,7 @@ class SeedVR2Session final : public ModelSession {
   // CPU: the whole slice in one pass, or (tuning work_mib, host_state=1) the stage-by-stage
   // path in time chunks with the state kept as on a device (the same code as CUDA's; on the
   // CPU "host" and "device" memory are one, so it computes exactly the same thing).
-  at::Tensor run_cpu(const at::Tensor& x, StreamState& state, const RunContext& ctx,
-                     int attempt) const {
+  at::Tensor run_cpu(const at::Tensor& x, StreamState& state, const RunContext& ctx, int attempt) {
     const seedvr2::Tuning& tuning = net_->tuning();
     if (tuning.host_state == 1 && !ctx.halo) state.on_host.assign(size_t(net_->state_slots()), 1);
     int64_t work = tuning.work_mib << 20;
@@ -433,12 +449,85 @@ class SeedVR2Session final : public ModelSession {
       parts.push_back(y);
     };
     if (tuning.phased > 0) {
-      net_->forward_phased(x, state, ctx.first_slice, net_->phase_starts(tuning.phased + 1), {work},
-                           emit);
+      forward_phased_ranges(x, state, ctx, net_->phase_starts(tuning.phased + 1), {work}, emit);
     } else {
       net_->forward_chunks(x, state, ctx.first_slice, work, emit);
     }
     return parts.size() == 1 ? parts[0] : at::cat(parts, 2);
+  }
+
+  // Host memory the phases may hold: Tuning::host_mib, else what the host had available when the
+  // session first decoded in phases (before its own spools; what the pipeline held then is
+  // already out of it) less a reserve for the pipeline's frames and the encoder: an eighth of it,
+  // at least 8 GiB. (Half of it, tried first, cut the 12 GiB one-slice 1080p decode on a 128 GiB
+  // host into sub-ranges of 15 + 6 latent frames: 7.06 fps instead of 8.26.)
+  int64_t host_budget() {
+    const int64_t bytes = net_->tuning().host_bytes;
+    if (bytes > 0) return bytes;
+    if (host_budget_ == 0) {
+      const int64_t avail = available_host_memory();
+      host_budget_ = std::max<int64_t>(avail - std::max<int64_t>(avail / 8, int64_t(8) << 30), 1);
+    }
+    return host_budget_;
+  }
+
+  // Latent frames per sub-range of a slice of `frames` decoded in phases `starts`: as many as
+  // keep what the phases hold in host memory — the parked state (all of it, as between slices)
+  // and two neighbouring phases' spools (one filling while the one before drains) — within
+  // host_budget(). ModelError (exit 1, like running out of device memory) when not even one
+  // latent frame fits.
+  int64_t phase_range(int64_t frames, int64_t h, int64_t w, int64_t elt,
+                      const std::vector<size_t>& starts) {
+    int64_t state = 0, per = 0;
+    for (int k = 0; k < net_->state_slots(); ++k) state += net_->slot_bytes(k, h, w, elt);
+    std::vector<int64_t> spool;
+    for (size_t q = 1; q < starts.size(); ++q) {
+      spool.push_back(net_->stage_input_bytes(starts[q], h, w, elt));
+    }
+    for (size_t q = 0; q < spool.size(); ++q) {
+      per = std::max(per, spool[q] + (q + 1 < spool.size() ? spool[q + 1] : 0));
+    }
+    if (per == 0) return frames;
+    const int64_t budget = host_budget();
+    if (budget - state < per) {
+      throw ModelError(
+          traits_.name + ": decoding " + std::to_string(h) + "x" + std::to_string(w) +
+              " latents in " + std::to_string(starts.size()) + " phases needs " +
+              std::to_string((state + per) >> 20) + " MiB of host memory for one latent frame (" +
+              std::to_string(state >> 20) + " MiB of causal state, " + std::to_string(per >> 20) +
+              " MiB of spools), more than its budget of " + std::to_string(budget >> 20) +
+              " MiB (tuning host_mib; default the host's available memory less an eighth, at least "
+              "8 GiB)",
+          kExitFailure);
+    }
+    return std::min(frames, (budget - state) / per);
+  }
+
+  // Network::forward_phased over the slice, in sub-ranges of its latent frames when the whole
+  // slice's spools would not fit the host budget (exact: the causal state carries between
+  // sub-ranges as between slices). Between sub-ranges and slices the state waits in host memory
+  // (the next slice's snapshot then holds no device memory); after the last slice there is
+  // nothing to wait for.
+  void forward_phased_ranges(const at::Tensor& x, StreamState& state, const RunContext& ctx,
+                             const std::vector<size_t>& starts, const std::vector<int64_t>& works,
+                             const std::function<void(const at::Tensor&)>& emit) {
+    const int64_t T = x.size(2);
+    const int64_t n = phase_range(T, x.size(3), x.size(4), int64_t(x.element_size()), starts);
+    if (n < T && !ranges_logged_) {
+      ranges_logged_ = true;
+      log::info(kLogger, traits_.name + ": slices of " + std::to_string(T) +
+                             " latent frames in sub-ranges of " + std::to_string(n) +
+                             " (host memory budget " + std::to_string(host_budget() >> 20) +
+                             " MiB, tuning host_mib)");
+    }
+    for (int64_t a = 0; a < T; a += n) {
+      const int64_t m = std::min(n, T - a);
+      net_->forward_phased(x.narrow(2, a, m), state, ctx.first_slice && a == 0, starts, works,
+                           emit);
+      if (a + m < T || !ctx.last_slice) {
+        net_->park(state, std::vector<char>(state.memory.size(), 1));
+      }
+    }
   }
 
   // Sequence parallelism, after a rank's run: the last rank's memory replaces rank 0's, for the
@@ -637,10 +726,7 @@ class SeedVR2Session final : public ModelSession {
     const int64_t work = p.work;
     auto forward = [&](const std::function<void(const at::Tensor&)>& emit) {
       if (phased) {
-        net_->forward_phased(x, state, ctx.first_slice, p.starts, p.works, emit);
-        // Between slices the state waits in host memory (the next slice's snapshot then holds
-        // no device memory); after the last slice there is nothing to wait for.
-        if (!ctx.last_slice) net_->park(state, std::vector<char>(state.memory.size(), 1));
+        forward_phased_ranges(x, state, ctx, p.starts, p.works, emit);
       } else {
         net_->forward_chunks(x, state, ctx.first_slice, work, emit);
       }
@@ -734,6 +820,8 @@ class SeedVR2Session final : public ModelSession {
   at::ScalarType dtype_;
   bool logvar_;
   std::map<int, StreamState> tiles_;  // by RunContext::tile_index
+  int64_t host_budget_ = 0;           // host_budget(), once measured
+  bool ranges_logged_ = false;
 #ifdef WMBATCH_WITH_CUDA
   std::optional<c10::cuda::CUDAStream> stream_;
 #endif

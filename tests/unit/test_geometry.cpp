@@ -136,3 +136,13 @@ TEST(Slices, PlanCoversEveryFrameOnce) {
 
 }  // namespace
 }  // namespace wm
+
+// decode_latents slices: 4 latent frames by default, 16 for seedvr2-vae on GPUs (its decode in
+// phases moves its whole causal state per slice); a job's own slice_frames always wins.
+TEST(AutoDecodeSlice, SeedVR2OnGpusTakesLargerSlices) {
+  EXPECT_EQ(wm::auto_decode_slice_frames(0, "wan2.1-vae", true), 4);
+  EXPECT_EQ(wm::auto_decode_slice_frames(0, "seedvr2-vae", false), 4);
+  EXPECT_EQ(wm::auto_decode_slice_frames(0, "seedvr2-vae", true), 16);
+  EXPECT_EQ(wm::auto_decode_slice_frames(3, "seedvr2-vae", true), 3);
+  EXPECT_EQ(wm::auto_decode_slice_frames(5, "wan2.1-vae", false), 5);
+}

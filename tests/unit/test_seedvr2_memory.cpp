@@ -241,6 +241,44 @@ TEST(SeedVR2Phases, ForcedOnACpuSessionEqualsTheDefault) {
   }
 }
 
+// A host memory budget (tuning host_kib) too small for a slice's spools: the phases run over
+// sub-ranges of its latent frames, bit for bit the whole slice's result; a budget below the
+// parked state and one latent frame's spools is one clear error (exit 1), not a crash.
+TEST(SeedVR2Phases, HostBudgetSubRangesEqualTheWholeSlice) {
+  const Planar z = to_planar(golden("decode_t5", "latent"));
+  const auto net = tiny_network(true, at::MemoryFormat::Contiguous);
+  const int64_t h = z.height, w = z.width, elt = 4;
+  int64_t state = 0;
+  for (int k = 0; k < net->state_slots(); ++k) state += net->slot_bytes(k, h, w, elt);
+  const std::vector<size_t> starts = net->phase_starts(2);
+  ASSERT_EQ(starts.size(), 2u);
+  const int64_t per = net->stage_input_bytes(starts[1], h, w, elt);
+  ASSERT_GT(per, 0);
+  auto whole = wm::models::make_seedvr2_vae(tiny_config("decode", "phased=1"), wm::Device{});
+  const at::Tensor want = run_session(*whole, z, {3, 2});
+  // Room for the state and n latent frames' spool: sub-ranges of n (n = 1, 2).
+  for (int64_t n : {1, 2}) {
+    const int64_t kib = (state + n * per + per / 2 + 1023) / 1024;
+    const std::string tuning = "phased=1,host_kib=" + std::to_string(kib);
+    auto ranged = wm::models::make_seedvr2_vae(tiny_config("decode", tuning), wm::Device{});
+    const double err = max_diff(run_session(*ranged, z, {3, 2}), want);
+    std::cout << "[ phases   ] " << tuning << " (sub-ranges of " << n << ") vs whole: " << err
+              << "\n";
+    EXPECT_EQ(err, 0.0);
+  }
+  const std::string tuning =
+      "phased=1,host_kib=" + std::to_string(std::max<int64_t>(state / 1024, 1));
+  auto small = wm::models::make_seedvr2_vae(tiny_config("decode", tuning), wm::Device{});
+  try {
+    run_session(*small, z, {3, 2});
+    ADD_FAILURE() << "no error with " << tuning;
+  } catch (const wm::ModelError& e) {
+    EXPECT_EQ(e.exit_code(), wm::kExitFailure);
+    EXPECT_NE(std::string(e.what()).find("host memory"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("host_mib"), std::string::npos) << e.what();
+  }
+}
+
 // The reference path (the CPU session's contiguous network) through a session forced to keep
 // its state in host memory and run in 1 MiB chunks: the default session's output.
 TEST(SeedVR2HostState, ForcedOnACpuSessionEqualsTheDefault) {
@@ -290,6 +328,9 @@ TEST(SeedVR2HostState, OfficialDecoderStateAt1080p) {
   // 2 frames of every 3×3×3 conv's input (docs/gpu.md, SeedVR2 memory at 1080p).
   EXPECT_EQ(total, int64_t(17'917'977'600));
   EXPECT_EQ(net.largest_frame_bytes(135, 240, 2), int64_t(256) * 1080 * 1920 * 2);
+  // Two phases spool the top level's input: 4 frames of 256 channels at 540p per latent frame.
+  EXPECT_EQ(net.stage_input_bytes(net.phase_starts(2)[1], 135, 240, 2),
+            int64_t(4) * 256 * 540 * 960 * 2);
   // The top level (the second phase of Network::forward_phased): the last upsampler's conv and
   // up_blocks.3 res0.conv1 (256 channels), 5 convs of 128 and conv_out (128), 2 frames each.
   // Three phases (Network::phase_starts(3)): the levels below, 7.31 GB; the top level's
