@@ -94,7 +94,7 @@ void check_gpu_fault(int gpus, const std::string& fault, const std::vector<std::
            "output: " +
            out + "/{stem}.safetensors\nslice_frames: 5\ndevices: " + devices + "\n" + parallel +
            "model: {kind: wan2.1-vae, weights: '" + kGolden +
-           "weights.safetensors', dim: 16, precision: fp32}\n";
+           "weights.safetensors', dim: 16}\nprecision: fp32\n";
   };
   write_text(dir.file("one.yaml"), job("one", "[0]", ""));
   CommandResult r = wmbatch({dir.file("one.yaml")});
