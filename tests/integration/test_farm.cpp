@@ -204,9 +204,13 @@ TEST(Farm, LosslessChunksDecodeToThePlainRunsPixels) {
 struct KillSetup {
   TempDir dir{"farm-kill"};
   KillSetup() {
+    // A chunk must run long enough for the kills to land in it (about a second on 2 cores):
+    // since wmbatch no longer loads LibTorch for a resampler job, a 320x240 chunk was done in a
+    // few tenths of a second, before most kills. (superfast: no lookahead or mb-tree, so a
+    // resumed chunk encodes the same bytes.)
     ClipSpec spec;
-    spec.width = 320;
-    spec.height = 240;
+    spec.width = 800;
+    spec.height = 448;
     spec.frames = 100;
     spec.gop = 30;
     make_clip(dir.file("in.mp4"), spec);
