@@ -1,5 +1,6 @@
 #include "io/segments.h"
 
+#include "io/image_output.h"
 #include "io/output_file.h"
 
 #include <fcntl.h>
@@ -27,7 +28,9 @@ FormatInputPtr open_input(const std::string& path) {
     throw InputError(path + ": " + std::strerror(errno), kExitNoInput);
   }
   AVFormatContext* raw = nullptr;
-  int rc = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);
+  AVDictionary* open_options = literal_name_options(path);  // "50%d.png" is one file
+  int rc = avformat_open_input(&raw, path.c_str(), nullptr, &open_options);
+  av_dict_free(&open_options);
   if (rc < 0) {
     const bool missing = rc == AVERROR(ENOENT) || rc == AVERROR(EACCES) || rc == AVERROR(EPERM);
     throw InputError(path + ": cannot open: " + av_error_string(rc),

@@ -340,6 +340,9 @@ struct VideoWriter::Impl {
     if (!source_desc ||
         (source_desc->flags & (AV_PIX_FMT_FLAG_HWACCEL | AV_PIX_FMT_FLAG_BITSTREAM))) {
       source = src.bit_depth > 8 ? AV_PIX_FMT_YUV420P10LE : AV_PIX_FMT_YUV420P;
+    } else if (source_desc->flags & AV_PIX_FMT_FLAG_PAL) {
+      // A palette image (pal8) stands for the RGB(A) it shows: libswscale cannot write palettes.
+      source = src.alpha ? AV_PIX_FMT_RGBA : AV_PIX_FMT_RGB24;
     }
     if (!codec->pix_fmts) return source;
     // Candidates: what the encoder takes and libswscale writes, without the yuvj* twins.

@@ -140,4 +140,25 @@ std::string parent_dir(const std::string& path) {
   return parent.empty() ? "." : parent;
 }
 
+int open_regular_file(const std::string& path, uint64_t* size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) throw InputError(path + ": cannot open: " + errno_text(), kExitNoInput);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const std::string why = errno_text();
+    ::close(fd);
+    throw InputError(path + ": cannot stat: " + why, kExitNoInput);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    const char* what = S_ISDIR(st.st_mode)    ? "a folder"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "a device";
+    throw InputError(path + ": is " + what + ", not a regular file", kExitNoInput);
+  }
+  *size = uint64_t(st.st_size);
+  return fd;
+}
+
 }  // namespace wm::fs

@@ -1,6 +1,7 @@
 // Small filesystem helpers shared by every folder: atomic writes and path checks.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace wm::fs {
@@ -53,5 +54,11 @@ void make_dirs(const std::string& dir);
 
 // The folder of `path` ("." when it has none).
 std::string parent_dir(const std::string& path);
+
+// Opens `path` read-only as a regular file and returns its descriptor (the caller closes it),
+// with its size in `*size`. Does not wait on a FIFO (O_NONBLOCK: opening one for reading would
+// block until a writer comes). Throws InputError(kExitNoInput): "PATH: cannot open: <why>", or
+// "PATH: is a FIFO, not a regular file" (a folder, a socket, a device).
+int open_regular_file(const std::string& path, uint64_t* size);
 
 }  // namespace wm::fs
