@@ -135,12 +135,6 @@ void check_report_path(const std::string& report, const std::vector<JobSpec>& jo
                     " of this run; give another file (it would be overwritten)",
                 kExitUsage);
   };
-  if (const auto taken = report_path_taken(report)) {
-    throw Error("--report " + report + ": " + *taken +
-                    "; it is not replaced. Give a new file or a previous report (did the shell "
-                    "expand `--report *.yaml` into a job file?)",
-                kExitUsage);
-  }
   for (const JobSpec& job : jobs) {
     if (fs::same_file(report, job.file)) refuse("the job file", job.file);
     std::vector<std::string> inputs;
@@ -152,6 +146,13 @@ void check_report_path(const std::string& report, const std::vector<JobSpec>& jo
     for (const std::string& input : inputs) {
       if (fs::same_file(report, input)) refuse("the input", input);
     }
+  }
+  // Then anything else already there (after the job files and inputs: naming those says more).
+  if (const auto taken = report_path_taken(report)) {
+    throw Error("--report " + report + ": " + *taken +
+                    "; it is not replaced. Give a new file or a previous report (did the shell "
+                    "expand `--report *.yaml` into a job file?)",
+                kExitUsage);
   }
 }
 
