@@ -288,7 +288,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorEntry>& 
     len_bytes[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));
 
   const std::string partial = fs::temp_path_for(path);
-  FdCloser fd{::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+  FdCloser fd{fs::create_exclusive(partial)};  // never through a name someone else made
   if (fd.fd < 0) throw OutputError(partial + ": cannot create: " + errno_text(), kExitCantCreat);
   auto write_all = [&](const void* p, size_t n) {
     const char* c = static_cast<const char*>(p);

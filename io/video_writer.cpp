@@ -598,14 +598,22 @@ struct VideoWriter::Impl {
   }
 
   void open_file() {
-    int rc = avio_open(&output->pb, temp_path.c_str(), AVIO_FLAG_WRITE);
+    // Created exclusively (a name someone else made there is never written through), then
+    // opened by libav through the descriptor; which also serves the early writeback.
+    writeback_fd = fs::create_exclusive(temp_path);
+    if (writeback_fd < 0) {
+      const int err = errno;
+      throw OutputError(final_path + ": cannot create " + temp_path + ": " + std::strerror(err),
+                        is_creation_error(err) ? kExitCantCreat : kExitIoErr);
+    }
+    temp_exists = true;
+    const std::string name = fs::descriptor_path(writeback_fd, temp_path);
+    int rc = avio_open(&output->pb, name.c_str(), AVIO_FLAG_WRITE);
     if (rc < 0) {
       const int err = AVUNERROR(rc);
       throw OutputError(final_path + ": cannot create " + temp_path + ": " + av_error_string(rc),
                         is_creation_error(err) ? kExitCantCreat : kExitIoErr);
     }
-    temp_exists = true;
-    writeback_fd = ::open(temp_path.c_str(), O_RDONLY | O_CLOEXEC);  // -1: no early writeback
     AVDictionary* raw_options = nullptr;
     const std::string muxer = output->oformat->name;
     if (config.exact_timescale && (muxer == "mp4" || muxer == "mov")) {

@@ -277,7 +277,7 @@ void remove_file(const std::string& path) {
 class FileLock {
  public:
   FileLock(const std::string& path, const std::string& what, const std::atomic<bool>* cancel) {
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    fd_ = fs::open_lock_file(path);  // a symbolic link there is removed, never followed
     if (fd_ < 0) {
       throw OutputError(path + ": cannot create lock file: " + std::strerror(errno),
                         kExitCantCreat);

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <filesystem>
+
 #include "io/safetensors.h"
 #include "io/torch_pickle.h"
 #include "io/video_reader.h"
@@ -23,6 +25,8 @@
 #include "src/base/error.h"
 #include "src/job_spec.h"
 #include "tests/support/stored_zip.h"
+#include "watch/http_request.h"
+#include "watch/watch_spec.h"
 
 namespace wm::fuzz {
 
@@ -153,6 +157,88 @@ inline std::string video_reader(const uint8_t* data, size_t size) {
   } catch (const wm::Error& e) {
     return check_error(e, path);
   }
+  return "";
+}
+
+// A folder for WATCH.yaml inputs, one per process, removed at exit: the WATCH.yaml's own place,
+// with the folders the seeds name (in, in2, a, b, c, out) and a job file (job.yaml), so that
+// inputs get past the folder checks to the jobs, templates and loops.
+inline const std::string& watch_scratch_dir() {
+  static const std::string dir = [] {
+    const std::string d = scratch_path() + "-watch";
+    for (const char* sub : {"in/sub", "in2", "a", "b", "c", "out"}) {
+      std::filesystem::create_directories(d + "/" + sub);
+    }
+    FILE* f = std::fopen((d + "/job.yaml").c_str(), "wb");
+    if (!f) std::abort();
+    std::fputs("task: upscale\nmodel: {kind: lanczos, scale: 2}\noutput: out/{stem}_x2.mp4\n", f);
+    std::fclose(f);
+    return d;
+  }();
+  static const bool cleanup = [] {
+    return std::atexit([] {
+             std::error_code ec;
+             std::filesystem::remove_all(dir, ec);
+           }) == 0;
+  }();
+  (void)cleanup;
+  return dir;
+}
+
+// WATCH.yaml text → parse_watch_text (its keys, each job through the job parser, the output
+// templates, the loop check); then, for every entry accepted, output_for and source_allowed of a
+// file in its folder and one below it, and entry_for of the output.
+inline std::string watch_spec(const uint8_t* data, size_t size) {
+  const std::string& dir = watch_scratch_dir();
+  const std::string path = dir + "/WATCH.yaml";
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  wm::watch::WatchSpec spec;
+  try {
+    spec = wm::watch::parse_watch_text(text, path);
+  } catch (const wm::Error& e) {
+    // The problem is in WATCH.yaml or in a job file it names: both in `dir`.
+    return check_error(e, dir + "/");
+  }
+  if (verbose()) std::fprintf(stderr, "accepted: %zu entries\n", spec.entries.size());
+  for (const wm::watch::WatchEntry& entry : spec.entries) {
+    for (const char* name : {"/a.mp4", "/sub/b c%03d.mkv"}) {
+      const std::string input = entry.folder + name;
+      wm::watch::source_allowed(entry, input);
+      try {
+        const std::string out = wm::watch::output_for(entry, input);
+        if (out.empty() || out.front() != '/') return "output_for: not an absolute path: " + out;
+        wm::watch::entry_for(spec, out);
+      } catch (const wm::Error& e) {
+        // Validation accepted the template: expanding works, or the output is the input itself.
+        if (e.exit_code() != wm::kExitDataErr) return std::string("output_for: ") + e.what();
+      }
+    }
+  }
+  return "";
+}
+
+// Bytes a client sends → parse_http_request, whole and as it arrives (split at a point the input
+// picks): the same verdict both ways, and a request it accepts is a GET-able one (a token method,
+// a path that starts with '/' or is "*").
+inline std::string http_request(const uint8_t* data, size_t size) {
+  constexpr size_t kMaxHead = 8192;
+  const std::string_view bytes(reinterpret_cast<const char*>(data), size);
+  wm::watch::HttpRequest whole;
+  size_t head = 0;
+  const wm::watch::HttpParse verdict = wm::watch::parse_http_request(bytes, kMaxHead, whole, &head);
+  if (verbose()) std::fprintf(stderr, "verdict %d\n", static_cast<int>(verdict));
+  if (verdict == wm::watch::HttpParse::kDone) {
+    if (head == 0 || head > size || head > kMaxHead) return "head size out of range";
+    if (whole.method.empty() || whole.path.empty()) return "accepted without a method or path";
+    if (whole.path != "*" && whole.path.front() != '/') return "path not absolute: " + whole.path;
+    if (wm::watch::http_head_end(bytes, 0) != head) return "head end differs from the parse";
+  }
+  // Arriving in two parts: the end of the head is found on the second look, never missed.
+  const size_t split = size ? data[0] % (size + 1) : 0;
+  const size_t first = wm::watch::http_head_end(bytes.substr(0, split), 0);
+  const size_t end =
+      first != std::string_view::npos ? first : wm::watch::http_head_end(bytes, split);
+  if (end != wm::watch::http_head_end(bytes, 0)) return "incremental head end differs";
   return "";
 }
 

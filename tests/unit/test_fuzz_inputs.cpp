@@ -17,14 +17,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
+const char* const kHarnesses[] = {"job_spec",     "safetensors",  "video_reader", "watch_spec",
+                                  "http_request", "torch_pickle", "image_header"};
+
 struct FuzzInput {
   std::string harness;  // one of kHarnesses
   std::string kind;     // corpus | regressions
   fs::path path;
 };
-
-const char* const kHarnesses[] = {"job_spec", "safetensors", "video_reader", "torch_pickle",
-                                  "image_header"};
 
 std::vector<FuzzInput> all_inputs() {
   std::vector<FuzzInput> inputs;
@@ -67,6 +67,8 @@ TEST_P(FuzzInputs, KeepsTheErrorContract) {
   if (in.harness == "video_reader") problem = wm::fuzz::video_reader(data, bytes.size());
   if (in.harness == "torch_pickle") problem = wm::fuzz::torch_pickle(data, bytes.size());
   if (in.harness == "image_header") problem = wm::fuzz::image_header(data, bytes.size());
+  if (in.harness == "watch_spec") problem = wm::fuzz::watch_spec(data, bytes.size());
+  if (in.harness == "http_request") problem = wm::fuzz::http_request(data, bytes.size());
   EXPECT_EQ(problem, "") << in.path;
 }
 
