@@ -153,6 +153,9 @@ constexpr size_t kMaxPickleBytes = size_t(64) << 20;  // data.pkl
 constexpr int kMaxDepth = 100;                        // containers inside containers
 constexpr size_t kMaxValues = size_t(1) << 22;        // values made, all told
 constexpr size_t kMaxStack = size_t(1) << 20;         // values on the stack at once
+// Entries of the top-level dict's dicts looked at, all told: one dict may be the value of many
+// keys (memo references), and each would be copied out.
+constexpr size_t kMaxNestedEntries = size_t(1) << 20;
 
 struct Storage {
   std::string dtype;
@@ -755,8 +758,8 @@ TorchCheckpoint::TorchCheckpoint(const std::string& path) : path_(path) {
       bad(path, std::string("the checkpoint holds a ") + kind_name(root->kind) +
                     ", not a dict of tensors");
     }
-    // One dict may be the value of many keys (memo references): the entries copied are
-    // bounded like the values made, so this stays linear too.
+    // One dict may be the value of many keys (memo references): the entries looked at are
+    // bounded too (kMaxNestedEntries), so this stays linear in what was read.
     size_t copied = 0;
     for (const auto& [key, value] : root->entries) {
       if (key->kind != Value::Kind::kString) continue;
@@ -765,9 +768,9 @@ TorchCheckpoint::TorchCheckpoint(const std::string& path) : path_(path) {
       if (value->kind != Value::Kind::kDict) continue;
       auto& inner = dicts_[key->text];
       for (const auto& [k, v] : value->entries) {
-        if (++copied > kMaxValues) {
+        if (++copied > kMaxNestedEntries) {
           bad(path, "refused: the checkpoint's nested dicts hold more than " +
-                        std::to_string(kMaxValues) + " entries in all");
+                        std::to_string(kMaxNestedEntries) + " entries in all");
         }
         if (k->kind == Value::Kind::kString && v->kind == Value::Kind::kTensor) {
           inner[k->text] = v->payload->tensor;

@@ -15,7 +15,8 @@
 //
 // Bounded, whatever the file holds: data.pkl at most 64 MiB; containers nested at most 100 deep
 // (a state dict has a few levels; a chain of 2 million tuples once crashed the reader when
-// freed); at most 2^22 values made and 2^20 on the stack; a container may not change after it
+// freed); at most 2^22 values made, 2^20 on the stack, and 2^20 entries in the top-level dict's
+// dicts together (one dict may be shared by many keys); a container may not change after it
 // was put into another (no recursive structures). Time is linear in data.pkl (dict keys hashed;
 // a dict of 300 000 entries once took quadratic time). Only regular files are opened, without
 // waiting on a FIFO.

@@ -3,15 +3,16 @@
 # each for a fixed time. Every seed (tests/fuzz/corpus/<harness>/) and every crasher kept as a
 # regression (tests/fuzz/regressions/<harness>/) is run first, so a finding once fixed stays fixed.
 #
-#   scripts/fuzz.sh                     # every harness, 60 s each (watch_spec 30, http_request 20)
+#   scripts/fuzz.sh                     # every harness, 60 s each (watch_spec, torch_pickle and
+#                                       # image_header 30, http_request 20)
 #   scripts/fuzz.sh -t 600 job_spec     # one harness, 10 minutes
 #   scripts/fuzz.sh -t 0                # build and replay the seeds and regressions only
 #
 # Inputs found to add coverage accumulate in build-fuzz/corpus/<harness>/ (kept between runs);
 # a crash, leak, UB report or timeout stops that harness, leaves the input in
 # build-fuzz/artifacts/<harness>/ and makes the script exit 1. Harnesses: job_spec, safetensors,
-# video_reader, watch_spec, http_request (tests/fuzz/README.md says what each covers and how to
-# keep a crasher).
+# video_reader, watch_spec, http_request, torch_pickle, image_header (tests/fuzz/README.md says
+# what each covers and how to keep a crasher).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh
@@ -20,19 +21,22 @@ seconds=
 while getopts "t:h" opt; do
   case "$opt" in
     t) seconds="$OPTARG" ;;
-    *) sed -n '2,14p' "$0"; exit 64 ;;
+    *) sed -n '2,15p' "$0"; exit 64 ;;
   esac
 done
 shift $((OPTIND - 1))
 harnesses=("$@")
-[ ${#harnesses[@]} -eq 0 ] && harnesses=(job_spec safetensors video_reader watch_spec http_request)
+[ ${#harnesses[@]} -eq 0 ] &&
+  harnesses=(job_spec safetensors video_reader watch_spec http_request torch_pickle image_header)
 
 # Largest input per harness: far above the seeds, small enough that no input nears the per-input
-# timeout (a 1 MB job file with 70,000 encode.options keys once took 40 s to validate).
+# timeout (a 1 MB job file with 70,000 encode.options keys once took 40 s to validate; a 64 KiB
+# pickle reaches every bound of the torch.save reader but the value count, unit-tested).
 declare -A max_len=([job_spec]=4096 [safetensors]=4096 [video_reader]=16384 [watch_spec]=4096
-  [http_request]=16384)
+  [http_request]=16384 [torch_pickle]=65536 [image_header]=16384)
 # Seconds each without -t: the small, fast parsers saturate their coverage sooner (CI's budget).
-declare -A default_seconds=([watch_spec]=30 [http_request]=20)
+declare -A default_seconds=([watch_spec]=30 [http_request]=20 [torch_pickle]=30
+  [image_header]=30)
 for h in "${harnesses[@]}"; do
   [ -n "${max_len[$h]:-}" ] || { echo "fuzz.sh: no harness '$h' (${!max_len[*]})"; exit 64; }
 done

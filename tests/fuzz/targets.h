@@ -19,9 +19,12 @@
 #include <filesystem>
 
 #include "io/safetensors.h"
+#include "io/torch_pickle.h"
 #include "io/video_reader.h"
+#include "io/video_writer.h"
 #include "src/base/error.h"
 #include "src/job_spec.h"
+#include "tests/support/stored_zip.h"
 #include "watch/http_request.h"
 #include "watch/watch_spec.h"
 
@@ -236,6 +239,104 @@ inline std::string http_request(const uint8_t* data, size_t size) {
   const size_t end =
       first != std::string_view::npos ? first : wm::watch::http_head_end(bytes, split);
   if (end != wm::watch::http_head_end(bytes, 0)) return "incremental head end differs";
+  return "";
+}
+
+// Bytes as a torch.save checkpoint → TorchCheckpoint (the restricted unpickler; its bounds on
+// depth, values and time). An input that starts like a zip ("PK\3\4") is the whole file; any
+// other is the pickle (data.pkl) of a checkpoint whose storages "0".."3" hold 32 KiB each, so
+// the mutations reach the unpickler instead of breaking the zip. Every tensor accepted has its
+// first and last reachable element read.
+inline std::string torch_pickle(const uint8_t* data, size_t size) {
+  const std::string& path = scratch_path();
+  const std::string bytes(reinterpret_cast<const char*>(data), size);
+  if (bytes.rfind("PK\x03\x04", 0) == 0) {
+    write_scratch(data, size);
+  } else {
+    std::vector<std::pair<std::string, std::string>> entries = {{"archive/data.pkl", bytes},
+                                                                {"archive/version", "3\n"}};
+    for (int i = 0; i < 4; ++i) {
+      entries.emplace_back("archive/data/" + std::to_string(i), std::string(32 << 10, char(i)));
+    }
+    const std::string zip = wm::test::stored_zip(entries);
+    write_scratch(reinterpret_cast<const uint8_t*>(zip.data()), zip.size());
+  }
+  try {
+    const wm::io::TorchCheckpoint checkpoint(path);
+    unsigned sum = 0;
+    auto touch = [&](const wm::io::TorchTensor& t) {
+      int64_t last = 0;
+      for (size_t i = 0; i < t.shape.size(); ++i) {
+        if (t.shape[i] == 0) return;
+        last += (t.shape[i] - 1) * t.strides[i];
+      }
+      const auto* first = static_cast<const unsigned char*>(t.data);
+      for (size_t b = 0; b < t.element_size; ++b) {
+        sum += first[b] + first[size_t(last) * t.element_size + b];
+      }
+    };
+    for (const auto& kv : checkpoint.tensors()) touch(kv.second);
+    size_t nested = 0;
+    for (const auto& kv : checkpoint.top_level()) {
+      for (const auto& inner : checkpoint.dict(kv.first)) touch(inner.second), ++nested;
+    }
+    if (verbose()) {
+      std::fprintf(stderr, "accepted: %zu top-level keys, %zu nested tensors (sum %u)\n",
+                   checkpoint.top_level().size(), nested, sum);
+    }
+  } catch (const wm::Error& e) {
+    return check_error(e, path);
+  }
+  return "";
+}
+
+// Pictures larger than this are opened but not decoded (libFuzzer's memory limit).
+constexpr int64_t kMaxImagePixels = int64_t(1024) * 1024;
+
+// Bytes as an image file (PNG, JPEG, TIFF, BMP, ...: libavformat probes the content) →
+// VideoReader (declared sizes, palettes, EXIF orientation, a pixel format that changes between
+// frames), then the first frame written as a PNG by VideoWriter with the source's properties
+// (the output pixel format chosen from the source's, alpha, rotation turned into the pixels).
+inline std::string image_header(const uint8_t* data, size_t size) {
+  const std::string& path = scratch_path();
+  write_scratch(data, size);
+  const std::string output = path + ".png";
+  try {
+    wm::io::ReaderOptions options;
+    options.threads = 1;
+    wm::io::VideoReader reader(path, options);
+    const wm::io::VideoInfo& info = reader.info();
+    if (int64_t(info.width) * info.height > kMaxImagePixels) return "";
+    std::vector<wm::io::VideoFrame> frames(1);
+    if (!reader.read(frames[0])) return "";
+    for (wm::io::VideoFrame next; frames.size() < 3 && reader.read(next);) {
+      frames.push_back(std::move(next));
+    }
+    wm::io::WriterConfig config;
+    config.path = output;
+    config.width = frames[0].image.width;
+    config.height = frames[0].image.height;
+    config.time_base =
+        info.time_base.num > 0 && info.time_base.den > 0 ? info.time_base : wm::io::Rational{1, 25};
+    config.frame_rate = {25, 1};
+    config.source = info;
+    config.encode.codec = "png";
+    config.encode.copy_audio = config.encode.copy_subtitles = config.encode.copy_other = false;
+    config.encode.threads = 1;
+    config.encode.convert_workers = 1;
+    wm::io::VideoWriter writer(config);
+    writer.write(frames[0]);
+    writer.finish();
+    ::unlink(output.c_str());
+    if (verbose()) {
+      std::fprintf(stderr, "accepted: %s %dx%d %s, %zu frames read, written as PNG\n",
+                   reader.decoder_name().c_str(), info.width, info.height, info.pix_fmt.c_str(),
+                   frames.size());
+    }
+  } catch (const wm::Error& e) {
+    ::unlink(output.c_str());
+    return check_error(e, path);
+  }
   return "";
 }
 

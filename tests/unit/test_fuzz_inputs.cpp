@@ -17,11 +17,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* const kHarnesses[] = {"job_spec", "safetensors", "video_reader", "watch_spec",
-                                  "http_request"};
+const char* const kHarnesses[] = {"job_spec",     "safetensors",  "video_reader", "watch_spec",
+                                  "http_request", "torch_pickle", "image_header"};
 
 struct FuzzInput {
-  std::string harness;  // job_spec | safetensors | video_reader | watch_spec | http_request
+  std::string harness;  // one of kHarnesses
   std::string kind;     // corpus | regressions
   fs::path path;
 };
@@ -65,6 +65,8 @@ TEST_P(FuzzInputs, KeepsTheErrorContract) {
   if (in.harness == "job_spec") problem = wm::fuzz::job_spec(data, bytes.size());
   if (in.harness == "safetensors") problem = wm::fuzz::safetensors(data, bytes.size());
   if (in.harness == "video_reader") problem = wm::fuzz::video_reader(data, bytes.size());
+  if (in.harness == "torch_pickle") problem = wm::fuzz::torch_pickle(data, bytes.size());
+  if (in.harness == "image_header") problem = wm::fuzz::image_header(data, bytes.size());
   if (in.harness == "watch_spec") problem = wm::fuzz::watch_spec(data, bytes.size());
   if (in.harness == "http_request") problem = wm::fuzz::http_request(data, bytes.size());
   EXPECT_EQ(problem, "") << in.path;
