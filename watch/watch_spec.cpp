@@ -3,7 +3,6 @@
 #include "watch/watch_spec.h"
 
 #include <fnmatch.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
