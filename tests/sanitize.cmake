@@ -25,7 +25,8 @@ target_link_libraries(wm_sanitize_core PUBLIC wm_base wm_safetensors wm_io yaml-
 wm_warnings(wm_sanitize_core)
 
 add_library(wm_sanitize_support STATIC ${CMAKE_CURRENT_SOURCE_DIR}/support/media.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/support/log_capture.cpp ${CMAKE_CURRENT_SOURCE_DIR}/support/run.cpp)
+  ${CMAKE_CURRENT_SOURCE_DIR}/support/log_capture.cpp ${CMAKE_CURRENT_SOURCE_DIR}/support/run.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/support/planar_turn.cpp)
 target_link_libraries(wm_sanitize_support PUBLIC wm_io wm_sanitize_core GTest::gtest)
 target_compile_definitions(wm_sanitize_support PUBLIC
   WM_SOURCE_DIR="${PROJECT_SOURCE_DIR}"

@@ -13,7 +13,8 @@ pack() { tar -C "$LOGS" -czf "$OUT/logs.tar.gz" . 2>/dev/null; }
 trap pack EXIT
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$LOGS/gpu.txt" 2>&1
 echo "== build (at ${SECONDS}s)"
-if ! bash tools/gpu-checks/build.sh > "$LOGS/build.log" 2>&1; then
+# Sourced: the tests and checks need its library paths (libav, NCCL of the bundle).
+if ! source tools/gpu-checks/build.sh > "$LOGS/build.log" 2>&1; then
   grep -E "error|Error" "$LOGS/build.log" | head -40
   exit 1
 fi
