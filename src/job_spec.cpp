@@ -369,8 +369,6 @@ std::string got(const YAML::Node& n) {
 }
 
 // Quoted and block scalars are strings even when they look like numbers.
-bool is_plain_scalar(const YAML::Node& n) { return n.IsScalar() && n.Tag() != "!"; }
-
 std::string get_string(const Field& f) {
   if (!f.node.IsScalar()) fail(f, "must be a string (got " + got(f.node) + ")");
   if (f.node.Scalar().empty()) fail(f, "must not be empty");
@@ -378,12 +376,10 @@ std::string get_string(const Field& f) {
 }
 
 long long get_int(const Field& f, long long min, long long max) {
-  long long v = 0;
-  const std::string& s = f.node.IsScalar() ? f.node.Scalar() : std::string();
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (!is_plain_scalar(f.node) || s.empty() || ec != std::errc() || end != s.data() + s.size()) {
-    fail(f, "must be an integer (got " + got(f.node) + ")");
-  }
+  const std::optional<long long> read = yaml_integer(f.node);
+  if (!read) fail(f, "must be an integer (got " + got(f.node) + ")");
+  const long long v = *read;
+  const std::string& s = f.node.Scalar();
   if (v < min) fail(f, "must be at least " + std::to_string(min) + " (got " + s + ")");
   if (v > max) fail(f, "must be at most " + std::to_string(max) + " (got " + s + ")");
   return v;
@@ -419,15 +415,9 @@ struct NumberRange {
 };
 
 double get_number(const Field& f, NumberRange range) {
-  double v = 0;
-  bool ok = is_plain_scalar(f.node) && !f.node.Scalar().empty();
-  if (ok) {
-    std::istringstream in(f.node.Scalar());
-    in.imbue(std::locale::classic());
-    in >> v;
-    ok = !in.fail() && in.peek() == std::char_traits<char>::eof() && std::isfinite(v);
-  }
-  if (!ok) fail(f, "must be a number (got " + got(f.node) + ")");
+  const std::optional<double> read = yaml_number(f.node);
+  if (!read) fail(f, "must be a number (got " + got(f.node) + ")");
+  const double v = *read;
   const std::string text = f.node.Scalar();
   if (range.min_exclusive && v <= range.min) {
     fail(f, "must be greater than " + fmt_number(range.min) + " (got " + text + ")");
@@ -438,11 +428,9 @@ double get_number(const Field& f, NumberRange range) {
 }
 
 bool get_bool(const Field& f) {
-  bool v = false;
-  if (!is_plain_scalar(f.node) || !YAML::convert<bool>::decode(f.node, v)) {
-    fail(f, "must be true or false (got " + got(f.node) + ")");
-  }
-  return v;
+  const std::optional<bool> v = yaml_flag(f.node);
+  if (!v) fail(f, "must be true or false (got " + got(f.node) + ")");
+  return *v;
 }
 
 // One of a few words, e.g. on_exists; suggests the closest on a typo.

@@ -1,5 +1,8 @@
 #include "src/yaml_load.h"
 
+#include <charconv>
+#include <cmath>
+#include <locale>
 #include <sstream>
 
 namespace wm {
@@ -53,6 +56,37 @@ std::vector<YAML::Node> load_yaml_documents(const std::string& text) {
     }
   }
   return YAML::LoadAll(text);
+}
+
+namespace {
+bool plain_scalar(const YAML::Node& node) { return node.IsScalar() && node.Tag() != "!"; }
+}  // namespace
+
+std::optional<double> yaml_number(const YAML::Node& node) {
+  if (!plain_scalar(node) || node.Scalar().empty()) return std::nullopt;
+  std::istringstream in(node.Scalar());
+  in.imbue(std::locale::classic());
+  double v = 0;
+  in >> v;
+  if (in.fail() || in.peek() != std::char_traits<char>::eof() || !std::isfinite(v)) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::optional<long long> yaml_integer(const YAML::Node& node) {
+  if (!plain_scalar(node)) return std::nullopt;
+  const std::string& s = node.Scalar();
+  long long v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::optional<bool> yaml_flag(const YAML::Node& node) {
+  bool v = false;
+  if (!plain_scalar(node) || !YAML::convert<bool>::decode(node, v)) return std::nullopt;
+  return v;
 }
 
 }  // namespace wm

@@ -61,33 +61,30 @@ struct Value {
     if (!node.IsScalar() || node.Scalar().empty()) fail("must be a string (got " + shown() + ")");
     return node.Scalar();
   }
+  // Numbers, integers and flags read as job files read them (src/yaml_load.h).
   double number(double min, double max) const {
-    double v = NAN;
-    if (node.IsScalar() && node.Tag() != "!") {
-      std::istringstream in(node.Scalar());
-      in.imbue(std::locale::classic());
-      in >> v;
-      if (!in || !in.eof()) v = NAN;
-    }
-    if (!std::isfinite(v)) fail("must be a number (got " + shown() + ")");
-    if (v < min || v > max) {
-      std::ostringstream range;
-      range << "must be between " << min << " and " << max << " (got " << node.Scalar() << ")";
-      fail(range.str());
-    }
-    return v;
+    const std::optional<double> v = yaml_number(node);
+    if (!v) fail("must be a number (got " + shown() + ")");
+    check_range(*v, min, max);
+    return *v;
   }
   int integer(int min, int max) const {
-    const double v = number(min, max);
-    if (v != std::floor(v)) fail("must be a whole number (got " + shown() + ")");
-    return int(v);
+    const std::optional<long long> v = yaml_integer(node);
+    if (!v) fail("must be an integer (got " + shown() + ")");
+    check_range(double(*v), min, max);
+    return int(*v);
   }
   bool flag() const {
-    bool v = false;
-    if (!node.IsScalar() || node.Tag() == "!" || !YAML::convert<bool>::decode(node, v)) {
-      fail("must be true or false (got " + shown() + ")");
-    }
-    return v;
+    const std::optional<bool> v = yaml_flag(node);
+    if (!v) fail("must be true or false (got " + shown() + ")");
+    return *v;
+  }
+  void check_range(double v, double min, double max) const {
+    if (v >= min && v <= max) return;
+    std::ostringstream range;
+    range.imbue(std::locale::classic());
+    range << "must be between " << min << " and " << max << " (got " << node.Scalar() << ")";
+    fail(range.str());
   }
 };
 

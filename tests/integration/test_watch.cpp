@@ -65,6 +65,9 @@ TEST(WatchSpec, BadKeysAreReportedWithFileLineAndKey) {
   const std::vector<Case> cases = {
       {"settle_second: 1\n" + good, "WATCH.yaml:1: settle_second: unknown key"},
       {"max_parallel: 0\n" + good, "WATCH.yaml:1: max_parallel: must be between 1 and 256"},
+      // Integers and numbers read as job files read them (src/yaml_load.h).
+      {"max_parallel: 2.0\n" + good, "WATCH.yaml:1: max_parallel: must be an integer (got '2.0')"},
+      {"poll_seconds: nan\n" + good, "WATCH.yaml:1: poll_seconds: must be a number (got 'nan')"},
       {"http: {listen: localhost}\n" + good, "WATCH.yaml:1: http.listen: must be HOST:PORT"},
       {"watch:\n  - folder: nowhere\n    job: {task: upscale}\n    output: out/{stem}.mp4\n",
        "WATCH.yaml:2: watch.folder: '"},

@@ -15,6 +15,7 @@
 #include "src/models/realesrgan.h"
 #include "src/models/registry.h"
 #include "src/models/torchscript.h"
+#include "src/yaml_load.h"
 
 namespace wm {
 namespace {
@@ -482,6 +483,29 @@ const BadJob kBadJobs[] = {
 };
 
 INSTANTIATE_TEST_SUITE_P(Table, JobSpecErrors, testing::ValuesIn(kBadJobs));
+
+// One reading of numbers, integers and flags for job files and WATCH.yaml (issue 27).
+TEST(YamlScalars, OneReadingForJobFilesAndWatchYaml) {
+  auto number = [](const char* text) { return yaml_number(YAML::Load(text)); };
+  auto integer = [](const char* text) { return yaml_integer(YAML::Load(text)); };
+  auto flag = [](const char* text) { return yaml_flag(YAML::Load(text)); };
+  EXPECT_EQ(number("2"), 2.0);
+  EXPECT_EQ(number("0.5"), 0.5);
+  EXPECT_EQ(number("1e3"), 1000.0);
+  EXPECT_EQ(number("-4"), -4.0);
+  for (const char* bad :
+       {"nan", "inf", "-.inf", "1 s", "0x10", "''", "! 2", "[2]", "{a: 1}", "~"}) {
+    EXPECT_FALSE(number(bad)) << bad;
+  }
+  EXPECT_EQ(integer("12"), 12);
+  EXPECT_EQ(integer("-3"), -3);
+  for (const char* bad : {"1.0", "1e3", "+", "''", "12a", "! 7", "99999999999999999999"}) {
+    EXPECT_FALSE(integer(bad)) << bad;
+  }
+  EXPECT_EQ(flag("yes"), true);
+  EXPECT_EQ(flag("Off"), false);
+  for (const char* bad : {"1", "maybe", "! true", "[true]"}) EXPECT_FALSE(flag(bad)) << bad;
+}
 
 TEST(JobSpec, MultiDocumentFile) {
   const auto jobs = parse(
