@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Issue 30 on a host with several GPUs (nvidia-h200-x2/-x4), after build-gpu/ exists (all.sh
+# builds it): the multi-GPU tests, then the batch upscale of 8 inputs 1920x1080 -> 3840x2160
+# (realesr-animevideov3 fp16, random weights, libx264 veryfast) on the first GPU against all of
+# them in the same process. The VAE scaling tables are ring.sh's. Writes $OUT/multi.jsonl and
+# the tests' log into $LOGS (all.sh packs it) or $OUT.
+set -u
+: "${OUT:?set OUT}"
+LOGS=${LOGS:-$OUT}
+export NCCL_NVLS_ENABLE=0
+n=$(nvidia-smi -L | wc -l)
+devs=$(seq -s, 0 $((n - 1)))
+echo "GPUs: $n ($devs)"
+(cd build-gpu && timeout 240 ctest -L multigpu --timeout 200 --output-on-failure) \
+  > "$LOGS/ctest-multigpu.log" 2>&1
+echo "ctest -L multigpu rc $?"
+grep -E "tests passed|\*\*\*" "$LOGS/ctest-multigpu.log" | head -20
+timeout 300 build-gpu/wmbench upscale --devices "$devs" --model realesr-animevideov3 \
+  --precision fp16 --inputs 8 --make 1920x1080:24 --scale 2 --warmup 1 \
+  | tr -d '\n' >> "$OUT/multi.jsonl"
+echo >> "$OUT/multi.jsonl"
+grep -o '"speed_up":[0-9.]*\|"fps[a-z_]*":[0-9.]*' "$OUT/multi.jsonl" | head
