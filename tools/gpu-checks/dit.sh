@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# GPU checks and measurements of SeedVR2's DiT and whole upscale (issue 29). Builds nothing:
-# expects build-gpu/ with the targets test_seedvr2_dit_gpu and wmbench (tools/gpu-checks/
-# build.sh test_seedvr2_dit_gpu wmbench). Writes two files under $OUT: dit.json (one JSON
-# object per line: the GPU test's results, then each benchmark) and dit.log (everything printed).
+# GPU measurements of SeedVR2's DiT and whole upscale (issue 29). Builds nothing: expects
+# build-gpu/ (tools/gpu-checks/build.sh; all.sh runs it, and the GPU tests, among them
+# tests/unit/test_seedvr2_dit_gpu.cpp). Writes two files under $OUT: dit.json (one JSON object per
+# line: each benchmark's result) and dit.log (everything printed).
 #
-# The official code's side-by-side runs when SEEDVR_REPO names a checkout of ByteDance-Seed/SeedVR
-# and its Python needs are importable (omegaconf, diffusers, rotary-embedding-torch 0.5.3: carry
-# them as wheels, .whl/, per the device README); skipped otherwise, and the log says so.
+#   OUT=... tools/gpu-checks/dit.sh [full]     (CHECKS=dit through tools/gpu-checks/all.sh)
 #
-# Usage: OUT=... [SEEDVR_REPO=...] tools/gpu-checks/dit.sh [quick]   (quick: the tests and the 3B
-# at 720p only)
+# Default (~4 min on an H200): wmbench seedvr2-upscale, random weights of the official shapes,
+# bf16, 21 frames: the 3B at 720p and 1080p (networks at 1072 × 1920, as the official crop), the 3B
+# at 1080p in 16 GiB and the 7B at 1080p in 24 GiB (blocks streamed from pinned host memory as
+# needed). `full` adds 45 frames, the 7B all-resident and the GPU test's properties. With
+# SEEDVR_REPO=<a checkout of ByteDance-Seed/SeedVR carried into the tree> and its Python needs
+# importable (omegaconf with antlr4-python3-runtime, diffusers, rotary-embedding-torch 0.5.3:
+# carried as wheels in .whl/, per the device README), tools/bench/seedvr2_official.py runs the
+# official code on the same shapes afterwards.
 set -u
 OUT=${OUT:?set OUT}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -19,50 +23,47 @@ LOG=$OUT/dit.log
 : >"$JSON"
 : >"$LOG"
 B=build-gpu
-quick=${1:-}
+mode=${1:-}
 
-say() { echo "== $*" | tee -a "$LOG"; }
-# Runs a command; its stdout's JSON lines go to dit.json, everything to dit.log.
+say() { echo "== $* (at ${SECONDS}s)" | tee -a "$LOG"; }
+# Runs a command; the JSON lines it prints go to dit.json, everything to dit.log.
 bench() {
   say "$*"
   "$@" 2>>"$LOG" | tee -a "$LOG" | grep '^{' >>"$JSON"
 }
 
-say "GPU test: tests/unit/test_seedvr2_dit_gpu.cpp"
-"$B/tests/test_seedvr2_dit_gpu" --gtest_output=json:"$OUT/gtest.json" >>"$LOG" 2>&1
-echo "{\"gpu_test_exit\": $?}" >>"$JSON"
-if [ -f "$OUT/gtest.json" ]; then
-  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps(d))' \
+W="$B/wmbench seedvr2-upscale --device cuda:0 --dtype bf16 --warmup 1 --iters 2 --frames 21"
+bench $W --model 3b --height 720 --width 1280
+bench $W --model 3b --height 1080 --width 1920
+bench $W --model 3b --height 1080 --width 1920 --max-gpu-gib 16
+bench $W --model 7b --height 1080 --width 1920 --max-gpu-gib 24 --iters 1
+if [ "$mode" = full ]; then
+  bench $W --model 7b --height 1080 --width 1920 --iters 1
+  bench $W --model 7b --height 720 --width 1280 --iters 1
+  W45="$B/wmbench seedvr2-upscale --device cuda:0 --dtype bf16 --warmup 1 --iters 1 --frames 45"
+  bench $W45 --model 3b --height 720 --width 1280
+  bench $W45 --model 3b --height 1080 --width 1920
+  say "GPU test"
+  "$B/tests/test_seedvr2_dit_gpu" --gtest_output=json:"$OUT/gtest.json" >>"$LOG" 2>&1
+  echo "{\"gpu_test_exit\": $?}" >>"$JSON"
+  python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))' \
     "$OUT/gtest.json" >>"$JSON" 2>>"$LOG"
   rm -f "$OUT/gtest.json"
 fi
 
-W="$B/wmbench seedvr2-upscale --device cuda:0 --dtype bf16 --warmup 1 --iters 2"
-# 720p and 1080p outputs (1080p runs the networks at 1072 × 1920, as the official crop), 21 frames.
-bench $W --model 3b --frames 21 --height 720 --width 1280
-if [ "$quick" != quick ]; then
-  bench $W --model 3b --frames 21 --height 1080 --width 1920
-  bench $W --model 3b --frames 45 --height 720 --width 1280
-  # Small GPUs: the 3B at 1080p in 16 GiB, the 7B in 24 GiB (blocks streamed as needed).
-  bench $W --model 3b --frames 21 --height 1080 --width 1920 --max-gpu-gib 16
-  bench $W --model 7b --frames 21 --height 720 --width 1280
-  bench $W --model 7b --frames 21 --height 1080 --width 1920
-  bench $W --model 7b --frames 21 --height 1080 --width 1920 --max-gpu-gib 24
-fi
-
-# The official code, same shapes (the DiT without its offload to the CPU during the decode, so
-# that its stage is the DiT's own time; then as the script runs it).
+# The official code, same shapes: the DiT without the script's offload to the CPU during the
+# decode (its stage is then the DiT's own time), then as the script runs it.
 if [ -n "${SEEDVR_REPO:-}" ] && [ -d "$SEEDVR_REPO" ]; then
   if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/site .whl/*.whl >>"$LOG" 2>&1 && export PYTHONPATH=/tmp/site
   fi
-  O="python3 tools/bench/seedvr2_official.py --repo $SEEDVR_REPO --warmup 1 --iters 2"
-  bench $O --model 3b --frames 21 --height 720 --width 1280 --dit-offload 0
-  if [ "$quick" != quick ]; then
-    bench $O --model 3b --frames 21 --height 1072 --width 1920 --dit-offload 0
-    bench $O --model 3b --frames 21 --height 720 --width 1280 --dit-offload 1
-    bench $O --model 3b --frames 21 --height 720 --width 1280 --dit-offload 0 --compile 1
+  O="python3 tools/bench/seedvr2_official.py --repo $SEEDVR_REPO --warmup 1 --iters 2 --frames 21"
+  bench $O --model 3b --height 720 --width 1280 --dit-offload 0
+  bench $O --model 3b --height 1072 --width 1920 --dit-offload 0
+  if [ "$mode" = full ]; then
+    bench $O --model 3b --height 720 --width 1280 --dit-offload 1
+    bench $O --model 3b --height 720 --width 1280 --dit-offload 0 --compile 1
   fi
 else
   say "official side-by-side skipped: SEEDVR_REPO not set"
