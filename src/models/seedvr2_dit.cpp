@@ -4,6 +4,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -85,6 +86,15 @@ struct WindowPlan {
   } packed;
 };
 
+// What a token grid and text length need, made once: the regular and shifted window plans
+// and the text's angle tables (3B).
+struct ShapePlans {
+  std::mutex mutex;  // held while it is made; read-only once `ready`
+  bool ready = false;
+  WindowPlan plans[2];                 // regular, shifted
+  std::map<int, RopeTable> text_rope;  // per RoPE frequency set
+};
+
 }  // namespace
 
 struct DitNetwork::Block {
@@ -109,7 +119,13 @@ struct DitNetwork::Impl {
   // frequencies (float32, host), with the index of the first block that has the same ones.
   std::vector<Block> blocks;
   std::vector<at::Tensor> freqs;
+  std::vector<at::Tensor> freqs_device;  // the same on the network's device
   std::vector<int> rope_id;
+  // Window plans and angle tables per token grid and text length (t, h, w, L): made on the host
+  // and uploaded once per shape, not per forward (an upload from pageable memory waits for the
+  // device).
+  mutable std::mutex plans_mutex;
+  mutable std::map<std::array<int64_t, 4>, std::shared_ptr<ShapePlans>> plans;
   int resident = 0;  // blocks [0, resident) live on the device
   // Streaming ring (CUDA): device buffers per slot, filled on a copy stream.
   mutable std::mutex ring_mutex;
@@ -243,6 +259,7 @@ DitNetwork::DitNetwork(const DitArchitecture& arch, const DitParams& params,
       }
     }
     m.freqs.push_back(f);
+    m.freqs_device.push_back(f.to(o.device));
     m.rope_id.push_back(id);
   }
 }
@@ -323,8 +340,7 @@ struct Pass {
   bool fused = false;
   int64_t text = 0;  // L
   int64_t t = 0, h = 0, w = 0;
-  WindowPlan plans[2];                 // regular, shifted
-  std::map<int, RopeTable> text_rope;  // per RoPE frequency set (3B)
+  ShapePlans* shape = nullptr;  // the network's plans for this grid and text length
 };
 
 // The angles of one axis position for every frequency, in double.
@@ -552,13 +568,14 @@ void make_packed(const Pass& pass, WindowPlan& plan) {
 // stream (video, text), one attention call per window shape over the packed rows, outputs
 // gathered back. False when a kernel cannot take the tensors (the ATen path runs instead).
 bool attention_fused(Pass& pass, const DitNetwork::Block& block, int index, const at::Tensor& hv,
-                     const at::Tensor& hs, WindowPlan& plan, at::Tensor& ov, at::Tensor& os) {
+                     const at::Tensor& hs, const WindowPlan& plan, at::Tensor& ov,
+                     at::Tensor& os) {
   const DitArchitecture& a = pass.arch;
   const at::ScalarType dtype = pass.o.dtype;
   const int64_t L = hs.size(0), H = a.heads, hd = a.head_dim, inner = a.inner();
-  if (!plan.packed.made) make_packed(pass, plan);
   const WindowPlan::Packed& k = plan.packed;
-  const at::Tensor freqs = pass.m.freqs[size_t(index)].to(pass.o.device);
+  if (!k.made) return false;
+  const at::Tensor& freqs = pass.m.freqs_device[size_t(index)];
   const at::Tensor qkv_v = at::linear(hv, block.vid.qkv).contiguous();
   const at::Tensor qkv_s = at::linear(hs, block.txt.qkv).contiguous();
   const at::TensorOptions opt = hv.options().dtype(dtype);
@@ -597,18 +614,14 @@ std::pair<at::Tensor, at::Tensor> attention(Pass& pass, const DitNetwork::Block&
   const at::ScalarType dtype = pass.o.dtype;
   const int64_t N = hv.size(0), L = hs.size(0), H = a.heads, hd = a.head_dim, inner = a.inner();
   const bool shifted = index % 2 == 1;
-  WindowPlan& plan = pass.plans[shifted ? 1 : 0];
-  if (!plan.order.defined()) plan = make_plan(pass.t, pass.h, pass.w, shifted, pass.o.device);
+  // Made by prepare(); read-only here.
+  const WindowPlan& plan = pass.shape->plans[shifted ? 1 : 0];
   if (pass.fused) {
     at::Tensor ov, os;
     if (attention_fused(pass, block, index, hv, hs, plan, ov, os)) return {ov, os};
   }
   const int rope = pass.m.rope_id[size_t(index)];
-  const at::Tensor& freqs = pass.m.freqs[size_t(index)];
-  std::vector<RopeTable>& tables = plan.rope[rope];
-  if (tables.empty()) {
-    for (const WindowGroup& g : plan.groups) tables.push_back(window_rope(pass, g, freqs));
-  }
+  const std::vector<RopeTable>& tables = plan.rope.at(rope);
 
   // Video q, k, v in window order; q and k normalised per head (float32).
   const at::Tensor qkv_v =
@@ -621,10 +634,9 @@ std::pair<at::Tensor, at::Tensor> attention(Pass& pass, const DitNetwork::Block&
   at::Tensor k_s = norm_heads(qkv_s.select(1, 1), block.txt.norm_k);
   const at::Tensor v_s = qkv_s.select(1, 2);
   if (a.variant == DitVariant::k3B) {
-    auto it = pass.text_rope.find(rope);
-    if (it == pass.text_rope.end()) it = pass.text_rope.emplace(rope, text_rope(pass, freqs)).first;
-    q_s = rotate(q_s, it->second);
-    k_s = rotate(k_s, it->second);
+    const RopeTable& text = pass.shape->text_rope.at(rope);
+    q_s = rotate(q_s, text);
+    k_s = rotate(k_s, text);
   }
   q_s = q_s.to(dtype);
   k_s = k_s.to(dtype);
@@ -722,6 +734,30 @@ DitNetwork::Block usable(const DitNetwork::Block& b, at::ScalarType dtype) {
   return out;
 }
 
+// Makes everything of pass.shape once (plans, angle tables, the packed layout of the fused path),
+// so that forwards only read it.
+void prepare(Pass& pass) {
+  ShapePlans& sp = *pass.shape;
+  std::lock_guard<std::mutex> lock(sp.mutex);
+  if (sp.ready) return;
+  for (int shifted = 0; shifted < 2; ++shifted) {
+    WindowPlan& plan = sp.plans[shifted];
+    plan = make_plan(pass.t, pass.h, pass.w, shifted == 1, pass.o.device);
+    for (size_t i = 0; i < pass.m.rope_id.size(); ++i) {
+      const int id = pass.m.rope_id[i];
+      if (int(i) != id) continue;  // the first block of each frequency set
+      for (const WindowGroup& g : plan.groups) {
+        plan.rope[id].push_back(window_rope(pass, g, pass.m.freqs[i]));
+      }
+      if (shifted == 0 && pass.arch.variant == DitVariant::k3B) {
+        sp.text_rope.emplace(id, text_rope(pass, pass.m.freqs[i]));
+      }
+    }
+    if (pass.fused) make_packed(pass, plan);
+  }
+  sp.ready = true;
+}
+
 }  // namespace
 
 at::Tensor DitNetwork::forward(const at::Tensor& vid_in, const at::Tensor& txt_in, double timestep,
@@ -745,6 +781,19 @@ at::Tensor DitNetwork::forward(const at::Tensor& vid_in, const at::Tensor& txt_i
                cuda::dit_kernels_available();
   pass.text = txt_in.size(0);
   pass.t = T, pass.h = H / 2, pass.w = W / 2;
+  // The plans of this shape (kept: batches of a video share it). One forward at a time uses them.
+  std::shared_ptr<ShapePlans> shape;
+  {
+    std::lock_guard<std::mutex> lock(m.plans_mutex);
+    const std::array<int64_t, 4> key{pass.t, pass.h, pass.w, pass.text};
+    // A few shapes are kept (forwards still using a dropped one hold it).
+    if (m.plans.size() >= 16 && !m.plans.count(key)) m.plans.clear();
+    std::shared_ptr<ShapePlans>& slot = m.plans[key];
+    if (!slot) slot = std::make_shared<ShapePlans>();
+    shape = slot;
+  }
+  pass.shape = shape.get();
+  prepare(pass);
   const int64_t N = pass.t * pass.h * pass.w;
   auto show = [&](const std::string& name, const at::Tensor& x) {
     if (probe) probe(name, x);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -338,6 +339,30 @@ TEST(SeedVR2VideoJob, RanksAndFarmChunksMatchOneRun) {
       {wmbatch_path(), "run", dir.file("farm.yaml"), "--frames", "4-8", "--progress", "none"});
   EXPECT_EQ(r.exit_code, 65) << r.output;
   EXPECT_NE(r.output.find("is not a chunk boundary"), std::string::npos) << r.output;
+}
+
+// `wmbench seedvr2-upscale` at the golden data's sizes on the CPU: every stage timed, the JSON
+// complete (the GPU numbers come from tools/gpu-checks/dit.sh).
+TEST(SeedVR2Bench, TinyCpuRunReportsEveryStage) {
+  const std::string wmbench = std::string(WM_BINARY_DIR) + "/wmbench";
+  if (!exists(wmbench)) GTEST_FAIL() << wmbench << " is not built";
+  const CommandResult r = run_command(
+      {wmbench, "seedvr2-upscale", "--model", "tiny", "--device", "cpu", "--dtype", "fp32",
+       "--frames", "5", "--height", "32", "--width", "48", "--warmup", "0", "--iters", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const size_t brace = r.output.find('{');
+  ASSERT_NE(brace, std::string::npos) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output.substr(brace, r.output.find('\n', brace) - brace));
+  for (const char* key : {"resize_seconds", "encode_seconds", "dit_seconds", "decode_seconds",
+                          "color_fix_seconds", "seconds", "fps"}) {
+    ASSERT_TRUE(j.contains(key)) << key << " in " << r.output;
+    EXPECT_GT(j.at(key).get<double>(), 0.0) << key;
+  }
+  EXPECT_LE(j.at("encode_seconds").get<double>() + j.at("dit_seconds").get<double>() +
+                j.at("decode_seconds").get<double>(),
+            j.at("seconds").get<double>());
+  EXPECT_EQ(j.at("network_height").get<int>(), 32);
+  EXPECT_EQ(j.at("dit_blocks").get<int>(), 4);
 }
 
 }  // namespace

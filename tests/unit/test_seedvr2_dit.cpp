@@ -74,34 +74,29 @@ std::unique_ptr<seedvr2::DitNetwork> golden_network() {
 
 // --- layout ------------------------------------------------------------------------------------
 
-TEST(SeedVR2DitLayout, Official3BIsTheReleasedKeyList) {
-  const auto want = key_list("keys_full.txt");
-  const auto got = seedvr2::dit_layout(seedvr2::DitArchitecture::official_3b());
-  ASSERT_EQ(got.size(), want.size());
-  int64_t parameters = 0;
+// dit_layout(arch) is the key list `file` (names, order, shapes) with `parameters` in all.
+void expect_key_list(const seedvr2::DitArchitecture& arch, const std::string& file,
+                     int64_t parameters) {
+  const auto want = key_list(file);
+  const auto got = seedvr2::dit_layout(arch);
+  ASSERT_EQ(got.size(), want.size()) << file;
+  int64_t total = 0;
   for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(got[i].key, want[i].first) << i;
+    EXPECT_EQ(got[i].key, want[i].first) << file << " " << i;
     EXPECT_EQ(shape_text(got[i].shape), want[i].second) << got[i].key;
     int64_t n = 1;
     for (int64_t d : got[i].shape) n *= d;
-    parameters += n;
+    total += n;
   }
-  EXPECT_EQ(parameters, meta().at("keys_full").at("parameters").get<int64_t>());
+  EXPECT_EQ(total, parameters) << file;
 }
 
-TEST(SeedVR2DitLayout, Official7BIsTheReleasedKeyList) {
-  const auto want = key_list("keys_full_7b.txt");
-  const auto got = seedvr2::dit_layout(seedvr2::DitArchitecture::official_7b());
-  ASSERT_EQ(got.size(), want.size());
-  int64_t parameters = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_EQ(got[i].key, want[i].first) << i;
-    EXPECT_EQ(shape_text(got[i].shape), want[i].second) << got[i].key;
-    int64_t n = 1;
-    for (int64_t d : got[i].shape) n *= d;
-    parameters += n;
-  }
-  EXPECT_EQ(parameters, meta().at("keys_full").at("parameters_7b").get<int64_t>());
+TEST(SeedVR2DitLayout, Official3BAnd7BAreTheReleasedKeyLists) {
+  const nlohmann::json keys = meta().at("keys_full");
+  expect_key_list(seedvr2::DitArchitecture::official_3b(), "keys_full.txt",
+                  keys.at("parameters").get<int64_t>());
+  expect_key_list(seedvr2::DitArchitecture::official_7b(), "keys_full_7b.txt",
+                  keys.at("parameters_7b").get<int64_t>());
 }
 
 TEST(SeedVR2DitLayout, ArchitectureIsReadFromTheKeyLists) {
