@@ -568,8 +568,7 @@ void make_packed(const Pass& pass, WindowPlan& plan) {
 // stream (video, text), one attention call per window shape over the packed rows, outputs
 // gathered back. False when a kernel cannot take the tensors (the ATen path runs instead).
 bool attention_fused(Pass& pass, const DitNetwork::Block& block, int index, const at::Tensor& hv,
-                     const at::Tensor& hs, const WindowPlan& plan, at::Tensor& ov,
-                     at::Tensor& os) {
+                     const at::Tensor& hs, const WindowPlan& plan, at::Tensor& ov, at::Tensor& os) {
   const DitArchitecture& a = pass.arch;
   const at::ScalarType dtype = pass.o.dtype;
   const int64_t L = hs.size(0), H = a.heads, hd = a.head_dim, inner = a.inner();

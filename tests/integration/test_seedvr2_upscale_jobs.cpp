@@ -346,13 +346,14 @@ TEST(SeedVR2VideoJob, RanksAndFarmChunksMatchOneRun) {
 TEST(SeedVR2Bench, TinyCpuRunReportsEveryStage) {
   const std::string wmbench = std::string(WM_BINARY_DIR) + "/wmbench";
   if (!exists(wmbench)) GTEST_FAIL() << wmbench << " is not built";
-  const CommandResult r = run_command(
-      {wmbench, "seedvr2-upscale", "--model", "tiny", "--device", "cpu", "--dtype", "fp32",
-       "--frames", "5", "--height", "32", "--width", "48", "--warmup", "0", "--iters", "1"});
+  const CommandResult r = run_command({wmbench, "seedvr2-upscale", "--model", "tiny", "--device",
+                                       "cpu", "--dtype", "fp32", "--frames", "5", "--height", "32",
+                                       "--width", "48", "--warmup", "0", "--iters", "1"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const size_t brace = r.output.find('{');
   ASSERT_NE(brace, std::string::npos) << r.output;
-  const nlohmann::json j = nlohmann::json::parse(r.output.substr(brace, r.output.find('\n', brace) - brace));
+  const nlohmann::json j =
+      nlohmann::json::parse(r.output.substr(brace, r.output.find('\n', brace) - brace));
   for (const char* key : {"resize_seconds", "encode_seconds", "dit_seconds", "decode_seconds",
                           "color_fix_seconds", "seconds", "fps"}) {
     ASSERT_TRUE(j.contains(key)) << key << " in " << r.output;
