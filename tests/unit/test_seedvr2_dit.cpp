@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -241,6 +242,48 @@ TEST(SeedVR2DitWeights, Float8E4M3Values) {
   EXPECT_EQ(v[0xfe], -448.0f);
   EXPECT_EQ(v[0x01], 0.001953125f);  // the smallest subnormal, 2^-9
   EXPECT_TRUE(std::isnan(v[0x7f]));
+}
+
+// A .safetensors file with float8 e4m3 matrices (the ComfyUI conversions' form): read as the
+// values its bytes stand for, the DiT the same as from those values in float32.
+TEST(SeedVR2DitWeights, Float8FileLoadsAsItsValues) {
+  wm::test::TempDir dir;
+  const WeightsFile good(kGolden + "weights.safetensors");
+  const float* table = wm::models::float8_e4m3_values();
+  std::vector<float> finite(table, table + 256);
+  for (float& v : finite) v = std::isnan(v) ? 0.0f : v;
+  const at::Tensor values = at::from_blob(finite.data(), {256}, at::kFloat).clone();
+  std::vector<wm::io::TensorEntry> entries;
+  std::vector<at::Tensor> keep;
+  seedvr2::DitParams dequantised;
+  for (const auto& [key, info] : good.tensors()) {
+    at::Tensor t = wm::models::host_tensor(info);
+    if (t.dim() == 2) {
+      const at::Tensor index =
+          (t.reshape({-1, 1}) - values.reshape({1, -1})).abs().argmin(1).to(at::kByte).contiguous();
+      keep.push_back(index);
+      entries.push_back({key, "F8_E4M3", info.shape, index.data_ptr(), size_t(index.numel())});
+      t = values.index_select(0, index.to(at::kLong)).view(t.sizes());
+    } else {
+      entries.push_back({key, info.dtype, info.shape, info.data, info.bytes});
+    }
+    dequantised[key] = t;
+  }
+  const std::string path = dir.path() + "/fp8.safetensors";
+  wm::io::write_safetensors(path, entries);
+  const WeightsFile fp8(path);
+  seedvr2::DitParams from_file;
+  for (const auto& [key, info] : fp8.tensors()) {
+    from_file[key] = wm::models::host_tensor(info);
+    EXPECT_TRUE(at::equal(from_file[key], dequantised[key])) << key;
+  }
+  const auto arch = seedvr2::infer_dit_architecture(shapes(fp8), 0);
+  const WeightsFile c(kGolden + "dit_t5_h8w12.safetensors");
+  const at::Tensor a =
+      seedvr2::DitNetwork(arch, from_file, {}).forward(read(c, "vid"), read(c, "txt"), 1000.0);
+  const at::Tensor b =
+      seedvr2::DitNetwork(arch, dequantised, {}).forward(read(c, "vid"), read(c, "txt"), 1000.0);
+  EXPECT_TRUE(at::equal(a, b));
 }
 
 // --- golden vectors ----------------------------------------------------------------------------

@@ -71,8 +71,10 @@ std::vector<std::pair<std::string, Case>> cases() {
 }
 
 seedvr2::DitNetwork network(const seedvr2::DitArchitecture& arch, const seedvr2::DitParams& params,
-                            at::ScalarType dtype, int64_t resident = -1, int prefetch = 2) {
+                            at::ScalarType dtype, int64_t resident = -1, int prefetch = 2,
+                            bool fused = true) {
   seedvr2::DitOptions o;
+  o.fused = fused;
   o.device = at::Device(at::kCUDA, 0);
   o.dtype = dtype;
   o.resident_bytes = resident;
@@ -109,6 +111,30 @@ TEST(SeedVR2DitGpu, HalfPrecisionsNearFloat32) {
       std::cout << tag << ": " << d << " (official bf16 run: 2.3e-3 to 3.8e-3)\n";
       RecordProperty(tag, std::to_string(d));
       EXPECT_LE(d, 0.05) << tag;
+    }
+  }
+}
+
+// The fused element-wise kernels against the ATen ops they replace (bf16, fp16): the same function
+// up to rounding.
+TEST(SeedVR2DitGpu, FusedPassesMatchAtenOps) {
+  REQUIRE_GPU();
+  seedvr2::DitParams params;
+  const auto arch = golden_arch(params);
+  for (const at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
+    const auto fused = network(arch, params, dtype, -1, 2, true);
+    const auto aten = network(arch, params, dtype, -1, 2, false);
+    for (const auto& [name, c] : cases()) {
+      const at::Tensor a = fused.forward(c.vid, c.txt, c.t);
+      const at::Tensor b = aten.forward(c.vid, c.txt, c.t);
+      const double d = max_diff(a, b);
+      const std::string tag =
+          name + (dtype == at::kBFloat16 ? "_bf16" : "_fp16") + "_fused_vs_aten";
+      std::cout << tag << ": " << d << ", fused vs golden " << max_diff(a, c.want)
+                << ", aten vs golden " << max_diff(b, c.want) << "\n";
+      RecordProperty(tag, std::to_string(d));
+      EXPECT_LE(d, 0.03) << tag;
+      EXPECT_LE(max_diff(a, c.want), 0.05) << tag;
     }
   }
 }
