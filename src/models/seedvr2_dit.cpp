@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -301,6 +302,13 @@ DitParams random_dit_params(const DitArchitecture& arch, uint64_t seed, at::Scal
   const auto ends = [](const std::string& s, const std::string& tail) {
     return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
   };
+  // Matrices larger than the pool are tiled from one pool of uniform draws, each from its own
+  // offset: the official shapes hold billions of values, which one serial generator fills in
+  // tens of seconds (the benchmark's whole time limit); the tiled copy runs at memory speed.
+  // Smaller matrices (the golden sizes) get draws of their own.
+  constexpr int64_t kPool = int64_t(1) << 22;
+  at::Tensor pool;
+  std::mt19937_64 offsets(seed);
   for (const DitParam& p : dit_layout(arch)) {
     if (ends(p.key, "rope.freqs")) {
       out[p.key] = dit_rope_freqs(arch);
@@ -309,8 +317,23 @@ DitParams random_dit_params(const DitArchitecture& arch, uint64_t seed, at::Scal
     at::Tensor t;
     if (p.shape.size() == 2) {
       // In place, in the target dtype: the 7B's matrices are 33 GB as float32.
+      const double bound = std::sqrt(3.0 / double(p.shape[1]));
       t = at::empty(p.shape, dtype);
-      t.uniform_(-std::sqrt(3.0 / double(p.shape[1])), std::sqrt(3.0 / double(p.shape[1])), gen);
+      const int64_t n = t.numel();
+      if (n <= kPool) {
+        t.uniform_(-bound, bound, gen);
+      } else {
+        if (!pool.defined()) pool = at::rand({kPool}, gen, at::kFloat).mul_(2).sub_(1);
+        at::Tensor flat = t.view({-1});
+        int64_t from = int64_t(offsets() % uint64_t(kPool));
+        for (int64_t pos = 0; pos < n;) {
+          const int64_t len = std::min(n - pos, kPool - from);
+          flat.narrow(0, pos, len).copy_(pool.narrow(0, from, len));
+          pos += len;
+          from = 0;
+        }
+        t.mul_(bound);
+      }
       out[p.key] = t;
       continue;
     }

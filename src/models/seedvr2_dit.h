@@ -92,7 +92,8 @@ at::Tensor timestep_sinusoid(double timestep);
 // Random parameters of `arch` as the golden data's were drawn (meta.json "init"): RMSNorm
 // weights 1 + U(±0.25), ada scales 1 + U(±0.25), shifts and gates U(±0.25), linear weights
 // U(±√(3/fan_in)), biases U(±0.1); RoPE buffers their computed values. Deterministic; matrices
-// in `dtype`, the rest float32.
+// in `dtype`, the rest float32. Matrices of more than 2^22 values (the official shapes, never the
+// golden ones) are tiled from one pool of 2^22 draws, each from its own offset (fast to make).
 DitParams random_dit_params(const DitArchitecture& arch, uint64_t seed,
                             at::ScalarType dtype = at::kFloat);
 

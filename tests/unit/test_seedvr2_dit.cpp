@@ -326,4 +326,30 @@ TEST(SeedVR2DitGolden, RandomWeightsRun) {
   EXPECT_TRUE(at::isfinite(y).all().item<bool>());
 }
 
+// Matrices over 2^22 values (the official shapes) are tiled from one pool of draws: still within
+// U(±√(3/fan_in)), spread over it, deterministic, each matrix from its own offset, and they run.
+TEST(SeedVR2DitGolden, LargeRandomMatricesFromThePool) {
+  seedvr2::DitArchitecture arch = seedvr2::DitArchitecture::official_3b();
+  arch.dim = 64, arch.heads = 2, arch.head_dim = 32, arch.layers = 2, arch.mm_layers = 1;
+  arch.mlp_hidden = 66000, arch.rope_freqs = 5, arch.txt_in_dim = 16;  // MLP: 4.2 M > 2^22
+  const seedvr2::DitParams a = seedvr2::random_dit_params(arch, 7, at::kBFloat16);
+  const seedvr2::DitParams b = seedvr2::random_dit_params(arch, 7, at::kBFloat16);
+  std::vector<at::Tensor> large;
+  for (const auto& p : seedvr2::dit_layout(arch)) {
+    const at::Tensor t = a.at(p.key);
+    if (p.shape.size() != 2 || t.numel() <= (int64_t(1) << 22)) continue;
+    large.push_back(t);
+    const double bound = std::sqrt(3.0 / double(p.shape[1]));
+    const at::Tensor f = t.to(at::kFloat);
+    EXPECT_LE(f.abs().max().item<double>(), bound * 1.01) << p.key;
+    EXPECT_NEAR(f.abs().mean().item<double>(), bound / 2, bound * 0.02) << p.key;
+    EXPECT_TRUE(at::equal(t, b.at(p.key))) << p.key;
+  }
+  ASSERT_GE(large.size(), 2u);
+  EXPECT_FALSE(at::equal(large[0], large[1]));
+  const at::Tensor y =
+      seedvr2::DitNetwork(arch, a, {}).forward(at::randn({1, 2, 2, 33}), at::randn({3, 16}), 1000);
+  EXPECT_TRUE(at::isfinite(y).all().item<bool>());
+}
+
 }  // namespace
