@@ -44,6 +44,18 @@ ChunkRule make_chunk_rule(const ModelTraits& traits, const SliceRule& slices,
   if (chunk_frames <= 0) chunk_frames = kDefaultChunkFrames;
   ChunkRule rule;
   rule.causal = traits.causal_state;
+  if (!rule.causal && traits.slice_overlap > 0) {
+    // Whole batches: boundaries where a batch's new frames start (a seam), after the first.
+    const int64_t stride = slices.slice_frames;
+    const int64_t k = std::max<int64_t>(1, chunk_frames / stride);
+    rule.first_frames = k * stride;
+    rule.frames = k * stride;
+    rule.align_first = stride;
+    rule.align = stride;
+    rule.context_before = stride;
+    rule.context_after = traits.slice_overlap;
+    return rule;
+  }
   if (rule.causal) {
     // Whole slices, so that every slice is the one a single run feeds the model.
     const int64_t k = std::max<int64_t>(1, chunk_frames / slices.slice_frames);
@@ -91,7 +103,8 @@ std::vector<ChunkRange> plan_chunks(int64_t frames, const ChunkRule& rule) {
   while (first < frames) {
     const int64_t want = first == 0 ? rule.first_frames : rule.frames;
     const int64_t last = std::min(frames, first + std::max<int64_t>(want, 1)) - 1;
-    out.push_back({first, last, rule.causal ? first : 0, 0});
+    out.push_back({first, last, rule.causal ? first : std::min(first, rule.context_before),
+                   last + 1 < frames ? rule.context_after : 0});
     first = last + 1;
   }
   return out;
@@ -140,7 +153,8 @@ ChunkRange range_chunk(int64_t first, int64_t last, int64_t frames, const ChunkR
                     " for this model: " + boundary_hint(last + 1, rule),
                 kExitDataErr);
   }
-  return {first, last, rule.causal ? first : 0, 0};
+  return {first, last, rule.causal ? first : std::min(first, rule.context_before),
+          to_end ? 0 : rule.context_after};
 }
 
 std::pair<int64_t, int64_t> parse_frame_range(const std::string& text) {
@@ -807,6 +821,7 @@ void run_chunk(const FarmPlan& plan, const Chunk& c, const FarmOptions& options,
   run.write_from_frame = c.range.first_frame;
   // The last chunk reads to the end of the stream, whatever the frame count said.
   run.end_frame = last ? -1 : c.range.last_frame + 1 + c.range.context_after;
+  run.write_to_frame = last ? -1 : c.range.last_frame + 1;
   const int64_t first = c.range.first_frame, last_frame = c.range.last_frame;
   int64_t frames_done = 0;
   run.on_slice = [&journal, &frames_done, &options, first, last_frame](int64_t slice,

@@ -9,6 +9,10 @@
 // Chunk boundaries (plan_chunks):
 //  - Frame-to-frame models (causal_state false: lanczos, bicubic, TorchScript upscalers): chunks
 //    of `chunk_frames` (rounded to the model's frame group), no context frames.
+//  - Models of independent overlapping batches (slice_overlap > 0: SeedVR2): chunks of whole
+//    batches (k · stride frames, stride = batch − overlap), each after the first starting at a
+//    seam; it also runs the batch before (context_before = stride) and reads the overlap after
+//    its end (context_after), writing only its own frames: the seams come out as in a whole run.
 //  - Causal models (causal_state true: the Wan VAE): the exact output of a frame depends on every
 //    frame before it, so a chunk's context_before is ALL preceding frames (exact, at the cost of
 //    decoding and running the model over the prefix: chunk k of n costs about k+1 chunks of work).
@@ -66,6 +70,11 @@ struct ChunkRule {
   int64_t frames = 0;        // frames of every later chunk (the last may be shorter)
   int64_t align_first = 0;   // chunk starts after 0 are align_first + k * align (k >= 0)
   int64_t align = 1;
+  // Models with overlapping slices (ModelTraits::slice_overlap): a chunk after the first also
+  // runs the slice before its first frame (context_before) and reads the frames its last slice
+  // repeats into the next (context_after), so its seams are blended as a whole run blends them.
+  int64_t context_before = 0;
+  int64_t context_after = 0;
 };
 
 // `slices` is the job's slice rule for the model (scheduler/tasks.h job_slice_rule); chunk_frames

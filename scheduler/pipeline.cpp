@@ -201,6 +201,7 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
         ctx.tile_index = job->tile;
         ctx.tiles = tiles;
         ctx.padded_frames = job->slice->padded;
+        if (!job->slice->frames.empty()) ctx.first_frame = job->slice->frames.front().index;
         parallel::DeviceWorker& device_worker = *workers[size_t(taken.second)];
         ctx.device = device_worker.context();
         // A session that can hands its output back before its last copies land (the blender
@@ -258,6 +259,7 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
           p.result->last = work.last;
           p.result->frames = work.frames;
           p.result->padded = work.padded;
+          p.result->overlap = work.overlap;
         }
         if (tiles == 1) {
           p.result->output = std::move(job->output);

@@ -36,6 +36,9 @@ struct SliceWork {
   Planar input;                   // [C, T, H, W] model input (padding frames included)
   std::vector<FrameMeta> frames;  // the real frames of this slice (without padding)
   int padded = 0;                 // frames appended by repeating the last one
+  // Leading frames the slice repeats from the one before (ModelTraits::slice_overlap; in
+  // `frames` too): scheduler/slice_overlap.h cross-fades their two outputs.
+  int overlap = 0;
 };
 
 struct SliceResult {
@@ -45,6 +48,7 @@ struct SliceResult {
   Planar output;                  // [C', T', H', W'] blended model output
   std::vector<FrameMeta> frames;  // metadata of the input frames of the slice
   int padded = 0;
+  int overlap = 0;  // as SliceWork::overlap
 };
 
 // Produces slices in order; called from one thread at a time. Returns false when done.

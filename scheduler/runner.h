@@ -46,6 +46,9 @@ struct RunOptions {
   // through the model, to rebuild a causal model's state, but not written (the sink drops them:
   // VideoFileSink::set_write_from). <= first_frame: no context.
   int64_t write_from_frame = 0;
+  // Farm context after the chunk: frames [write_to_frame, end_frame) are read (models whose
+  // slices overlap: the last slice's repeated frames) but not written. < 0: write to the end.
+  int64_t write_to_frame = -1;
   // Called after each slice is written, with the slice index and the frames written so far (the
   // farm journal records them). Called from the sink's thread, one call at a time.
   std::function<void(int64_t slice, int64_t frames_written)> on_slice;

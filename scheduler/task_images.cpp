@@ -13,6 +13,7 @@
 #include "io/video_reader.h"
 #include "io/video_writer.h"
 #include "scheduler/preflight.h"
+#include "scheduler/slice_overlap.h"
 #include "scheduler/tasks.h"
 #include "scheduler/video_stages.h"
 #include "src/base/error.h"
@@ -165,13 +166,18 @@ PendingOutput upscale_to_images(const JobSpec& job, const ModelSet& models,
   if (info.alpha) source.set_alpha_store(&alpha);
   ImageSink sink(single.get(), folder ? &*folder : nullptr, config, first_number, input,
                  info.alpha ? &alpha : nullptr, &progress);
+  // Batches that repeat the frames before them, cross-faded at their seams.
+  OverlapSource overlapped(source, traits.slice_overlap);
+  OverlapSink blended(sink, traits.slice_overlap);
+  const bool overlap = traits.slice_overlap > 0;
   auto sessions = models.open_sessions();
   pipeline.devices = models.session_devices();
   const DeviceMeter meter(models);
   progress.begin(input, std::max<int64_t>(info.frames_estimate, 0));
   PipelineStats stats;
   pipeline.stats = &stats;
-  run_pipeline(source, sessions, sink, pipeline);
+  run_pipeline(overlap ? static_cast<SliceSource&>(overlapped) : source, sessions,
+               overlap ? static_cast<SliceSink&>(blended) : sink, pipeline);
   std::map<std::string, double> device_metrics = meter.metrics(sessions);
   sessions.clear();
   progress.end();

@@ -13,11 +13,13 @@
 #include "parallel/halo_nccl.h"
 #include "parallel/placed_session.h"
 #include "parallel/sequence_parallel.h"
+#include "scheduler/slice_overlap.h"
 #include "scheduler/upscale_yuv.h"
 #include "scheduler/video_stages.h"
 #include "src/base/clock.h"
 #include "src/base/error.h"
 #include "src/base/log.h"
+#include "src/models/tensor_model.h"
 
 namespace wm::sched {
 
@@ -215,9 +217,17 @@ std::vector<Device> ModelSet::session_devices() const {
 TilePlan plan_job_tiles(const JobSpec& job, const ModelTraits& traits, int width, int height) {
   const TilingSpec& t = job.tiling;
   const bool tiled = t.enabled && !t.automatic;
+  // A model that makes the short side a given size: that ratio, per input.
+  const int num = traits.target_short_side > 0 ? traits.target_short_side : traits.scale_num;
+  const int den =
+      traits.target_short_side > 0 ? std::max(1, std::min(width, height)) : traits.scale_den;
+  if (tiled && (traits.target_short_side > 0 || traits.slice_overlap > 0)) {
+    throw ConfigError(job.file, job.line, "tiling",
+                      "kind " + job.model.kind + " runs whole frames (use tiling: none)");
+  }
   try {
     return plan_tiles(width, height, tiled ? t.tile_width : 0, tiled ? t.tile_height : 0, t.overlap,
-                      traits.halo, traits.scale_num, traits.scale_den, traits.size_multiple,
+                      traits.halo, num, den, traits.size_multiple,
                       /*feather=*/!traits.halo_exact);
   } catch (const std::invalid_argument& e) {
     throw ConfigError(job.file, job.line, "tiling", e.what());
@@ -230,6 +240,12 @@ int decode_slice_frames(const JobSpec& job) {
 
 SliceRule job_slice_rule(const JobSpec& job, const ModelTraits& traits, int out_width,
                          int out_height) {
+  if (traits.slice_frames > 0 || traits.slice_overlap > 0) {
+    // The model's batches: `slice_frames` new frames each (the job's, else the model's), the
+    // first also holding the frames later slices repeat (scheduler/slice_overlap.h).
+    const int stride = job.slice_frames > 0 ? job.slice_frames : std::max(1, traits.slice_frames);
+    return make_slice_rule(stride, 1, traits.slice_overlap);
+  }
   const bool temporal = traits.causal_state || traits.frame_group > 1;
   const int64_t frame_bytes = int64_t(traits.out_channels) * out_width * out_height * 4;
   return make_slice_rule(auto_slice_frames(job.slice_frames, temporal, frame_bytes),
@@ -325,6 +341,9 @@ class UpscaleRunner : public FinishingRunner {
   PendingOutput run(const std::string& input, const std::string& output, const RunOptions& options,
                     Progress& progress, bool background) override {
     if (is_tensor_file(input)) {
+      if (dynamic_cast<const TensorModel*>(&models_.model())) {
+        return PendingOutput(run_tensor_model(job_, models_, input, output, progress));
+      }
       return PendingOutput(upscale_tensor(job_, models_, input, output, options, progress));
     }
     if (is_tensor_file(output)) {
@@ -369,6 +388,11 @@ class UpscaleRunner : public FinishingRunner {
     }
     VideoSliceSource source(reader, rule, {}, options.first_frame, options.end_frame);
     VideoFileSink sink(*writer, config.width, config.height, /*same_timing=*/true, {}, &progress);
+    // Batches that repeat the frames before them, cross-faded at their seams.
+    OverlapSource overlapped(source, traits.slice_overlap);
+    OverlapSink blended(sink, traits.slice_overlap);
+    const bool overlap = traits.slice_overlap > 0;
+    if (options.write_to_frame >= 0) blended.set_end(options.write_to_frame);
     // The source's alpha goes around the model (which takes RGB) and is resized to the output.
     AlphaStore alpha;
     if (info.alpha) {
@@ -385,17 +409,20 @@ class UpscaleRunner : public FinishingRunner {
 
     int64_t frames_total = info.frames_estimate - write_from;
     if (options.end_frame >= 0) frames_total = options.end_frame - write_from;
+    if (options.write_to_frame >= 0) frames_total = options.write_to_frame - write_from;
     progress.begin(input, std::max<int64_t>(frames_total, 0));
     PipelineStats stats;
     pipeline.stats = &stats;
-    run_pipeline(source, sessions, sink, pipeline);
+    run_pipeline(overlap ? static_cast<SliceSource&>(overlapped) : source, sessions,
+                 overlap ? static_cast<SliceSink&>(blended) : sink, pipeline);
     std::map<std::string, double> device_metrics = meter.metrics(sessions);
     sessions.clear();
     progress.end();
     TaskResult partial{0, stage_metrics(stats), reader.decoder_name()};
     partial.metrics.insert(device_metrics.begin(), device_metrics.end());
     partial.metrics["sink_extract_seconds"] = sink.extract_seconds();
-    const int64_t expected = source.frames_read() - sink.frames_dropped();
+    const int64_t expected =
+        (overlap ? blended.frames_passed() : source.frames_read()) - sink.frames_dropped();
     return finish_video(std::move(writer), std::move(partial), background,
                         [output, expected](int64_t written) {
                           if (written != expected) {
@@ -446,6 +473,7 @@ class UpscaleRunner : public FinishingRunner {
 
 std::unique_ptr<TaskRunner> make_task_runner(const JobSpec& job) {
   if (job.task == Task::kUpscale) return std::make_unique<UpscaleRunner>(job);
+  if (job.task == Task::kDit) return make_tensor_task_runner(job);
   return make_latent_task_runner(job);
 }
 

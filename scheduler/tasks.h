@@ -240,6 +240,14 @@ PendingOutput upscale_to_images(const JobSpec& job, const ModelSet& models,
                                 const std::string& input, const std::string& output,
                                 const RunOptions& options, Progress& progress, bool background);
 
+// A job on a model that runs on named tensors (src/models/tensor_model.h), task_tensors.cpp:
+// `input` (.safetensors) → `output` (.safetensors): task dit (the input's tensors as they are),
+// or upscale (the tensor job.input_tensor); with job.debug_tensors every intermediate too.
+TaskResult run_tensor_model(const JobSpec& job, const ModelSet& models, const std::string& input,
+                            const std::string& output, Progress& progress);
+// The runner of task dit (task_tensors.cpp).
+std::unique_ptr<TaskRunner> make_tensor_task_runner(const JobSpec& job);
+
 // Implemented in task_latents.cpp.
 std::unique_ptr<TaskRunner> make_latent_task_runner(const JobSpec& job);
 

@@ -41,6 +41,8 @@ const char* to_string(Task t) {
       return "encode_latents";
     case Task::kReconstruct:
       return "reconstruct";
+    case Task::kDit:
+      return "dit";
   }
   return "?";
 }
@@ -129,10 +131,10 @@ struct KeyTable {
 };
 
 const KeyTable kTopKeys{
-    "",
-    {"job", "task", "input", "output", "on_exists", "model", "precision", "devices", "tiling",
-     "slice_frames", "tokens", "encode", "fps", "input_tensor", "max_error_rate", "decode",
-     "offload", "deinterlace", "parallel"}};
+    "", {"job",       "task",         "input",          "output",       "on_exists", "model",
+         "precision", "devices",      "tiling",         "slice_frames", "tokens",    "encode",
+         "fps",       "input_tensor", "max_error_rate", "decode",       "offload",   "deinterlace",
+         "parallel",  "resolution",   "debug_tensors"}};
 // `kind` and every option key of the registry's kinds.
 std::vector<std::string> model_keys() {
   std::vector<std::string> keys = {"kind"};
@@ -531,7 +533,8 @@ class MapView {
 const std::vector<std::pair<std::string, Task>> kTasks = {{"upscale", Task::kUpscale},
                                                           {"decode_latents", Task::kDecodeLatents},
                                                           {"encode_latents", Task::kEncodeLatents},
-                                                          {"reconstruct", Task::kReconstruct}};
+                                                          {"reconstruct", Task::kReconstruct},
+                                                          {"dit", Task::kDit}};
 const std::vector<std::pair<std::string, OnExists>> kOnExists = {
     {"fail", OnExists::kFail}, {"skip", OnExists::kSkip}, {"overwrite", OnExists::kOverwrite}};
 const std::vector<std::pair<std::string, Precision>> kPrecisions = {
@@ -562,6 +565,8 @@ std::vector<std::string> model_tasks(Task task) {
       return {"encode"};
     case Task::kReconstruct:
       return {"encode", "decode"};
+    case Task::kDit:
+      return {"dit"};
   }
   return {};
 }
@@ -715,6 +720,14 @@ class JobParser {
       only_for_tasks(*f, {Task::kUpscale, Task::kEncodeLatents, Task::kReconstruct});
       job_.deinterlace = get_enum(*f, kDeinterlaceModes);
     }
+    if (const Field* f = top_.find("resolution")) parse_resolution(*f);
+    if (const Field* f = top_.find("debug_tensors")) {
+      only_for_tasks(*f, {Task::kUpscale, Task::kDit});
+      job_.debug_tensors = get_bool(*f);
+      if (job_.debug_tensors && !ends_with(job_.output, ".safetensors")) {
+        fail(*f, "needs a .safetensors output (the intermediates are tensors)");
+      }
+    }
     return job_;
   }
 
@@ -754,6 +767,8 @@ class JobParser {
     }
     if (job_.task == Task::kEncodeLatents) {
       if (!ends_with(tmpl, ".safetensors")) fail(f, "must end with .safetensors (latents)");
+    } else if (job_.task == Task::kDit) {
+      if (!ends_with(tmpl, ".safetensors")) fail(f, "must end with .safetensors (task dit)");
     } else {
       // decode_latents may also write the decoded frames as a tensor (unclamped float32).
       // So may upscale (raw, unclamped network output; tests/golden runs).
@@ -801,6 +816,9 @@ class JobParser {
       case Task::kReconstruct:
         m.task = "encode";
         break;
+      case Task::kDit:
+        m.task = "dit";
+        break;
     }
     const std::vector<std::string> kinds = kinds_for_tasks(model_tasks(job_.task));
     const Field* f = top_.find("model");
@@ -834,6 +852,39 @@ class JobParser {
     if (spec.parse) spec.parse(ModelOptionReader(model, job_.dir), m);
     // logvar (seedvr2-vae) is written by encode_latents only.
     if (const Field* f = model.find("logvar")) only_for_tasks(*f, {Task::kEncodeLatents});
+  }
+
+  // `resolution`: the output's short side (a number), or [height, width] of SeedVR2's official
+  // area rule, which crops to multiples of 16 and so applies to .safetensors frames only.
+  void parse_resolution(const Field& f) {
+    only_for_tasks(f, {Task::kUpscale});
+    const ModelKind* kind = find_model_kind(job_.model.kind);
+    if (!kind || !kind->resolution) {
+      std::vector<std::string> names;
+      for (const ModelKind& k : model_kinds()) {
+        if (k.resolution) names.push_back(k.name);
+      }
+      fail(f, "applies only to kind " + one_of(names) + " (kind is " + job_.model.kind +
+                  "; other kinds take model.scale)");
+    }
+    if (f.node.IsSequence()) {
+      const std::vector<Field> items = get_list(f, 2, 2);
+      job_.model.resolution = {int(get_int(items[0], 16, 16384)),
+                               int(get_int(items[1], 16, 16384))};
+      for (size_t i = 0; i < job_.inputs.size(); ++i) {
+        if (!ends_with(job_.inputs[i], ".safetensors")) {
+          fail(f,
+               "[height, width] (the official area rule, which crops the frame to multiples of "
+               "16) applies to .safetensors inputs; for videos give the short side "
+               "(resolution: 1080) or model.scale");
+        }
+      }
+    } else {
+      job_.model.resolution = {int(get_int(f, 16, 16384))};
+    }
+    if (const Field* m = top_.find("model"); m && m->node.IsMap() && m->node["scale"]) {
+      fail(f, "give either resolution or model.scale, not both");
+    }
   }
 
   // The SeedVR2 encoder's stride-2 time convolutions carry one frame between slices, which is

@@ -18,7 +18,7 @@ class Node;
 namespace wm {
 
 enum class OnExists { kFail, kSkip, kOverwrite };
-enum class Task { kUpscale, kDecodeLatents, kEncodeLatents, kReconstruct };
+enum class Task { kUpscale, kDecodeLatents, kEncodeLatents, kReconstruct, kDit };
 // How input video is decoded: software (libavcodec on the CPU), nvdec (NVDEC on the job's first
 // GPU, GPU 0 when the job runs on the CPU; software where that fails), auto (nvdec when the job's
 // devices include a GPU, else software).
@@ -114,6 +114,9 @@ struct JobSpec {
   std::string output_settings;
   DeinterlaceMode deinterlace = DeinterlaceMode::kAuto;
   ParallelSpec parallel;
+  // `debug_tensors`: a tensor job (task dit, or upscale of a .safetensors input by a model that
+  // runs on tensors) also writes every intermediate into its output.
+  bool debug_tensors = false;
 };
 
 // Replaces the job's devices with a command-line value (`wmbatch --devices`): "cpu", "auto" or

@@ -76,6 +76,10 @@ struct ModelConfig {
   // tiles) from the device's memory budget and retries a call that runs out of memory with
   // smaller ones (realesrgan); others run whole frames.
   bool auto_tiles = false;
+  // The job's `resolution:` (kinds that size their output themselves, registry ModelKind::
+  // resolution): one number, the output's short side; two, [height, width] of SeedVR2's official
+  // area rule. Empty: not given.
+  std::vector<int> resolution;
   // Wan2.1 execution choices, "key=value,..." (wan21::Tuning; the job's `model.tuning`, wmbench
   // --tuning): they change rounding only, never the function computed. Empty: the defaults.
   std::string tuning;
@@ -104,6 +108,16 @@ struct ModelTraits {
   int frame_group = 1;
   int frame_offset = 0;
   std::vector<Precision> precisions = {Precision::kFloat32};
+  // > 0: the model resizes every frame so that its short side is this many pixels (output =
+  // input × target / short side, each side floored) instead of scale_num / scale_den.
+  int target_short_side = 0;
+  // > 0: the model's own slice length (new frames per slice) when the job leaves slice_frames at
+  // 0 (SeedVR2: a temporal batch less its overlap).
+  int slice_frames = 0;
+  // > 0: each slice after the first also holds the last `slice_overlap` frames of the one before
+  // (context: RunContext::first_frame counts them); the scheduler cross-fades the two outputs of
+  // those frames. Slices are then independent of each other (no causal state needed).
+  int slice_overlap = 0;
   // The model can run one slice as several ranks that split its frames in time, exchanging
   // causal history through RunContext::halo (parallel/sequence_parallel.h).
   bool sequence_parallel = false;
@@ -120,7 +134,8 @@ struct RunContext {
   bool last_slice = true;
   int tile_index = 0;
   int tiles = 1;
-  int padded_frames = 0;  // trailing input frames that repeat the last real one (not real)
+  int padded_frames = 0;    // trailing input frames that repeat the last real one (not real)
+  int64_t first_frame = 0;  // the source index of the slice's first frame
   // The device worker running this call (src/exec/device_context.h): its streams, pinned
   // staging, memory budget. nullptr when the caller runs the session directly (CPU models need
   // none; a CUDA session then computes on the current stream with plain copies where it can).

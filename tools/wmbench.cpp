@@ -14,6 +14,7 @@ const char* kUsage =
     "  vae-decode   Wan2.1 VAE decode speed and peak memory (random weights)\n"
     "  vae-job      end-to-end decode_latents job (→ H.264) vs decode only (random weights)\n"
     "  seedvr2      SeedVR2 VAE decode/encode speed and peak memory (random weights)\n"
+    "  seedvr2-upscale  the whole SeedVR2 upscale of one batch, per stage (random weights)\n"
     "  BENCH --help for its options\n";
 }
 
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   if (bench == "vae-decode") return bench_vae_decode(argc - 1, argv + 1);
   if (bench == "vae-job") return bench_vae_job(argc - 1, argv + 1);
   if (bench == "seedvr2") return bench_seedvr2(argc - 1, argv + 1);
+  if (bench == "seedvr2-upscale") return bench_seedvr2_upscale(argc - 1, argv + 1);
   std::fprintf(stderr, "wmbench: unknown benchmark '%s'\n%s", bench.c_str(), kUsage);
   return 64;
 }

@@ -8,6 +8,7 @@
 #include "src/models/aoti.h"
 #include "src/models/realesrgan.h"
 #include "src/models/resample.h"
+#include "src/models/seedvr2_upscale.h"
 #include "src/models/seedvr2_vae.h"
 #include "src/models/torch_side.h"
 #include "src/models/torchscript.h"
@@ -93,6 +94,83 @@ void parse_realesrgan(const OptionReader& r, ModelConfig& m) {
   m.options = std::move(options);
 }
 
+// `text_embedding`: FILE, or FILE#TENSOR for a file of several tensors.
+void parse_text_embedding(const OptionReader& r, models::Seedvr2Options& options) {
+  std::string text = r.get_path("text_embedding", {});
+  const size_t hash = text.rfind('#');
+  if (hash != std::string::npos && text.find('/', hash) == std::string::npos) {
+    options.text_tensor = text.substr(hash + 1);
+    text.resize(hash);
+    if (options.text_tensor.empty()) r.fail("text_embedding", "names no tensor after '#'");
+  }
+  const auto ends = [&](const std::string& tail) {
+    return text.size() >= tail.size() &&
+           text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  if (!ends(".pt") && !ends(".pth") && !ends(".safetensors")) {
+    r.fail("text_embedding",
+           "must be a .pt, .pth or .safetensors file (pos_emb.pt), optionally "
+           "with #TENSOR");
+  }
+  options.text_embedding = text;
+}
+
+// seedvr2: the DiT and VAE files, the text embedding ("FILE#TENSOR" names a tensor of a file
+// of several), the run's choices.
+void parse_seedvr2(const OptionReader& r, ModelConfig& m) {
+  auto options = std::make_shared<models::Seedvr2Options>();
+  const std::vector<std::string> weights = {".safetensors", ".pth", ".pt"};
+  // Task dit (the DiT alone, on the inputs' own text) needs only the DiT.
+  const bool upscale = m.task == "upscale";
+  for (const char* key : {"dit", "vae", "text_embedding"}) {
+    if (!r.has(key) && (upscale || std::string(key) == "dit")) {
+      r.fail(key, std::string("required for kind seedvr2") + (upscale ? " (task upscale)" : ""));
+    }
+  }
+  options->dit =
+      r.get_path("dit", weights, "seedvr2_ema_3b.pth, seedvr2_ema_7b.pth or a conversion");
+  if (r.has("vae")) options->vae = r.get_path("vae", weights, "ema_vae.pth or a conversion");
+  if (r.has("text_embedding")) parse_text_embedding(r, *options);
+  if (r.has("noise")) options->noise = r.get_path("noise", {".safetensors"});
+  if (r.has("heads")) options->heads = int(r.get_int("heads", 1, 1024));
+  if (r.has("norm_groups")) m.norm_groups = int(r.get_int("norm_groups", 1, 4096));
+  if (r.has("seed")) options->seed = r.get_int("seed", 0, (1LL << 53));
+  if (r.has("color_fix")) {
+    const std::string c = r.get_string("color_fix");
+    if (c == "wavelet") {
+      options->color_fix = models::Seedvr2Options::ColorFix::kWavelet;
+    } else if (c == "adain") {
+      options->color_fix = models::Seedvr2Options::ColorFix::kAdain;
+    } else if (c == "none") {
+      options->color_fix = models::Seedvr2Options::ColorFix::kNone;
+    } else {
+      r.fail("color_fix", "must be wavelet, adain or none (got '" + c + "')");
+    }
+  }
+  if (r.has("scale")) options->scale = int(r.get_int("scale", 1, 8));
+  if (r.has("batch_frames")) {
+    options->batch_frames = int(r.get_int("batch_frames", 1, 4097));
+    if (options->batch_frames % 4 != 1) {
+      r.fail("batch_frames",
+             "must be 4n + 1 frames (the VAE's time grouping), e.g. 21 or 45 (got " +
+                 std::to_string(options->batch_frames) + ")");
+    }
+  }
+  if (r.has("batch_overlap")) {
+    options->batch_overlap = int(r.get_int("batch_overlap", 0, 4096));
+  } else {
+    options->batch_overlap = std::min(options->batch_overlap, (options->batch_frames - 1) / 2);
+  }
+  // Each seam's frames belong to two batches only: the overlap at most half a batch.
+  if (2 * options->batch_overlap >= options->batch_frames) {
+    r.fail(r.has("batch_overlap") ? "batch_overlap" : "batch_frames",
+           "batch_overlap (" + std::to_string(options->batch_overlap) +
+               ") must be less than half of batch_frames (" +
+               std::to_string(options->batch_frames) + ")");
+  }
+  m.options = std::move(options);
+}
+
 // torchscript and aoti: a user's module with a declared (or probed) scale and halo.
 void parse_scripted(const OptionReader& r, ModelConfig& m) {
   m.weights = required_weights(
@@ -146,6 +224,9 @@ std::unique_ptr<Model> make_wan21_vae(const ModelConfig& c, const Device& d) {
 std::unique_ptr<Model> make_seedvr2_vae(const ModelConfig& c, const Device& d) {
   return models::torch_models().make_seedvr2_vae(c, d);
 }
+std::unique_ptr<Model> make_seedvr2(const ModelConfig& c, const Device& d) {
+  return models::torch_models().make_seedvr2(c, d);
+}
 
 // The kinds, in the order documentation and error messages list them. A new kind is one entry.
 std::vector<ModelKind> build_kinds() {
@@ -173,6 +254,12 @@ std::vector<ModelKind> build_kinds() {
       entry("seedvr2-vae", {"decode", "encode"},
             {"weights", "norm_groups", "latent_scale", "latent_shift", "logvar", "tuning"},
             parse_seedvr2_vae, make_seedvr2_vae));
+  kinds.back().cpu_precisions = {Precision::kFloat32, Precision::kBFloat16};
+  kinds.push_back(entry("seedvr2", {"upscale", "dit"},
+                        {"dit", "vae", "text_embedding", "noise", "heads", "norm_groups", "seed",
+                         "color_fix", "scale", "batch_frames", "batch_overlap"},
+                        parse_seedvr2, make_seedvr2));
+  kinds.back().resolution = true;
   kinds.back().cpu_precisions = {Precision::kFloat32, Precision::kBFloat16};
   return kinds;
 }

@@ -49,8 +49,8 @@ class OptionReader {
 
 struct ModelKind {
   std::string name;
-  // Model tasks it runs: "upscale", "decode", "encode" (config.task). A job task needs all of
-  // its model tasks (reconstruct: encode and decode).
+  // Model tasks it runs: "upscale", "decode", "encode", "dit" (config.task). A job task needs all
+  // of its model tasks (reconstruct: encode and decode).
   std::vector<std::string> tasks;
   // Keys of `model:` besides `kind`.
   std::vector<std::string> options;
@@ -60,6 +60,8 @@ struct ModelKind {
   std::unique_ptr<Model> (*make)(const ModelConfig& config, const Device& device) = nullptr;
   // Not empty: this build cannot run the kind, and says why (validation fails with it).
   std::string unavailable;
+  // The kind sizes its output by the job's `resolution:` (ModelConfig::resolution).
+  bool resolution = false;
   // Precisions the kind runs in on the CPU (a job on `devices: cpu` asking for another fails
   // validation); empty: any.
   std::vector<Precision> cpu_precisions;

@@ -38,6 +38,7 @@
 #include "src/models/seedvr2_blocks.h"
 #include "src/models/state_tensor.h"
 #include "src/models/tensor.h"
+#include "src/models/weights_file.h"
 
 namespace wm::models {
 
@@ -84,12 +85,6 @@ int64_t available_host_memory() {
   return int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
 }
 
-std::string shape_string(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -101,63 +96,8 @@ bool is_decoder(const ModelConfig& config) {
   throw ModelError("seedvr2-vae: task must be decode or encode, not '" + config.task + "'");
 }
 
-at::ScalarType file_dtype(const std::string& dtype) {
-  if (dtype == "F32") return at::kFloat;
-  if (dtype == "F16") return at::kHalf;
-  if (dtype == "BF16") return at::kBFloat16;
-  if (dtype == "F64") return at::kDouble;
-  return at::ScalarType::Undefined;
-}
-
 // Host float32 parameters by key.
 using ParamMap = std::map<std::string, at::Tensor>;
-
-// The tensors of a checkpoint file: name → dtype, shape, bytes. `.safetensors`, or the release
-// `.pth` (torch.save zip) through the restricted pickle reader (io/torch_pickle.h: nothing in the
-// file runs): a bare state dict, or one nested under "state_dict". Its tensors must be stored
-// contiguously (state dicts are); another layout is named.
-class Checkpoint {
- public:
-  explicit Checkpoint(const std::string& path) : path_(path) {
-    try {
-      if (ends_with(path, ".pth") || ends_with(path, ".pt")) {
-        torch_.emplace(path);
-        const std::map<std::string, io::TorchTensor>* dict = &torch_->tensors();
-        if (dict->empty()) dict = &torch_->dict("state_dict");
-        for (const auto& [name, t] : *dict) {
-          if (!t.contiguous()) {
-            throw ModelError(path + ": tensor " + name + " is not stored contiguously");
-          }
-          size_t n = 1;
-          for (int64_t d : t.shape) n *= size_t(d);
-          io::TensorInfo info;
-          info.dtype = t.dtype;
-          info.shape = t.shape;
-          info.data = t.data;
-          info.bytes = n * t.element_size;
-          tensors_.emplace(name, std::move(info));
-        }
-        return;
-      }
-      file_.emplace(path);
-    } catch (const InputError& e) {
-      throw ModelError(e.what(), e.exit_code());
-    }
-    for (const std::string& name : file_->names()) tensors_.emplace(name, file_->info(name));
-  }
-  const std::string& path() const { return path_; }
-  const std::map<std::string, io::TensorInfo>& tensors() const { return tensors_; }
-  const io::TensorInfo* find(const std::string& name) const {
-    auto it = tensors_.find(name);
-    return it == tensors_.end() ? nullptr : &it->second;
-  }
-
- private:
-  std::string path_;
-  std::optional<io::SafetensorsFile> file_;
-  std::optional<io::TorchCheckpoint> torch_;
-  std::map<std::string, io::TensorInfo> tensors_;
-};
 
 // The architecture and parameters of the half (`decoder` or encoder) a task needs. Keys of that
 // half must be present with the shapes the architecture implies; keys of the other half are
@@ -167,7 +107,7 @@ ParamMap load_params(const ModelConfig& config, bool decoder, Architecture& arch
   if (config.weights.empty()) {
     throw ModelError("seedvr2-vae: model.weights (a .safetensors or .pth file) is required");
   }
-  const Checkpoint file(config.weights);
+  const WeightsFile file(config.weights);
   arch = seedvr2::infer_architecture(
       [&](const std::string& key) -> const std::vector<int64_t>* {
         const io::TensorInfo* t = file.find(key);
@@ -176,50 +116,19 @@ ParamMap load_params(const ModelConfig& config, bool decoder, Architecture& arch
       decoder, config.norm_groups);
   const std::vector<ParamSpec> specs = seedvr2::layout(arch);
 
-  std::vector<std::string> problems;
-  std::set<std::string> known;
+  std::vector<ExpectedTensor> expected;
   for (bool own : {true, false}) {
     for (const ParamSpec& spec : specs) {
-      if ((spec.decoder == decoder) != own) continue;
-      known.insert(spec.key);
-      const io::TensorInfo* info = file.find(spec.key);
-      if (!info) {
-        if (own) {
-          problems.push_back("missing key " + spec.key + " (expected shape " +
-                             shape_string(spec.shape) + ")");
-        }
-        continue;
-      }
-      if (info->shape != spec.shape) {
-        problems.push_back(spec.key + ": expected shape " + shape_string(spec.shape) +
-                           ", file has " + shape_string(info->shape));
-      } else if (file_dtype(info->dtype) == at::ScalarType::Undefined) {
-        problems.push_back(spec.key + ": dtype " + info->dtype +
-                           " is not supported (F32, F16, BF16, F64)");
-      }
+      if ((spec.decoder == decoder) == own) expected.push_back({spec.key, spec.shape, own});
     }
   }
-  for (const auto& [name, info] : file.tensors()) {
-    if (!known.count(name)) problems.push_back("unexpected key " + name);
-  }
-  if (!problems.empty()) {
-    std::string msg = file.path() + ": " + problems.front() + " (seedvr2-vae " + arch.str();
-    if (problems.size() > 1) {
-      msg += "; " + std::to_string(problems.size() - 1) + " more problem" +
-             (problems.size() > 2 ? "s" : "");
-    }
-    throw ModelError(msg + ")");
-  }
+  check_tensors(file, expected, "seedvr2-vae " + arch.str());
   arch.validate();
 
   ParamMap params;
   for (const ParamSpec& spec : specs) {
     if (spec.decoder != decoder) continue;
-    const io::TensorInfo& info = *file.find(spec.key);
-    // Copy out of the mapping (its data need not be aligned), then widen to float32.
-    at::Tensor t = at::empty(spec.shape, at::TensorOptions().dtype(file_dtype(info.dtype)));
-    std::memcpy(t.data_ptr(), info.data, info.bytes);
-    params.emplace(spec.key, t.to(at::kFloat));
+    params.emplace(spec.key, host_tensor(*file.find(spec.key)));
   }
   return params;
 }

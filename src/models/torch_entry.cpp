@@ -5,6 +5,7 @@
 #include "src/models/lanczos_resize.h"
 #include "src/models/realesrgan.h"
 #include "src/models/resample.h"
+#include "src/models/seedvr2_upscale.h"
 #include "src/models/seedvr2_vae.h"
 #include "src/models/tensor.h"
 #include "src/models/torch_side.h"
@@ -28,6 +29,7 @@ TorchModels make_table() {
   t.make_aoti = make_aoti;
   t.make_wan21_vae = make_wan21_vae;
   t.make_seedvr2_vae = make_seedvr2_vae;
+  t.make_seedvr2 = make_seedvr2;
   t.resample_torch = resample_torch;
   t.resize_plane = resize_plane;
   return t;

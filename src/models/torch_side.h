@@ -25,7 +25,7 @@ namespace wm::models {
 struct ResampleKernel;
 
 // Raised when the table changes shape: a wmbatch-torch.so of another build is refused.
-constexpr int kTorchModelsAbi = 1;
+constexpr int kTorchModelsAbi = 2;
 
 struct TorchModels {
   int abi = kTorchModelsAbi;
@@ -36,6 +36,7 @@ struct TorchModels {
   std::unique_ptr<Model> (*make_aoti)(const ModelConfig&, const Device&) = nullptr;
   std::unique_ptr<Model> (*make_wan21_vae)(const ModelConfig&, const Device&) = nullptr;
   std::unique_ptr<Model> (*make_seedvr2_vae)(const ModelConfig&, const Device&) = nullptr;
+  std::unique_ptr<Model> (*make_seedvr2)(const ModelConfig&, const Device&) = nullptr;
   // The built-in resampler on a GPU (resample.h: resample_torch).
   Planar (*resample_torch)(const ResampleKernel& kernel, Planar&& input,
                            const Device& device) = nullptr;

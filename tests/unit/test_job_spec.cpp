@@ -227,6 +227,7 @@ TEST(JobSpec, RegistryKindsValidateTheirOwnOptions) {
                            ? "input: a.mp4\noutput: o/{stem}.mp4\n"
                            : "task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n";
     yaml += "model: {kind: " + kind.name;
+    if (kind.name == "seedvr2") yaml += ", dit: d.pth, vae: v.pth, text_embedding: pos_emb.pt";
     if (std::find(kind.options.begin(), kind.options.end(), "weights") != kind.options.end()) {
       yaml += ", weights: " + std::string(kind.name == "realesrgan" || kind.name == "wan2.1-vae" ||
                                                   kind.name == "seedvr2-vae"
@@ -370,8 +371,8 @@ const BadJob kBadJobs[] = {
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n" VAE "precision: fp16\n",
      5, "precision", "on devices: cpu use fp32 or bf16"},
     {JOB "model:\n  kind: esrgan\n", 4, "model.kind",
-     "must be lanczos, bicubic, realesrgan, torchscript, aoti, wan2.1-vae or seedvr2-vae (got "
-     "'esrgan')"},
+     "must be lanczos, bicubic, realesrgan, torchscript, aoti, wan2.1-vae, seedvr2-vae or seedvr2 "
+     "(got 'esrgan')"},
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n"
      "model: {kind: wan21-vae}\n",
      4, "model.kind", "did you mean `wan2.1-vae`?"},
@@ -395,13 +396,14 @@ const BadJob kBadJobs[] = {
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n", 1, "model",
      "required for task decode_latents"},
     {JOB VAE, 3, "model.kind",
-     "task upscale needs kind lanczos, bicubic, realesrgan, torchscript or aoti"},
+     "task upscale needs kind lanczos, bicubic, realesrgan, torchscript, aoti or seedvr2"},
     {"task: reconstruct\ninput: a.mp4\noutput: o/{stem}.mp4\n"
      "model: {kind: torchscript, weights: m.pt}\n",
      4, "model.kind", "needs kind wan2.1-vae"},
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\nmodel:\n"
      "  kind: wan2.1-vae\n  weights: w.safetensors\n  scale: 2\n",
-     7, "model.scale", "applies only to kind lanczos, bicubic, realesrgan, torchscript or aoti"},
+     7, "model.scale",
+     "applies only to kind lanczos, bicubic, realesrgan, torchscript, aoti or seedvr2"},
     {JOB "model:\n  kind: lanczos\n  dim: 96\n", 5, "model.dim", "applies only to kind wan2.1-vae"},
     {"task: decode_latents\ninput: a.safetensors\noutput: o/{stem}.mp4\n"
      "model:\n  kind: wan2.1-vae\n  weights: w.safetensors\n  latent_std: [1, 1, 1, 1, 1, 1, 1, "
