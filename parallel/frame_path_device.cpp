@@ -23,6 +23,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "src/base/clock.h"
 #include "src/base/error.h"
 #include "src/base/log_text.h"
 #include "src/exec/device_context.h"
@@ -34,12 +35,6 @@ namespace wm::parallel {
 namespace {
 
 constexpr const char* kLogger = "frame_path";
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Host blocks of one size, pinned for a GPU. Blocks go back to the pool when their last
 // reference goes (any thread); the pool outlives them (each holds a reference to it).

@@ -16,17 +16,12 @@
 #include <thread>
 
 #include "io/segments.h"
+#include "src/base/clock.h"
 #include "src/base/error.h"
 #include "src/base/fs.h"
 
 namespace wm::sched {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // The extension of `path` with its dot ("" when none).
 std::string extension_of(const std::string& path) {

@@ -484,12 +484,13 @@ class UpscaleRunner : public FinishingRunner {
       segments = std::make_unique<SegmentEncoder>(each, split);
       sink = segments.get();
     }
+    const int threads = instances > 1 ? budget.encoder_threads : job_.encode.threads;
     log::get("upscale")->info(
-        "{}: device frame path on {} ({} lane{}), {} encoder{} ({} threads each), {} decoder "
-        "threads",
+        "{}: device frame path on {} ({} lane{}), {} encoder{} ({} threads{}), {} decoder threads",
         input, devices.front().str(), lanes.size(), lanes.size() > 1 ? "s" : "", instances,
         instances > 1 ? " instances on segments" : "",
-        instances > 1 ? budget.encoder_threads : job_.encode.threads, budget.decode_threads);
+        threads > 0 ? std::to_string(threads) : "auto", instances > 1 ? " each" : "",
+        budget.decode_threads);
     int64_t frames_total = reader.info().frames_estimate - run.write_from;
     if (options.end_frame >= 0) frames_total = options.end_frame - run.write_from;
     const DeviceMeter meter(models_);

@@ -13,16 +13,11 @@
 
 #include "io/yuv_image.h"
 #include "scheduler/tasks.h"
+#include "src/base/clock.h"
 #include "src/base/error.h"
 
 namespace wm::sched {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // A slice on its way from the reader to the encoder: its frames' timing and its launch.
 struct Pending {
@@ -339,6 +334,7 @@ DeviceRunResult run_device_upscale(io::VideoReader& reader, PlaneSink& sink,
       }
     } catch (...) {
       reader_failure = std::current_exception();
+      queue.stop();  // the slices still queued are not encoded
     }
     queue.close();
   });

@@ -14,6 +14,9 @@ const char* kUsage =
     "  vae-decode   Wan2.1 VAE decode speed and peak memory (random weights)\n"
     "  vae-job      end-to-end decode_latents job (→ H.264) vs decode only (random weights)\n"
     "  seedvr2      SeedVR2 VAE decode/encode speed and peak memory (random weights)\n"
+    "  e2e          a Real-ESRGAN upscale job beside its ceilings: the model alone, the encoder "
+    "alone\n"
+    "  segments     one encoder against several on segments of one output: speed, size, PSNR\n"
     "  BENCH --help for its options\n";
 }
 
@@ -29,6 +32,8 @@ int main(int argc, char** argv) {
   if (bench == "vae-decode") return bench_vae_decode(argc - 1, argv + 1);
   if (bench == "vae-job") return bench_vae_job(argc - 1, argv + 1);
   if (bench == "seedvr2") return bench_seedvr2(argc - 1, argv + 1);
+  if (bench == "e2e") return bench_e2e(argc - 1, argv + 1);
+  if (bench == "segments") return bench_segments(argc - 1, argv + 1);
   std::fprintf(stderr, "wmbench: unknown benchmark '%s'\n%s", bench.c_str(), kUsage);
   return 64;
 }
