@@ -5,7 +5,8 @@
 # (docs/testing.md has the numbers) — and LibTorch itself is not instrumented anyway. Covered:
 # the job parser and validator (with the model registry; model constructors stubbed as in the
 # fuzzer), geometry, safetensors and torch.save readers, everything libav (reader, writer,
-# stream copy, segments), the SQLite journal, and the fuzz seeds and regressions.
+# stream copy, segments), the SQLite journal, WATCH.yaml and the status page's request parsing,
+# and the fuzz seeds and regressions.
 set(WM_SANITIZE_TESTS test_fuzz_inputs test_geometry test_io test_io_carry test_job_spec
   test_journal test_safetensors test_torch_pickle)
 
@@ -13,11 +14,13 @@ add_library(wm_sanitize_core STATIC
   ${PROJECT_SOURCE_DIR}/src/job_spec.cpp ${PROJECT_SOURCE_DIR}/src/yaml_load.cpp
   ${PROJECT_SOURCE_DIR}/src/geometry.cpp ${PROJECT_SOURCE_DIR}/src/models/registry.cpp
   ${PROJECT_SOURCE_DIR}/tests/fuzz/model_stubs.cpp
-  ${PROJECT_SOURCE_DIR}/scheduler/journal.cpp ${PROJECT_SOURCE_DIR}/scheduler/sqlite.cpp)
+  ${PROJECT_SOURCE_DIR}/scheduler/journal.cpp ${PROJECT_SOURCE_DIR}/scheduler/sqlite.cpp
+  ${PROJECT_SOURCE_DIR}/scheduler/fingerprint.cpp ${PROJECT_SOURCE_DIR}/watch/watch_spec.cpp
+  ${PROJECT_SOURCE_DIR}/watch/http_request.cpp)
 target_include_directories(wm_sanitize_core PUBLIC ${PROJECT_SOURCE_DIR})
 # registry.cpp reads LibTorch's version header (kind aoti); no LibTorch library is linked.
 target_include_directories(wm_sanitize_core SYSTEM PRIVATE ${TORCH_INCLUDE_DIRS})
-target_link_libraries(wm_sanitize_core PUBLIC wm_base wm_safetensors yaml-cpp
+target_link_libraries(wm_sanitize_core PUBLIC wm_base wm_safetensors wm_io yaml-cpp
   nlohmann_json::nlohmann_json SQLite::SQLite3)
 wm_warnings(wm_sanitize_core)
 

@@ -290,7 +290,7 @@ int main(int argc, char** argv) {
   app.add_option("jobs", job_files, "job files (YAML), run in order")->type_name("JOB.yaml");
   app.add_option("--report", report,
                  "write a JSON summary per job (frames, seconds, fps, "
-                 "peak memory) to FILE")
+                 "peak memory) to FILE (new, or a previous report: nothing else is replaced)")
       ->type_name("FILE");
   app.add_option("--progress", progress,
                  "progress display: auto (bar on a TTY, else lines), "
