@@ -9,15 +9,23 @@ extern "C" {
 }
 
 namespace wm::io {
+namespace {
 
-bool yuv_native_format(int format) {
-  const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(AVPixelFormat(format));
-  if (!desc || desc->nb_components != 3) return false;
+// Planar, little-endian, no palette, alpha, RGB, float or Bayer: what both YUV readers take.
+bool plain_planar(const AVPixFmtDescriptor* desc) {
   constexpr uint64_t kRefused = AV_PIX_FMT_FLAG_BE | AV_PIX_FMT_FLAG_PAL |
                                 AV_PIX_FMT_FLAG_BITSTREAM | AV_PIX_FMT_FLAG_HWACCEL |
                                 AV_PIX_FMT_FLAG_RGB | AV_PIX_FMT_FLAG_ALPHA |
                                 AV_PIX_FMT_FLAG_FLOAT | AV_PIX_FMT_FLAG_BAYER;
-  if ((desc->flags & kRefused) || !(desc->flags & AV_PIX_FMT_FLAG_PLANAR)) return false;
+  return !(desc->flags & kRefused) && (desc->flags & AV_PIX_FMT_FLAG_PLANAR);
+}
+
+}  // namespace
+
+bool yuv_native_format(int format) {
+  const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(AVPixelFormat(format));
+  if (!desc || desc->nb_components != 3) return false;
+  if (!plain_planar(desc)) return false;
   const int depth = desc->comp[0].depth;
   const int bytes = depth > 8 ? 2 : 1;
   if (depth < 8 || depth > 16) return false;
@@ -35,11 +43,7 @@ bool yuv_device_format(int format) {
   if (yuv_native_format(format)) return true;
   const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(AVPixelFormat(format));
   if (!desc || desc->nb_components != 3) return false;
-  constexpr uint64_t kRefused = AV_PIX_FMT_FLAG_BE | AV_PIX_FMT_FLAG_PAL |
-                                AV_PIX_FMT_FLAG_BITSTREAM | AV_PIX_FMT_FLAG_HWACCEL |
-                                AV_PIX_FMT_FLAG_RGB | AV_PIX_FMT_FLAG_ALPHA |
-                                AV_PIX_FMT_FLAG_FLOAT | AV_PIX_FMT_FLAG_BAYER;
-  if ((desc->flags & kRefused) || !(desc->flags & AV_PIX_FMT_FLAG_PLANAR)) return false;
+  if (!plain_planar(desc)) return false;
   const AVComponentDescriptor& y = desc->comp[0];
   const int bytes = y.depth + y.shift > 8 ? 2 : 1;
   if (y.depth < 8 || y.depth + y.shift > 16 || y.plane != 0 || y.step != bytes || y.offset != 0) {

@@ -16,9 +16,13 @@ namespace {
 TEST(LanczosResizeGpu, BandedMatchesTheCpuMatrix) {
   if (static_cast<int>(torch::cuda::device_count()) == 0) GTEST_SKIP() << "no CUDA device";
   at::manual_seed(3);
-  for (const auto& [h, w, oh, ow] : std::vector<std::tuple<int, int, int, int>>{
-           {96, 128, 48, 64}, {96, 128, 24, 32}, {96, 128, 72, 96}, {37, 53, 18, 26},
-           {40, 60, 80, 120}, {432, 768, 216, 384}}) {
+  for (const auto& [h, w, oh, ow] :
+       std::vector<std::tuple<int, int, int, int>>{{96, 128, 48, 64},
+                                                   {96, 128, 24, 32},
+                                                   {96, 128, 72, 96},
+                                                   {37, 53, 18, 26},
+                                                   {40, 60, 80, 120},
+                                                   {432, 768, 216, 384}}) {
     const at::Tensor x = at::rand({2, 3, h, w});
     const at::Tensor cpu = lanczos_resize(x, oh, ow);
     const at::Tensor gpu = lanczos_resize(x.to(at::kCUDA), oh, ow).cpu();
