@@ -878,7 +878,7 @@ struct VideoReader::Impl {
     out.pts = frame->best_effort_timestamp;
     out.duration = last_duration;
     const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(AVPixelFormat(frame->format));
-    if (!desc || !yuv_native_format(frame->format)) {
+    if (!desc || !yuv_device_format(frame->format)) {
       throw Error(path + ": frame " + std::to_string(out.index) + " has pixel format " +
                       (desc ? desc->name : "?") + ", not planar YUV",
                   kExitSoftware);
@@ -895,9 +895,13 @@ struct VideoReader::Impl {
     image.chroma_shift_y = desc->log2_chroma_h;
     image.colorspace = known_color_space(copy->colorspace);
     image.color_range = yuv_range(copy->format, known_color_range(copy->color_range));
+    image.chroma_location = copy->chroma_location;
+    image.semi_planar = desc->comp[1].plane == desc->comp[2].plane;
+    image.sample_shift = desc->comp[0].shift;
     for (int p = 0; p < 3; ++p) {
-      image.data[p] = copy->data[p];
-      image.stride[p] = copy->linesize[p];
+      const bool used = p < 2 || !image.semi_planar;
+      image.data[p] = used ? copy->data[p] : nullptr;
+      image.stride[p] = used ? copy->linesize[p] : 0;
     }
     ++frames_read;
     return true;

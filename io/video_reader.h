@@ -93,7 +93,8 @@ class VideoReader {
   // read() for the YUV-native path (io/yuv_image.h): the decoded frame in its own pixel format,
   // by reference (out's index, pts and duration are set; out.image and out.alpha are left as they
   // are). Throws Error (kExitSoftware) for a frame whose format YuvImage cannot hold
-  // (yuv_native_format; check VideoInfo::pix_fmt first).
+  // (yuv_device_format: planar, or the semi-planar NV12/P010/... that NVDEC frames are copied
+  // out as; check VideoInfo::pix_fmt first).
   bool read_yuv(VideoFrame& out, YuvImage& image);
   // Seeks so that the next read() returns the first frame with index >= `frame_index`
   // (decodes from the preceding keyframe and discards). Used by chunked farm runs.

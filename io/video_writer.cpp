@@ -861,6 +861,52 @@ struct VideoWriter::Impl {
     send(*f, timing);
   }
 
+  bool yuv_target(VideoWriter::YuvTarget& out) const {
+    const AVCodecContext* enc = encoder.get();
+    if (!enc || !yuv_native_format(enc->pix_fmt) || turns != 0) return false;
+    const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(enc->pix_fmt);
+    out.format = enc->pix_fmt;
+    out.width = enc->width;
+    out.height = enc->height;
+    out.depth = desc->comp[0].depth;
+    out.chroma_shift_x = desc->log2_chroma_w;
+    out.chroma_shift_y = desc->log2_chroma_h;
+    out.colorspace = effective_colorspace(enc->colorspace, enc->height);
+    out.full_range = enc->color_range == AVCOL_RANGE_JPEG;
+    return true;
+  }
+
+  void write_planes(const VideoFrame& timing, const YuvImage& image) {
+    check_open();
+    check_pts(timing.pts, last_pts);
+    if (image.format != encoder->pix_fmt || image.width != encoder->width ||
+        image.height != encoder->height || image.semi_planar || !image.owner) {
+      throw Error(final_path + ": write_planes takes pictures of the encoder's format and size",
+                  kExitSoftware);
+    }
+    FramePtr f = make_frame();
+    f->format = image.format;
+    f->width = image.width;
+    f->height = image.height;
+    // The picture's memory stays where it is: the frame's buffer holds a reference to its owner
+    // and drops it when libavcodec lets the frame go.
+    // (The buffer stands for the whole picture; its size is the luma plane's.)
+    auto* owner = new std::shared_ptr<void>(image.owner);
+    f->buf[0] = av_buffer_create(
+        image.data[0], size_t(std::max<std::ptrdiff_t>(image.stride[0], 1)) * size_t(image.height),
+        [](void* opaque, uint8_t*) { delete static_cast<std::shared_ptr<void>*>(opaque); }, owner,
+        0);
+    if (!f->buf[0]) {
+      delete owner;
+      throw std::bad_alloc();
+    }
+    for (int p = 0; p < 3; ++p) {
+      f->data[p] = image.data[p];
+      f->linesize[p] = int(image.stride[p]);
+    }
+    send(*f, timing);
+  }
+
   int64_t finish() {
     if (finished) return frames;
     check_open();
@@ -926,6 +972,17 @@ bool VideoWriter::accepts_yuv(int format, int colorspace, int color_range,
 }
 
 YuvImage VideoWriter::yuv_buffer() { return impl_->yuv_buffer(); }
+
+bool VideoWriter::yuv_target(YuvTarget& out) const { return impl_->yuv_target(out); }
+
+void VideoWriter::write_planes(const VideoFrame& timing, const YuvImage& image) {
+  try {
+    impl_->write_planes(timing, image);
+  } catch (...) {
+    impl_->discard();
+    throw;
+  }
+}
 
 void VideoWriter::write_yuv(const VideoFrame& timing, const YuvImage& image) {
   try {

@@ -118,6 +118,23 @@ class VideoWriter {
   YuvImage yuv_buffer();
   // Encodes `image` (from yuv_buffer()) with `timing`'s pts and duration (its image is unused).
   void write_yuv(const VideoFrame& timing, const YuvImage& image);
+  // The device frame path: what the encoder takes when it takes planar YUV pictures as they are
+  // (not turned into the pixels): false otherwise. The matrix and range are the ones the
+  // writer's own RGB conversion would use for this output.
+  struct YuvTarget {
+    int format = -1;  // AVPixelFormat (yuv_native_format)
+    int width = 0;    // the encoded size (an encoder that needs even sizes may crop the
+    int height = 0;   // configured one: WriterConfig::width/height)
+    int depth = 8;
+    int chroma_shift_x = 0, chroma_shift_y = 0;
+    int colorspace = 1;  // the effective AVColorSpace (the writer's rule for an unspecified tag)
+    bool full_range = false;
+  };
+  bool yuv_target(YuvTarget& out) const;
+  // Encodes a picture of the yuv_target() format and size held elsewhere (the frame path's
+  // pinned blocks), without copying it: the encoder keeps `image.owner` alive for as long as it
+  // holds the picture. `image.stride` may be any row pitch.
+  void write_planes(const VideoFrame& timing, const YuvImage& image);
   // Flushes the encoder, copies the remaining audio/subtitle packets, writes the trailer,
   // fsyncs, verifies, renames to the final path. Returns the number of video frames written.
   int64_t finish();

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "parallel/device_context.h"
+#include "parallel/frame_path_device.h"
 #include "parallel/halo_inprocess.h"
 #include "parallel/halo_nccl.h"
 #include "parallel/torch_side.h"
@@ -56,6 +57,7 @@ TorchDevices make_table() {
   t.nccl_group = nccl_group;
   t.throw_torch_error = throw_torch_error;
   t.rethrow_torch_error = rethrow_torch_error;
+  t.make_frame_path = make_frame_path_device;
   return t;
 }
 

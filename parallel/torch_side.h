@@ -24,6 +24,8 @@ class DeviceContext;
 namespace wm::parallel {
 
 class ExchangeGroup;
+class FramePath;
+struct FramePathConfig;
 
 // Raised when the table changes shape.
 constexpr int kTorchDevicesAbi = 1;
@@ -59,6 +61,9 @@ struct TorchDevices {
   // When `failure` is one of LibTorch's errors, throws it as ModelError "<who><first line>" (its
   // out-of-memory error as "<who>out of device memory: ..."), exit 1; else returns.
   void (*rethrow_torch_error)(std::exception_ptr failure, const std::string& who) = nullptr;
+  // The device frame path of a model (frame_path.h).
+  std::unique_ptr<FramePath> (*make_frame_path)(const Model& model, const Device& device,
+                                                const FramePathConfig& config) = nullptr;
 };
 
 // The table; loads the LibTorch side first where this program does not link it (throws

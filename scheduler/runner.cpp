@@ -267,6 +267,7 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
         in.metrics = runner.metrics();
         in.decoder = runner.decoder();
         in.dropped = runner.dropped();
+        in.bound = runner.bound();
         in.state = InputState::kDone;
       }
     } catch (const Error& e) {
@@ -467,6 +468,7 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
       in.metrics = r.metrics;
       in.decoder = r.decoder;
       in.dropped = r.dropped;
+      in.bound = r.bound;
       in.state = InputState::kDone;
       in.seconds += r.finish_seconds;  // its own time, not the next input's
     } catch (const Error& e) {
@@ -519,6 +521,7 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
         in.metrics = runner->metrics();
         in.decoder = runner->decoder();
         in.dropped = runner->dropped();
+        in.bound = runner->bound();
         in.state = InputState::kDone;
       }
     } catch (const Error& e) {
@@ -555,6 +558,7 @@ void write_report(const std::string& path, const std::vector<JobOutcome>& outcom
                           {"fps", in.seconds > 0 ? in.frames / in.seconds : 0.0}};
       for (const auto& [name, value] : in.metrics) j[name] = value;
       if (!in.decoder.empty()) j["decoder"] = in.decoder;
+      if (!in.bound.empty()) j["bound"] = in.bound;
       if (in.state == InputState::kDone) j["dropped"] = in.dropped;
       if (in.state == InputState::kFailed) {
         j["error"] = in.error;

@@ -75,6 +75,7 @@ struct InputOutcome {
   std::map<std::string, double> metrics;  // task measurements (reconstruct: psnr, ssim)
   std::string decoder;  // the video decoder used ("h264", "h264 (nvdec)"); empty: none or unsaid
   std::vector<std::string> dropped;  // what the output could not hold of the input, one line each
+  std::string bound;  // what bounded its speed, one line (device frame path); empty: unsaid
 };
 
 struct JobOutcome {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
 #include "io/image_output.h"
 #include "io/video_reader.h"
@@ -13,7 +14,9 @@
 #include "parallel/halo_nccl.h"
 #include "parallel/placed_session.h"
 #include "parallel/sequence_parallel.h"
+#include "scheduler/segment_encode.h"
 #include "scheduler/slice_overlap.h"
+#include "scheduler/upscale_device.h"
 #include "scheduler/upscale_yuv.h"
 #include "scheduler/video_stages.h"
 #include "src/base/clock.h"
@@ -354,9 +357,20 @@ class UpscaleRunner : public FinishingRunner {
     if (io::image_path_kind(output) != io::ImagePath::kNone) {
       return upscale_to_images(job_, models_, input, output, options, progress, background);
     }
-    io::VideoReader reader(input, reader_options(job_, models_.devices()));
-    const io::VideoInfo& info = reader.info();
     const ModelTraits& traits = models_.traits();
+    io::ReaderOptions read = reader_options(job_, models_.devices());
+    // A model that may keep its frames on the device: decoder threads from the host's budget
+    // (the encoders get the rest).
+    bool gpus = true;
+    for (const Device& d : models_.session_devices()) gpus = gpus && d.kind == Device::Kind::kCuda;
+    const bool device_frames =
+        traits.device_frames && (job_.frame_path == FramePathMode::kDevice ||
+                                 (job_.frame_path == FramePathMode::kAuto && gpus));
+    if (device_frames && read.threads == 0) {
+      read.threads = host_budget(job_, cores(), 0, 0).decode_threads;
+    }
+    io::VideoReader reader(input, read);
+    const io::VideoInfo& info = reader.info();
 
     PipelineOptions pipeline;
     pipeline.tokens = job_.tokens;
@@ -385,6 +399,15 @@ class UpscaleRunner : public FinishingRunner {
     if (const auto kernel = yuv_native_kernel(job_, models_.devices(), info, *writer)) {
       return run_yuv(input, output, reader, std::move(writer), *kernel, rule, options, progress,
                      background);
+    }
+    if (traits.device_frames) {
+      std::string why;
+      if (device_path_applies(job_, models_, info, *writer, why)) {
+        return run_device(input, output, reader, std::move(writer), config, rule, options, progress,
+                          background);
+      }
+      log::get("upscale")->info("{}: host frame path (RGB float frames on the host): {}", input,
+                                why);
     }
     VideoSliceSource source(reader, rule, {}, options.first_frame, options.end_frame);
     VideoFileSink sink(*writer, config.width, config.height, /*same_timing=*/true, {}, &progress);
@@ -431,6 +454,93 @@ class UpscaleRunner : public FinishingRunner {
                                         kExitSoftware);
                           }
                         });
+  }
+
+  static int cores() { return std::max(1, int(std::thread::hardware_concurrency())); }
+
+  // The device frame path (scheduler/upscale_device.h).
+  PendingOutput run_device(const std::string& input, const std::string& output,
+                           io::VideoReader& reader, std::unique_ptr<io::VideoWriter> writer,
+                           const io::WriterConfig& config, const SliceRule& rule,
+                           const RunOptions& options, Progress& progress, bool background) {
+    if (options.first_frame > 0) reader.seek_to_frame(options.first_frame);
+    const HostBudget budget = host_budget(job_, cores(), config.width, config.height);
+    // A farm chunk is itself a segment: one encoder.
+    const int instances = options.segment ? 1 : budget.instances;
+    io::VideoWriter::YuvTarget target;
+    writer->yuv_target(target);
+    parallel::FramePathConfig frames;
+    frames.output.width = target.width;
+    frames.output.height = target.height;
+    frames.output.depth = target.depth;
+    frames.output.shift_x = target.chroma_shift_x;
+    frames.output.shift_y = target.chroma_shift_y;
+    frames.output.matrix = io::yuv_matrix(target.colorspace, target.height);
+    frames.output.full_range = target.full_range;
+    frames.model_width = config.width;
+    frames.model_height = config.height;
+    std::vector<DeviceLane> lanes;
+    const std::vector<Device> devices = models_.session_devices();
+    const std::vector<parallel::DeviceWorker*> workers = models_.workers();
+    for (size_t i = 0; i < workers.size(); ++i) {
+      lanes.push_back({&models_.rank_model(i), devices[i], workers[i]});
+    }
+    DeviceRunOptions run;
+    run.tokens = job_.tokens;
+    run.slice_frames = rule.slice_frames;
+    run.output_pix_fmt = target.format;
+    run.cancel = options.cancel;
+    run.end_frame = options.end_frame;
+    run.write_from = std::max(options.first_frame, options.write_from_frame);
+    run.on_slice = options.on_slice;
+    run.progress = &progress;
+
+    WriterPlaneSink single(*writer);
+    PlaneSink* sink = &single;
+    std::unique_ptr<SegmentEncoder> segments;
+    std::vector<std::string> dropped;
+    if (instances > 1) {
+      io::WriterConfig each = config;
+      each.encode.threads = budget.encoder_threads;
+      dropped = writer->dropped();
+      writer.reset();  // its temp file goes: the segments' join writes the output
+      SegmentOptions split;
+      split.instances = instances;
+      split.segment_frames = segment_frames_for(reader.info().frame_rate);
+      split.cancel = options.cancel;
+      segments = std::make_unique<SegmentEncoder>(each, split);
+      sink = segments.get();
+    }
+    const int threads = instances > 1 ? budget.encoder_threads : job_.encode.threads;
+    log::get("upscale")->info(
+        "{}: device frame path on {} ({} lane{}), {} encoder{} ({} threads{}), {} decoder threads",
+        input, devices.front().str(), lanes.size(), lanes.size() > 1 ? "s" : "", instances,
+        instances > 1 ? " instances on segments" : "",
+        threads > 0 ? std::to_string(threads) : "auto", instances > 1 ? " each" : "",
+        budget.decode_threads);
+    int64_t frames_total = reader.info().frames_estimate - run.write_from;
+    if (options.end_frame >= 0) frames_total = options.end_frame - run.write_from;
+    const DeviceMeter meter(models_);
+    progress.begin(input, std::max<int64_t>(frames_total, 0));
+    const DeviceRunResult done = run_device_upscale(reader, *sink, lanes, frames, run);
+    progress.end();
+    TaskResult partial{0, done.metrics(), reader.decoder_name()};
+    const std::map<std::string, double> device_metrics = meter.metrics({});
+    partial.metrics.insert(device_metrics.begin(), device_metrics.end());
+    partial.bound = done.bound();
+    partial.dropped = dropped;
+    log::get("upscale")->info("{}: {} -> {}; {}", input, done.input_format, done.output_format,
+                              partial.bound);
+    const int64_t expected = done.frames_written;
+    auto check = [output, expected](int64_t written) {
+      if (written != expected) {
+        throw Error(output + ": wrote " + std::to_string(written) + " frames but upscaled " +
+                        std::to_string(expected),
+                    kExitSoftware);
+      }
+    };
+    if (!segments) return finish_video(std::move(writer), std::move(partial), background, check);
+    return finish_segments(std::move(segments), std::move(partial), background, check);
   }
 
   // The built-in resamplers' YUV-native path (scheduler/upscale_yuv.h).

@@ -34,6 +34,7 @@ struct TaskResult {
   double finish_seconds = 0;  // the output's last step, where PendingOutput ran it
   // What the output could not hold of its source, one line each (VideoWriter::dropped()).
   std::vector<std::string> dropped{};
+  std::string bound{};  // what bounded the input's speed, one line (the device frame path says)
 };
 
 // An input's output that may still be finishing (the encoder's flush, fsync, verify, rename) on
@@ -66,6 +67,8 @@ class TaskRunner {
   virtual std::string decoder() const { return {}; }
   // What the last process() call's output could not hold of its source (one line each).
   virtual std::vector<std::string> dropped() const { return {}; }
+  // What bounded the last process() call's speed, one line; empty when the runner does not say.
+  virtual std::string bound() const { return {}; }
   // The runner's models when it has one set of them (run_job reads how many inputs it may run at
   // once from it); null otherwise (the runner's inputs then run one after another).
   virtual const ModelSet* model_set() const { return nullptr; }
@@ -77,6 +80,7 @@ class TaskRunner {
     const int64_t frames = process(input, output, options, progress);
     TaskResult result{frames, metrics(), decoder()};
     result.dropped = dropped();
+    result.bound = bound();
     return PendingOutput(std::move(result));
   }
 };
@@ -98,6 +102,7 @@ class FinishingRunner : public TaskRunner {
   std::map<std::string, double> metrics() const override { return last_.metrics; }
   std::string decoder() const override { return last_.decoder; }
   std::vector<std::string> dropped() const override { return last_.dropped; }
+  std::string bound() const override { return last_.bound; }
 
  protected:
   virtual PendingOutput run(const std::string& input, const std::string& output,
@@ -150,6 +155,8 @@ class ModelSet {
   // The device workers its sessions run on: the pipeline's lanes, or the ranks of a
   // sequence-parallel session.
   std::vector<parallel::DeviceWorker*> workers() const;
+  // The model of rank i (in the order of workers()).
+  const Model& rank_model(size_t i) const { return *models_[slots_[i].model]; }
 
  private:
   struct Slot {

@@ -71,6 +71,18 @@ const char* to_string(DecodeMode d) {
   return "?";
 }
 
+const char* to_string(FramePathMode f) {
+  switch (f) {
+    case FramePathMode::kAuto:
+      return "auto";
+    case FramePathMode::kDevice:
+      return "device";
+    case FramePathMode::kHost:
+      return "host";
+  }
+  return "?";
+}
+
 const char* to_string(ParallelMode m) {
   switch (m) {
     case ParallelMode::kAuto:
@@ -130,11 +142,13 @@ struct KeyTable {
   std::vector<std::string> keys;
 };
 
+// clang-format off
 const KeyTable kTopKeys{
-    "", {"job",       "task",         "input",          "output",       "on_exists", "model",
-         "precision", "devices",      "tiling",         "slice_frames", "tokens",    "encode",
-         "fps",       "input_tensor", "max_error_rate", "decode",       "offload",   "deinterlace",
-         "parallel",  "resolution",   "debug_tensors"}};
+    "",
+    {"job", "task", "input", "output", "on_exists", "model", "precision", "devices", "tiling",
+     "slice_frames", "tokens", "encode", "fps", "input_tensor", "max_error_rate", "decode",
+     "offload", "deinterlace", "parallel", "resolution", "debug_tensors", "frame_path"}};
+// clang-format on
 // `kind` and every option key of the registry's kinds.
 std::vector<std::string> model_keys() {
   std::vector<std::string> keys = {"kind"};
@@ -144,7 +158,8 @@ std::vector<std::string> model_keys() {
 const KeyTable kModelKeys{"model", model_keys()};
 const KeyTable kTilingKeys{"tiling", {"tile", "tile_width", "tile_height", "overlap", "exact"}};
 const KeyTable kEncodeKeys{
-    "encode", {"codec", "crf", "preset", "pix_fmt", "audio", "subtitles", "threads", "options"}};
+    "encode",
+    {"codec", "crf", "preset", "pix_fmt", "audio", "subtitles", "threads", "instances", "options"}};
 const KeyTable kOffloadKeys{"offload", {"pinned_mib"}};
 const KeyTable kParallelKeys{"parallel", {"mode", "ranks", "inputs", "timeout", "fault"}};
 const KeyTable* const kAllTables[] = {&kTopKeys,    &kModelKeys,   &kTilingKeys,
@@ -544,6 +559,10 @@ const std::vector<std::pair<std::string, DecodeMode>> kDecodeModes = {
     {"software", DecodeMode::kSoftware},
     {"nvdec", DecodeMode::kNvdec},
     {"auto", DecodeMode::kAuto}};
+const std::vector<std::pair<std::string, FramePathMode>> kFramePathModes = {
+    {"auto", FramePathMode::kAuto},
+    {"device", FramePathMode::kDevice},
+    {"host", FramePathMode::kHost}};
 const std::vector<std::pair<std::string, DeinterlaceMode>> kDeinterlaceModes = {
     {"auto", DeinterlaceMode::kAuto},
     {"off", DeinterlaceMode::kOff},
@@ -715,6 +734,10 @@ class JobParser {
       // The tasks that read video (decode_latents reads a tensor file).
       only_for_tasks(*f, {Task::kUpscale, Task::kEncodeLatents, Task::kReconstruct});
       job_.decode = get_enum(*f, kDecodeModes);
+    }
+    if (const Field* f = top_.find("frame_path")) {
+      only_for_tasks(*f, {Task::kUpscale});
+      job_.frame_path = get_enum(*f, kFramePathModes);
     }
     if (const Field* f = top_.find("deinterlace")) {
       only_for_tasks(*f, {Task::kUpscale, Task::kEncodeLatents, Task::kReconstruct});
@@ -1027,6 +1050,9 @@ class JobParser {
     if (const Field* a = encode.find("audio")) e.copy_audio = get_enum(*a, kCopyOrNone);
     if (const Field* s = encode.find("subtitles")) e.copy_subtitles = get_enum(*s, kCopyOrNone);
     if (const Field* t = encode.find("threads")) e.threads = get_int(*t, 0, 1024);
+    if (const Field* n = encode.find("instances")) {
+      e.instances = n->node.IsScalar() && n->node.Scalar() == "auto" ? 0 : get_int(*n, 1, 64);
+    }
     if (const Field* o = encode.find("options")) {
       if (!o->node.IsMap()) fail(*o, "must be a map of encoder options (got " + got(o->node) + ")");
       std::map<std::string, int> seen;  // name → line: linear in the number of options

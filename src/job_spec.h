@@ -26,9 +26,15 @@ enum class DecodeMode { kSoftware, kNvdec, kAuto };
 // Interlaced input: auto (bwdif for sources flagged interlaced), off (keep the fields; the output
 // is flagged with the source's field order), bwdif (deinterlace every input).
 enum class DeinterlaceMode { kAuto, kOff, kBwdif };
+// Where an upscale job's frames live between decoding and encoding (docs/job-format.md,
+// frame_path): auto (on the device for a neural upscaler on GPUs where the job allows it, else
+// the host), device (the device frame path wherever it applies, also on the CPU), host (float RGB
+// frames on the host, as every job did before).
+enum class FramePathMode { kAuto, kDevice, kHost };
 const char* to_string(Task t);
 const char* to_string(OnExists o);
 const char* to_string(DecodeMode d);
+const char* to_string(FramePathMode f);
 
 struct EncodeSpec {
   std::string codec = "libx264";  // libx264 | libx265 | ffv1 | prores_ks | any libav encoder
@@ -38,6 +44,10 @@ struct EncodeSpec {
   bool copy_audio = true;
   bool copy_subtitles = true;
   int threads = 0;
+  // `instances`: encoders at once on one output, each on its own segments (scheduler/
+  // segment_encode.h); 0 = auto (several on the device frame path when the host has the cores,
+  // else 1). Only the device frame path uses more than one.
+  int instances = 0;
   // Encoder options by libav name, as ffmpeg's `-KEY VALUE` after `-c:v` (tune, profile, g,
   // x264-params, ...), in the job's order. Set after crf and preset, so they can override them.
   std::vector<std::pair<std::string, std::string>> options;
@@ -117,6 +127,7 @@ struct JobSpec {
   // `debug_tensors`: a tensor job (task dit, or upscale of a .safetensors input by a model that
   // runs on tensors) also writes every intermediate into its output.
   bool debug_tensors = false;
+  FramePathMode frame_path = FramePathMode::kAuto;  // upscale only
 };
 
 // Replaces the job's devices with a command-line value (`wmbatch --devices`): "cpu", "auto" or

@@ -125,6 +125,10 @@ struct ModelTraits {
   // (spatial parallelism), exchanging boundary rows before every spatial convolution through
   // RunContext::halo with RunContext::halo_rows set (docs/gpu.md).
   bool spatial_parallel = false;
+  // The model takes RGB frames already on its device and returns them there
+  // (exec::DeviceFrameModel): video jobs on a GPU may then keep frames on the device between
+  // decoding and encoding (parallel/frame_path.h).
+  bool device_frames = false;
 };
 
 // Where a block sits in its video; stateful sessions key their caches by tile_index.

@@ -8,3 +8,5 @@ int bench_vae_decode(int argc, char** argv);
 int bench_vae_job(int argc, char** argv);
 int bench_seedvr2(int argc, char** argv);          // tools/bench_seedvr2.cpp
 int bench_seedvr2_upscale(int argc, char** argv);  // tools/bench_seedvr2_upscale.cpp
+int bench_e2e(int argc, char** argv);              // tools/bench_e2e.cpp
+int bench_segments(int argc, char** argv);         // tools/bench_segments.cpp

@@ -59,11 +59,14 @@ const char* kModelUsage =
     "                [--device cuda:0|cpu] [--precision fp16|bf16|fp32] [--size WxH]\n"
     "                [--frames 4] [--calls 10] [--warmup 3] [--e2e SECONDS]\n"
     "                [--baseline tools/bench/realesrgan_baseline.py] [--workdir DIR]\n"
+    "                [--baseline-modes eager,channels_last,compile] [--baseline-frames 1]\n"
     "  The full-size architecture with random weights. Model only: --frames frames per call on\n"
     "  device-resident input (fps, peak device MiB, achieved TFLOP/s). --e2e S: also a whole\n"
     "  upscale job on a generated S-second clip (decode -> model -> libx264 veryfast crf 18).\n"
-    "  --baseline: runs the PyTorch eager script (python3, same size, one frame per call) and\n"
-    "  reports its fps and the ratio. Sizes default to 1920x1080 (SRVGG) and 960x540 (RRDB).\n";
+    "  --baseline: runs the PyTorch script (python3, same size, --baseline-frames per call) in\n"
+    "  its --baseline-modes (eager; channels_last; compile = torch.compile max-autotune-no-\n"
+    "  cudagraphs on channels_last) and reports their fps and speedup_vs_<mode>. Sizes default\n"
+    "  to 1920x1080 (SRVGG) and 960x540 (RRDB).\n";
 
 // A WxH clip of `seconds` at 25 fps written in process (libx264 veryfast crf 20, no audio),
 // for hosts without the ffmpeg CLI. Returns false on failure.
@@ -131,8 +134,8 @@ std::string capture(const std::string& command, int& status) {
 
 int bench_upscale_model(int argc, char** argv) {
   std::string model, device_text = "cuda:0", precision_text = "fp16", size, baseline;
-  std::string workdir = "/tmp/wmbench", e2e, tuning;
-  int frames = 4, calls = -1, warmup = -1;
+  std::string workdir = "/tmp/wmbench", e2e, tuning, baseline_modes = "eager";
+  int frames = 4, calls = -1, warmup = -1, baseline_frames = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -164,6 +167,10 @@ int bench_upscale_model(int argc, char** argv) {
       workdir = value();
     else if (a == "--tuning")
       tuning = value();
+    else if (a == "--baseline-modes")
+      baseline_modes = value();
+    else if (a == "--baseline-frames")
+      baseline_frames = std::stoi(value());
     else {
       std::fputs(kModelUsage, stderr);
       return a == "--help" ? 0 : 64;
@@ -269,14 +276,20 @@ int bench_upscale_model(int argc, char** argv) {
     int status = 0;
     const std::string out =
         capture("python3 '" + baseline + "' --model " + model + " --size " + size + " --calls " +
-                    std::to_string(std::max(calls * frames, 4)) + " --device " +
+                    std::to_string(std::max(calls * frames / baseline_frames, 4)) + " --frames " +
+                    std::to_string(baseline_frames) + " --modes " + baseline_modes + " --device " +
                     (cuda ? "cuda:" + std::to_string(device.index) : "cpu"),
                 status);
     try {
       const nlohmann::json base = nlohmann::json::parse(out.substr(out.find('{')));
       result["baseline"] = base;
-      result["speedup_vs_baseline"] =
-          result["model_fps"].get<double>() / base.at("fps").get<double>();
+      const double ours = result["model_fps"].get<double>();
+      result["speedup_vs_baseline"] = ours / base.at("fps").get<double>();
+      if (base.contains("modes")) {
+        for (const auto& [mode, entry] : base["modes"].items()) {
+          result["speedup_vs_" + mode] = ours / entry.at("fps").get<double>();
+        }
+      }
     } catch (const std::exception&) {
       result["baseline_error"] = "status " + std::to_string(status) + ": " + out;
     }

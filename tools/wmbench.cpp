@@ -15,6 +15,9 @@ const char* kUsage =
     "  vae-job      end-to-end decode_latents job (→ H.264) vs decode only (random weights)\n"
     "  seedvr2      SeedVR2 VAE decode/encode speed and peak memory (random weights)\n"
     "  seedvr2-upscale  the whole SeedVR2 upscale of one batch, per stage (random weights)\n"
+    "  e2e          a Real-ESRGAN upscale job beside its ceilings: the model alone, the encoder "
+    "alone\n"
+    "  segments     one encoder against several on segments of one output: speed, size, PSNR\n"
     "  BENCH --help for its options\n";
 }
 
@@ -31,6 +34,8 @@ int main(int argc, char** argv) {
   if (bench == "vae-job") return bench_vae_job(argc - 1, argv + 1);
   if (bench == "seedvr2") return bench_seedvr2(argc - 1, argv + 1);
   if (bench == "seedvr2-upscale") return bench_seedvr2_upscale(argc - 1, argv + 1);
+  if (bench == "e2e") return bench_e2e(argc - 1, argv + 1);
+  if (bench == "segments") return bench_segments(argc - 1, argv + 1);
   std::fprintf(stderr, "wmbench: unknown benchmark '%s'\n%s", bench.c_str(), kUsage);
   return 64;
 }

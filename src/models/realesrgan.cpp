@@ -29,6 +29,7 @@
 #include "src/base/error.h"
 #include "src/base/log_text.h"
 #include "src/exec/device_context.h"
+#include "src/exec/device_frames.h"
 #include "src/geometry.h"
 #include "src/models/lanczos_resize.h"
 #include "src/models/realesrgan_weights.h"
@@ -821,7 +822,7 @@ class RealEsrganSession : public ModelSession {
   const RealEsrganModel& model_;
 };
 
-class RealEsrganModel : public Model {
+class RealEsrganModel : public Model, public exec::DeviceFrameModel {
  public:
   RealEsrganModel(RealEsrganWeights weights, const ModelConfig& config, const Device& device)
       : device_(device), precision_(config.precision) {
@@ -860,6 +861,7 @@ class RealEsrganModel : public Model {
       traits_.halo += (reach + arch.scale - 1) / arch.scale;
     }
     traits_.precisions = {Precision::kFloat32, Precision::kBFloat16, Precision::kFloat16};
+    traits_.device_frames = true;
   }
 
   const ModelTraits& traits() const override { return traits_; }
@@ -1039,11 +1041,18 @@ class RealEsrganModel : public Model {
     return y;
   }
 
+  // The device frame path's entry (exec::DeviceFrameModel).
+  at::ScalarType frame_dtype() const override { return to_scalar_type(precision_); }
+  at::Tensor upscale_frames(const at::Tensor& rgb) const override { return upscale_on_device(rgb); }
+  int64_t frames_per_call(int64_t frames, int64_t h, int64_t w, int64_t budget) const override {
+    return auto_tiles_ ? frames_that_fit(frames, h, w, budget) : frames;
+  }
+
   bool auto_tiles() const { return auto_tiles_; }
   int out_scale() const { return out_scale_; }
   int64_t pinned_pool_bytes() const { return pinned_pool_bytes_; }
   // Frames per call that fit `budget` (0: what the device has free) under `tiling: auto`.
-  int64_t frames_per_call(int64_t frames, int64_t h, int64_t w, int64_t budget) const {
+  int64_t frames_that_fit(int64_t frames, int64_t h, int64_t w, int64_t budget) const {
     const int64_t avail = available_bytes(budget);
     if (avail <= 0) return frames;
     return std::clamp<int64_t>(avail / std::max<int64_t>(bytes_per_input_pixel() * h * w, 1), 1,
@@ -1097,7 +1106,7 @@ Planar RealEsrganSession::run_cuda(Planar&& input, const RunContext& ctx) {
   Planar out;
   sink.allocate(out, 3, int(t_all), int(h * o), int(w * o));
   int64_t per_call =
-      model_.auto_tiles() ? model_.frames_per_call(t_all, h, w, dc.memory_budget()) : t_all;
+      model_.auto_tiles() ? model_.frames_that_fit(t_all, h, w, dc.memory_budget()) : t_all;
   std::vector<std::pair<int64_t, at::Tensor>> host_frames;  // tiled on the host after OOM
   try {
     for (int64_t f0 = 0; f0 < t_all;) {
@@ -1150,7 +1159,7 @@ void synchronize(const Device& device) {
 
 RealEsrganBench bench_realesrgan(const RealEsrganArch& arch, const Device& device,
                                  Precision precision, int frames, int height, int width, int calls,
-                                 int warmup, const std::string& tuning_text) {
+                                 int warmup, const std::string& tuning_text, int out_scale) {
   const RealEsrganTuning tuning = RealEsrganTuning::parse(tuning_text);
   return guarded("realesrgan bench", [&] {
     c10::InferenceMode inference;
@@ -1164,10 +1173,17 @@ RealEsrganBench bench_realesrgan(const RealEsrganArch& arch, const Device& devic
                       tuning);
     at::Tensor x = at::rand({frames, 3, height, width}, at::kFloat).to(to_device(device), dtype);
     if (cuda) x = x.contiguous(at::MemoryFormat::ChannelsLast);
-    at::Tensor y;
-    for (int i = 0; i < std::max(warmup, 1); ++i) y = net.forward(x);
-    synchronize(device);
     std::function<at::Tensor()> step = [&] { return net.forward(x); };
+    if (out_scale > 0) {
+      step = [&] {
+        const at::Tensor y = net.forward(x, /*out_float=*/true);
+        if (out_scale == arch.scale) return y;
+        return lanczos_resize(y, height * out_scale, width * out_scale);
+      };
+    }
+    at::Tensor y;
+    for (int i = 0; i < std::max(warmup, 1); ++i) y = step();
+    synchronize(device);
 #ifdef WMBATCH_WITH_CUDA
     // CUDA graph: the forward pass captured once on a side stream (after the warm-up calls,
     // so cuDNN's algorithm search is done) and replayed; input and output stay where the

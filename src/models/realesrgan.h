@@ -106,8 +106,10 @@ struct RealEsrganBench {
   double peak_mib = -1;    // device memory (CUDA), -1 elsewhere
   double output_mean = 0;  // of the last output (a check that it ran)
 };
+// With `out_scale` > 0: as a job runs the model (float32 output, and the Lanczos resize to
+// out_scale where it is not the network's own scale).
 RealEsrganBench bench_realesrgan(const RealEsrganArch& arch, const Device& device,
                                  Precision precision, int frames, int height, int width, int calls,
-                                 int warmup, const std::string& tuning = "");
+                                 int warmup, const std::string& tuning = "", int out_scale = 0);
 
 }  // namespace wm::models

@@ -1,0 +1,356 @@
+// wmbench e2e: a whole Real-ESRGAN upscale job (decode → model → encode) and, in the same call,
+// its two ceilings: the model alone (the same frame size, precision, frames per call and resize,
+// on device-resident frames) and the encoder alone (the job's own output planes, decoded into
+// memory first, encoded with the same codec settings, instances and threads). Prints one JSON
+// object: the job's fps, each ceiling, ratio = job / min(ceilings), the GPU's busy share, the
+// per-stage meters and `bound` of the job's report. docs/performance.md, "The device frame path".
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/encoder_check.h"
+#include "io/video_reader.h"
+#include "io/video_writer.h"
+#include "scheduler/runner.h"
+#include "scheduler/segment_encode.h"
+#include "scheduler/upscale_device.h"
+#include "src/job_spec.h"
+#include "src/models/realesrgan.h"
+#include "tools/bench.h"
+#include "tools/bench_clip.h"
+
+namespace {
+
+const char* kUsage =
+    "wmbench e2e --model realesr-animevideov3|RealESRGAN_x4plus|... [--size WxH] [--frames 100]\n"
+    "            [--scale S] [--precision fp16] [--device cuda:0|cpu] [--codec libx264]\n"
+    "            [--preset veryfast] [--crf 18] [--instances auto|N] [--inputs 1]\n"
+    "            [--slice-frames 4] [--frame-path auto|device|host] [--decode software|nvdec]\n"
+    "            [--warmup 1] [--calls 10] [--tuning T] [--workdir DIR]\n"
+    "  A generated WxH clip (25 fps, --frames frames; --inputs copies of it as one batch) through\n"
+    "  a job with random weights (model.scale S: the output is WxH times S), timed after --warmup\n"
+    "  untimed runs of the job on its first input; then the model alone (--calls calls of "
+    "--slice-frames\n"
+    "  frames) and the encoder alone (the job's output decoded into memory and encoded again with\n"
+    "  the same settings; for a batch, its input lanes' encoders at once). Prints job_fps,\n"
+    "  model_fps, encoder_fps, ratio = job / min(model, encoder), gpu_busy_share, bound, the\n"
+    "  job's stage meters. Sizes default to 1920x1080 (SRVGG) and 960x540 (RRDB).\n";
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct JobRun {
+  double seconds = 0;
+  int64_t frames = 0;
+  int lanes = 1;
+  std::vector<wm::sched::InputOutcome> inputs;
+};
+
+JobRun run_yaml(const std::string& yaml) {
+  wm::sched::RunOptions options;
+  options.progress = wm::sched::ProgressStyle::kNone;
+  std::vector<wm::sched::JobOutcome> outcomes;
+  const double t0 = now();
+  const int rc = wm::sched::run_job_files({yaml}, options, &outcomes);
+  JobRun run;
+  run.seconds = now() - t0;
+  if (rc != 0) {
+    for (const auto& o : outcomes) {
+      for (const auto& in : o.inputs) {
+        if (!in.error.empty()) std::fprintf(stderr, "wmbench: %s\n", in.error.c_str());
+      }
+    }
+    std::fprintf(stderr, "wmbench: the job %s failed (%d)\n", yaml.c_str(), rc);
+    std::exit(rc);
+  }
+  for (const auto& o : outcomes) {
+    run.frames += o.frames;
+    run.lanes = std::max(run.lanes, o.input_lanes);
+    run.inputs.insert(run.inputs.end(), o.inputs.begin(), o.inputs.end());
+  }
+  return run;
+}
+
+// The encoder alone: `frames` (decoded pictures of the job's output) encoded `copies` times at
+// once, each as the job encoded one input (one writer, or the segment instances). Returns fps
+// over all copies.
+double encoder_alone(const std::vector<std::pair<wm::io::VideoFrame, wm::io::YuvImage>>& frames,
+                     const wm::io::VideoInfo& info, const wm::EncodeSpec& spec,
+                     const wm::sched::HostBudget& budget, int copies, const std::string& workdir,
+                     double& seconds) {
+  auto encode = [&](int copy) {
+    wm::io::WriterConfig c;
+    c.path = workdir + "/encoder_alone_" + std::to_string(copy) + ".mp4";
+    c.width = info.width;
+    c.height = info.height;
+    c.time_base = info.time_base;
+    c.frame_rate = info.frame_rate;
+    c.source = info;
+    c.encode.codec = spec.codec;
+    c.encode.crf = spec.crf;
+    c.encode.preset = spec.preset;
+    c.encode.threads = budget.instances > 1 ? budget.encoder_threads : spec.threads;
+    c.encode.options = spec.options;
+    c.encode.copy_audio = c.encode.copy_subtitles = c.encode.copy_other = false;
+    if (budget.instances > 1) {
+      wm::sched::SegmentOptions o;
+      o.instances = budget.instances;
+      o.segment_frames = wm::sched::segment_frames_for(info.frame_rate);
+      wm::sched::SegmentEncoder encoder(c, o);
+      for (const auto& [t, image] : frames) encoder.write(t, image);
+      encoder.finish();
+    } else {
+      wm::io::VideoWriter writer(c);
+      for (const auto& [t, image] : frames) writer.write_planes(t, image);
+      writer.finish();
+    }
+    std::filesystem::remove(c.path);
+  };
+  const double t0 = now();
+  std::vector<std::thread> threads;
+  for (int i = 1; i < copies; ++i) threads.emplace_back(encode, i);
+  encode(0);
+  for (std::thread& t : threads) t.join();
+  seconds = now() - t0;
+  return double(frames.size()) * copies / seconds;
+}
+
+}  // namespace
+
+int bench_e2e(int argc, char** argv) {
+  std::string model, size, precision = "fp16", device_text = "cuda:0", codec = "libx264";
+  std::string preset = "veryfast", instances = "auto", frame_path = "auto", decode = "software";
+  std::string tuning, workdir = "/tmp/wmbench-e2e";
+  int frames = 100, scale = 0, crf = 18, inputs = 1, slice_frames = 4, warmup = 1, calls = 10;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(64);
+      }
+      return argv[++i];
+    };
+    if (a == "--model")
+      model = value();
+    else if (a == "--size")
+      size = value();
+    else if (a == "--frames")
+      frames = std::stoi(value());
+    else if (a == "--scale")
+      scale = std::stoi(value());
+    else if (a == "--precision")
+      precision = value();
+    else if (a == "--device")
+      device_text = value();
+    else if (a == "--codec")
+      codec = value();
+    else if (a == "--preset")
+      preset = value();
+    else if (a == "--crf")
+      crf = std::stoi(value());
+    else if (a == "--instances")
+      instances = value();
+    else if (a == "--inputs")
+      inputs = std::stoi(value());
+    else if (a == "--slice-frames")
+      slice_frames = std::stoi(value());
+    else if (a == "--frame-path")
+      frame_path = value();
+    else if (a == "--decode")
+      decode = value();
+    else if (a == "--warmup")
+      warmup = std::stoi(value());
+    else if (a == "--calls")
+      calls = std::stoi(value());
+    else if (a == "--tuning")
+      tuning = value();
+    else if (a == "--workdir")
+      workdir = value();
+    else {
+      std::fputs(kUsage, a == "--help" ? stdout : stderr);
+      return a == "--help" ? 0 : 64;
+    }
+  }
+  wm::models::RealEsrganArch arch;
+  try {
+    arch = wm::models::realesrgan_preset(model);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "wmbench: %s\n%s", e.what(), kUsage);
+    return 64;
+  }
+  if (size.empty())
+    size = arch.family == wm::models::RealEsrganArch::Family::kSrvgg ? "1920x1080" : "960x540";
+  const int width = std::stoi(size.substr(0, size.find('x')));
+  const int height = std::stoi(size.substr(size.find('x') + 1));
+  if (scale <= 0) scale = arch.scale;
+  wm::Device device;
+  if (device_text.rfind("cuda", 0) == 0) {
+    device.kind = wm::Device::Kind::kCuda;
+    const auto colon = device_text.find(':');
+    device.index = colon == std::string::npos ? 0 : std::stoi(device_text.substr(colon + 1));
+  }
+  const bool cuda = device.kind == wm::Device::Kind::kCuda;
+  nlohmann::json result = {
+      {"bench", "e2e"},
+      {"model", model},
+      {"arch", arch.describe()},
+      {"device", device.str()},
+      {"precision", precision},
+      {"input_size", size},
+      {"scale", scale},
+      {"output_size", std::to_string(width * scale) + "x" + std::to_string(height * scale)},
+      {"frames_per_input", frames},
+      {"inputs", inputs},
+      {"codec", codec},
+      {"preset", preset},
+      {"crf", crf},
+      {"instances", instances},
+      {"frame_path", frame_path},
+      {"decode", decode},
+      {"slice_frames", slice_frames},
+      {"cores", int(std::thread::hardware_concurrency())}};
+  if (wm::io::check_encoder(codec, "", {})) {
+    result["skipped"] = "encoder " + codec + " is not in this build of libavcodec";
+    std::printf("%s\n", result.dump(2).c_str());
+    return 0;
+  }
+  std::filesystem::create_directories(workdir);
+
+  // The clip (written once per size and length) and its copies for a batch.
+  const std::string clip = workdir + "/clip_" + size + "_" + std::to_string(frames) + "f.mp4";
+  if (!std::filesystem::exists(clip)) {
+    wm::bench::write_synthetic_clip(clip, width, height, frames, "veryfast", 20);
+  }
+  std::vector<std::string> clips = {clip};
+  for (int i = 1; i < inputs; ++i) {
+    const std::string copy = workdir + "/batch_" + std::to_string(i) + ".mp4";
+    std::filesystem::copy_file(clip, copy, std::filesystem::copy_options::overwrite_existing);
+    clips.push_back(copy);
+  }
+  const std::string weights = workdir + "/" + model + "_random.safetensors";
+  if (!std::filesystem::exists(weights)) wm::models::write_random_realesrgan(arch, weights, 1234);
+
+  // The job, as a job file (the CLI's entry); the warm-up runs its first input alone.
+  std::string inputs_text = "[";
+  for (size_t i = 0; i < clips.size(); ++i) inputs_text += (i ? ", '" : "'") + clips[i] + "'";
+  inputs_text += "]";
+  std::string yaml_text = "output: '" + workdir + "/out_{stem}.mp4'\non_exists: overwrite\n";
+  yaml_text += "model: {kind: realesrgan, weights: '" + weights +
+               "', scale: " + std::to_string(scale) +
+               (tuning.empty() ? "" : ", tuning: '" + tuning + "'") + "}\n";
+  yaml_text += "precision: " + precision + "\n";
+  yaml_text += cuda ? "devices: [" + std::to_string(device.index) + "]\n" : "devices: cpu\n";
+  yaml_text += "slice_frames: " + std::to_string(slice_frames) + "\n";
+  yaml_text += "frame_path: " + frame_path + "\ndecode: " + decode + "\n";
+  yaml_text += "encode: {codec: " + codec + ", preset: " + preset +
+               ", crf: " + std::to_string(crf) + ", instances: " + instances + "}\n";
+  const std::string yaml = workdir + "/e2e.yaml";
+  const std::string warm_yaml = workdir + "/e2e_warmup.yaml";
+  std::ofstream(yaml) << "job: e2e\ninput: " + inputs_text + "\n" + yaml_text;
+  std::ofstream(warm_yaml) << "job: e2e-warmup\ninput: ['" + clip + "']\n" + yaml_text;
+
+  for (int i = 0; i < warmup; ++i) run_yaml(warm_yaml);
+  const JobRun job = run_yaml(yaml);
+  nlohmann::json job_json = {{"seconds", job.seconds},
+                             {"frames", job.frames},
+                             {"fps", job.frames / job.seconds},
+                             {"input_lanes", job.lanes}};
+  double pipeline_seconds = 0;
+  std::map<std::string, double> sums;
+  for (const auto& in : job.inputs) {
+    for (const auto& [name, value] : in.metrics) sums[name] += value;
+    if (!in.bound.empty()) job_json["bound"] = in.bound;  // (the last input's)
+    job_json["decoder"] = in.decoder;
+  }
+  pipeline_seconds = sums["pipeline_seconds"];
+  const double n_inputs = double(std::max<size_t>(job.inputs.size(), 1));
+  for (const auto& [name, value] : sums) {
+    const bool mean = name.rfind("share_", 0) == 0 || name == "gpu_busy_share" ||
+                      name == "encoder_instances" || name == "device_lanes" ||
+                      name == "frame_path_device";
+    job_json["metrics"][name] = mean ? value / n_inputs : value;
+  }
+  if (pipeline_seconds > 0 && job.lanes <= 1)
+    job_json["fps_pipeline"] = job.frames / pipeline_seconds;
+  result["job"] = job_json;
+
+  // The model alone: the same frame size, precision, frames per call and resize.
+  try {
+    wm::Precision p = wm::Precision::kFloat16;
+    if (precision == "bf16") p = wm::Precision::kBFloat16;
+    if (precision == "fp32") p = wm::Precision::kFloat32;
+    const wm::models::RealEsrganBench b =
+        wm::models::bench_realesrgan(arch, device, p, slice_frames, height, width, cuda ? calls : 1,
+                                     cuda ? 3 : 1, tuning, scale);
+    result["model_alone"] = {{"fps", b.fps}, {"tflops", b.tflops}, {"peak_mib", b.peak_mib}};
+  } catch (const std::exception& e) {
+    result["model_alone"] = {{"error", e.what()}};
+  }
+
+  // The encoder alone: the job's first output, decoded into memory, encoded again as the job
+  // encoded each input, with as many at once as the job ran input lanes.
+  try {
+    const std::string out =
+        workdir + "/out_" + std::filesystem::path(clip).stem().string() + ".mp4";
+    wm::io::VideoReader reader(out);
+    const wm::io::VideoInfo info = reader.info();
+    std::vector<std::pair<wm::io::VideoFrame, wm::io::YuvImage>> planes;
+    for (;;) {
+      wm::io::VideoFrame t;
+      wm::io::YuvImage image;
+      if (!reader.read_yuv(t, image)) break;
+      planes.emplace_back(std::move(t), image);
+    }
+    wm::JobSpec spec;
+    spec.encode.codec = codec;
+    spec.encode.preset = preset;
+    spec.encode.crf = crf;
+    spec.encode.instances = instances == "auto" ? 0 : std::stoi(instances);
+    if (job.lanes > 1) spec.parallel.lane_ranks = 1;
+    wm::sched::HostBudget budget = wm::sched::host_budget(
+        spec, int(std::thread::hardware_concurrency()), info.width, info.height);
+    if (frame_path == "host") budget.instances = 1;  // the host path encodes with one writer
+    double seconds = 0;
+    const double fps =
+        encoder_alone(planes, info, spec.encode, budget, job.lanes, workdir, seconds);
+    result["encoder_alone"] = {{"fps", fps},
+                               {"seconds", seconds},
+                               {"copies_at_once", job.lanes},
+                               {"instances", budget.instances},
+                               {"threads_each", budget.instances > 1 ? budget.encoder_threads : 0}};
+  } catch (const std::exception& e) {
+    result["encoder_alone"] = {{"error", e.what()}};
+  }
+
+  const double job_fps = job.frames / job.seconds;
+  double ceiling = 1e30;
+  if (result["model_alone"].contains("fps")) {
+    ceiling = std::min(ceiling, result["model_alone"]["fps"].get<double>());
+  }
+  if (result["encoder_alone"].contains("fps")) {
+    ceiling = std::min(ceiling, result["encoder_alone"]["fps"].get<double>());
+  }
+  if (ceiling < 1e30) {
+    result["ceiling_fps"] = ceiling;
+    result["ratio"] = job_fps / ceiling;
+    const bool model_slower = result["model_alone"].contains("fps") &&
+                              result["model_alone"]["fps"].get<double>() <= ceiling;
+    result["slower_ceiling"] = model_slower ? "model" : "encoder";
+  }
+  result["job_fps"] = job_fps;
+  if (job_json.contains("metrics") && job_json["metrics"].contains("gpu_busy_share")) {
+    result["gpu_busy_share"] = job_json["metrics"]["gpu_busy_share"];
+  }
+  std::printf("%s\n", result.dump(2).c_str());
+  return 0;
+}

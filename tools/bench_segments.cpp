@@ -1,0 +1,188 @@
+// wmbench segments: one output encoded by one encoder and by several instances on segments
+// (scheduler/segment_encode.h), from the same decoded planes in memory: speed, file size and
+// PSNR against the planes of each, and the ratios. Prints one JSON object.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/video_reader.h"
+#include "io/video_writer.h"
+#include "scheduler/segment_encode.h"
+#include "scheduler/upscale_device.h"
+#include "tools/bench.h"
+#include "tools/bench_clip.h"
+
+namespace {
+
+const char* kUsage =
+    "wmbench segments [--input FILE | --make WxH:FRAMES] [--instances 2] [--segment-frames 0]\n"
+    "                 [--codec libx264] [--preset veryfast] [--crf 18] [--threads 0]\n"
+    "                 [--workdir DIR]\n"
+    "  Decodes the clip into memory, encodes it with one encoder (--threads) and with\n"
+    "  --instances encoders on segments (--segment-frames, 0: two seconds; threads split),\n"
+    "  and prints fps, bytes and PSNR (Y, U, V against the decoded planes) of each.\n";
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+using Frames = std::vector<std::pair<wm::io::VideoFrame, wm::io::YuvImage>>;
+
+Frames decode(const std::string& path) {
+  wm::io::VideoReader reader(path);
+  Frames out;
+  for (;;) {
+    wm::io::VideoFrame t;
+    wm::io::YuvImage image;
+    if (!reader.read_yuv(t, image)) break;
+    out.emplace_back(std::move(t), image);
+  }
+  return out;
+}
+
+// PSNR of each plane of `path`'s pictures against `frames` (8- or 16-bit samples).
+std::vector<double> psnr(const Frames& frames, const std::string& path) {
+  const Frames got = decode(path);
+  std::vector<double> se(3, 0), n(3, 0);
+  double peak = 255;
+  for (size_t i = 0; i < std::min(frames.size(), got.size()); ++i) {
+    const wm::io::YuvImage& a = frames[i].second;
+    const wm::io::YuvImage& b = got[i].second;
+    peak = double((1 << a.depth) - 1);
+    for (int p = 0; p < 3; ++p) {
+      for (int y = 0; y < a.plane_height(p); ++y) {
+        const uint8_t* ra = a.data[p] + a.stride[p] * y;
+        const uint8_t* rb = b.data[p] + b.stride[p] * y;
+        for (int x = 0; x < a.plane_width(p); ++x) {
+          const int va = a.depth > 8 ? ra[2 * x] | (ra[2 * x + 1] << 8) : ra[x];
+          const int vb = b.depth > 8 ? rb[2 * x] | (rb[2 * x + 1] << 8) : rb[x];
+          se[size_t(p)] += double(va - vb) * (va - vb);
+          n[size_t(p)] += 1;
+        }
+      }
+    }
+  }
+  std::vector<double> out;
+  for (int p = 0; p < 3; ++p) {
+    const double mse = se[size_t(p)] / std::max(n[size_t(p)], 1.0);
+    out.push_back(mse > 0 ? 10 * std::log10(peak * peak / mse) : 99.0);
+  }
+  return out;
+}
+
+}  // namespace
+
+int bench_segments(int argc, char** argv) {
+  std::string input, make = "1280x720:200", codec = "libx264", preset = "veryfast";
+  std::string workdir = "/tmp/wmbench-segments";
+  int instances = 2, segment_frames = 0, crf = 18, threads = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(64);
+      }
+      return argv[++i];
+    };
+    if (a == "--input")
+      input = value();
+    else if (a == "--make")
+      make = value();
+    else if (a == "--instances")
+      instances = std::stoi(value());
+    else if (a == "--segment-frames")
+      segment_frames = std::stoi(value());
+    else if (a == "--codec")
+      codec = value();
+    else if (a == "--preset")
+      preset = value();
+    else if (a == "--crf")
+      crf = std::stoi(value());
+    else if (a == "--threads")
+      threads = std::stoi(value());
+    else if (a == "--workdir")
+      workdir = value();
+    else {
+      std::fputs(kUsage, a == "--help" ? stdout : stderr);
+      return a == "--help" ? 0 : 64;
+    }
+  }
+  std::filesystem::create_directories(workdir);
+  if (input.empty()) {
+    const auto x = make.find('x'), colon = make.find(':');
+    input = workdir + "/clip_" + make.substr(0, colon) + "_" + make.substr(colon + 1) + ".mp4";
+    if (!std::filesystem::exists(input)) {
+      wm::bench::write_synthetic_clip(input, std::stoi(make.substr(0, x)),
+                                      std::stoi(make.substr(x + 1, colon - x - 1)),
+                                      std::stoi(make.substr(colon + 1)), "veryfast", 20);
+    }
+  }
+  const Frames frames = decode(input);
+  const wm::io::VideoInfo info = wm::io::VideoReader(input).info();
+  if (segment_frames <= 0) segment_frames = wm::sched::segment_frames_for(info.frame_rate);
+  const int cores = int(std::thread::hardware_concurrency());
+  wm::io::WriterConfig c;
+  c.width = info.width;
+  c.height = info.height;
+  c.time_base = info.time_base;
+  c.frame_rate = info.frame_rate;
+  c.source = info;
+  c.encode.codec = codec;
+  c.encode.preset = preset;
+  c.encode.crf = crf;
+  c.encode.threads = threads;
+  c.encode.copy_audio = c.encode.copy_subtitles = c.encode.copy_other = false;
+
+  nlohmann::json result = {{"bench", "segments"},     {"input", input},
+                           {"frames", frames.size()}, {"codec", codec},
+                           {"preset", preset},        {"crf", crf},
+                           {"cores", cores},          {"segment_frames", segment_frames}};
+  auto report = [&](const std::string& name, const std::string& path, double seconds) {
+    const std::vector<double> q = psnr(frames, path);
+    result[name] = {{"fps", double(frames.size()) / seconds},
+                    {"seconds", seconds},
+                    {"bytes", std::filesystem::file_size(path)},
+                    {"psnr_y", q[0]},
+                    {"psnr_u", q[1]},
+                    {"psnr_v", q[2]}};
+  };
+  {
+    c.path = workdir + "/one.mp4";
+    const double t0 = now();
+    wm::io::VideoWriter writer(c);
+    for (const auto& [t, image] : frames) writer.write_planes(t, image);
+    writer.finish();
+    report("one_encoder", c.path, now() - t0);
+  }
+  {
+    c.path = workdir + "/segments.mp4";
+    wm::io::WriterConfig each = c;
+    each.encode.threads = threads > 0
+                              ? std::max(1, threads / instances)
+                              : std::max(1, int(std::lround(1.5 * cores / std::max(instances, 1))));
+    const double t0 = now();
+    wm::sched::SegmentOptions o;
+    o.instances = instances;
+    o.segment_frames = segment_frames;
+    wm::sched::SegmentEncoder encoder(each, o);
+    for (const auto& [t, image] : frames) encoder.write(t, image);
+    encoder.finish();
+    report("segments", c.path, now() - t0);
+    result["segments"]["instances"] = instances;
+    result["segments"]["threads_each"] = each.encode.threads;
+  }
+  const auto& one = result["one_encoder"];
+  const auto& seg = result["segments"];
+  result["speedup"] = seg["fps"].get<double>() / one["fps"].get<double>();
+  result["size_ratio"] = seg["bytes"].get<double>() / one["bytes"].get<double>();
+  result["psnr_y_delta_db"] = seg["psnr_y"].get<double>() - one["psnr_y"].get<double>();
+  std::printf("%s\n", result.dump(2).c_str());
+  return 0;
+}
