@@ -3,8 +3,10 @@
 #include <cstring>
 
 #include "io/output_file.h"
+#include "io/stdin_tee.h"
 #include "src/base/error.h"
 #include "src/base/log.h"
+#include "src/base/std_streams.h"
 
 namespace wm::io {
 namespace {
@@ -48,6 +50,18 @@ SourceCopy::SourceCopy(const std::string& source_path, AVFormatContext* output, 
       choice_(choice),
       log_(std::move(log)) {
   AVFormatContext* raw = nullptr;
+  if (source_path == kStdinName) {
+    stdin_io_ = open_stdin();
+    raw = avformat_alloc_context();
+    if (!stdin_io_ || !raw) {
+      avformat_free_context(raw);
+      close_stdin(stdin_io_);
+      throw InputError(source_path + ": standard input cannot be read again from its start",
+                       kExitSoftware);
+    }
+    raw->pb = stdin_io_;
+    raw->flags |= AVFMT_FLAG_CUSTOM_IO;
+  }
   int rc = avformat_open_input(&raw, source_path.c_str(), nullptr, nullptr);
   if (rc < 0) {
     const bool missing = rc == AVERROR(ENOENT) || rc == AVERROR(EACCES);
@@ -84,6 +98,11 @@ SourceCopy::SourceCopy(const std::string& source_path, AVFormatContext* output, 
   // File-level tags (title, ...) as the ffmpeg CLI copies them; "encoder" is the muxer's.
   av_dict_copy(&output_->metadata, source_->metadata, 0);
   av_dict_set(&output_->metadata, "encoder", nullptr, 0);
+}
+
+SourceCopy::~SourceCopy() {
+  source_.reset();
+  close_stdin(stdin_io_);
 }
 
 void SourceCopy::drop(const std::string& what) {
