@@ -1,5 +1,6 @@
 #include "io/stream_copy.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "io/output_file.h"
@@ -98,6 +99,14 @@ SourceCopy::SourceCopy(const std::string& source_path, AVFormatContext* output, 
   // File-level tags (title, ...) as the ffmpeg CLI copies them; "encoder" is the muxer's.
   av_dict_copy(&output_->metadata, source_->metadata, 0);
   av_dict_set(&output_->metadata, "encoder", nullptr, 0);
+  // No stream to copy: no packet to read (copy_until would read the whole source for none; on
+  // standard input, keeping every byte of it until then).
+  if (std::all_of(stream_map_.begin(), stream_map_.end(), [](int out) { return out < 0; })) {
+    done_ = true;
+    source_.reset();
+    close_stdin(stdin_io_);
+    stdin_io_ = nullptr;
+  }
 }
 
 SourceCopy::~SourceCopy() {

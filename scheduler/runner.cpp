@@ -348,7 +348,6 @@ ModelSummary model_summary(const JobSpec& job) {
       m.scale = released->scale;
     }
   }
-  if (job.model.kind == "lanczos" || job.model.kind == "bicubic") m.scale = job.model.scale;
   return m;
 }
 
@@ -370,6 +369,11 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
   try {
     inputs = expand_inputs(job);
     runner = make_task_runner(job);
+    // The scale the model declares (the built-in ones: the job's; an upscaler: with its resize).
+    if (const ModelSet* models = runner->model_set()) {
+      const ModelTraits& traits = models->traits();
+      if (traits.scale_den == 1 && traits.scale_num > 0) outcome.model.scale = traits.scale_num;
+    }
     const int n = input_lanes(job, *runner, inputs.size());
     const bool grows = lanes_may_grow(job, *runner, inputs.size());
     if (n > 1 || grows) {

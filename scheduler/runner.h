@@ -81,8 +81,8 @@ struct InputOutcome {
 };
 
 // The model a job ran, for the report: its kind, its weights file, the released name of that
-// file (src/models/catalog.h; "" when none), its scale where the job or the table says it (0:
-// not said), its precision.
+// file (src/models/catalog.h; "" when none), its spatial scale (the model's own, once built;
+// else the table's; 0: not known), its precision.
 struct ModelSummary {
   std::string kind;
   std::string weights;

@@ -187,6 +187,31 @@ TEST(ModelsFolder, ANameInAJobFileFindsItsFileAndKind) {
   EXPECT_EQ(files[2].scale, 4);
 }
 
+// The example job files of configs/jobs (installed with the table) are valid jobs, given the
+// models they name.
+TEST(ModelsFolder, TheShippedExampleJobsParse) {
+  test::TempDir dir("front-door");
+  touch(dir, "models/realesr-animevideov3.pth");
+  touch(dir, "models/Wan2.1_VAE.safetensors");
+  ModelsDirScope scope(dir.path() + "/models");
+  int parsed = 0;
+  for (const auto& e : fs::directory_iterator(std::string(WM_SOURCE_DIR) + "/configs/jobs")) {
+    SCOPED_TRACE(e.path().string());
+    const std::vector<JobSpec> jobs = load_job_file(e.path().string());
+    ASSERT_EQ(jobs.size(), 1u);
+    ++parsed;
+    if (e.path().filename() == "upscale-animevideov3.yaml") {
+      EXPECT_EQ(jobs[0].model.kind, "realesrgan");
+      EXPECT_EQ(jobs[0].model.weights, dir.path() + "/models/realesr-animevideov3.pth");
+    }
+    if (e.path().filename() == "stream.yaml") {
+      EXPECT_EQ(jobs[0].inputs[0], kStdinName);
+      EXPECT_EQ(jobs[0].output, kStdoutName);
+    }
+  }
+  EXPECT_GE(parsed, 4);
+}
+
 // --- folders as inputs --------------------------------------------------------------------------
 
 TEST(FolderInput, IsItsMediaFilesInNameOrder) {
