@@ -7,9 +7,11 @@ extern "C" {
 #include <libavformat/avformat.h>
 #include <libavutil/opt.h>
 #include <libavutil/pixdesc.h>
+#include <libswscale/swscale.h>
 }
 
 #include "io/av_handles.h"
+#include "io/image_output.h"
 
 namespace wm::io {
 
@@ -39,6 +41,20 @@ std::optional<EncoderProblem> check_encoder(
                                   " (it takes " + takes + ")"};
       }
     }
+    // Frames are converted from RGB float by libswscale or sample by sample: a palette (pal8)
+    // or bitstream format is neither's to write.
+    const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(wanted);
+    if (!sws_isSupportedOutput(wanted) ||
+        (desc->flags &
+         (AV_PIX_FMT_FLAG_PAL | AV_PIX_FMT_FLAG_BITSTREAM | AV_PIX_FMT_FLAG_HWACCEL))) {
+      return EncoderProblem{
+          Key::kPixFmt, 0,
+          pix_fmt +
+              std::string(desc->flags & AV_PIX_FMT_FLAG_PAL ? " is a palette format, which"
+                                                            : " is a format") +
+              " wmbatch does not write (leave pix_fmt out, or name one such as rgb24, rgba, "
+              "yuv420p)"};
+    }
   }
   if (options.empty()) return std::nullopt;
   // A context with the encoder's private options, never opened: av_opt_set reports an unknown
@@ -57,6 +73,32 @@ std::optional<EncoderProblem> check_encoder(
                             "encoder " + std::string(codec->name) + " rejects '" + value +
                                 "' for option '" + key + "': " + av_error_string(rc)};
     }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> check_codec_for_output(const std::string& path,
+                                                  const std::string& codec_name) {
+  const AVCodec* codec = avcodec_find_encoder_by_name(codec_name.c_str());
+  if (!codec) return std::nullopt;  // check_encoder says so
+  if (image_path_kind(path) != ImagePath::kNone) {
+    const std::string implied = image_encoder_for(path);
+    const AVCodec* image =
+        implied.empty() ? nullptr : avcodec_find_encoder_by_name(implied.c_str());
+    if (image && image->id != codec->id) {
+      return "encoder " + codec_name + " writes " + avcodec_get_name(codec->id) +
+             ", not the image format " + avcodec_get_name(image->id) +
+             " that the output's extension names (leave encode.codec out for images, or write "
+             "a video file such as .mkv)";
+    }
+    return std::nullopt;
+  }
+  const AVOutputFormat* format = av_guess_format(nullptr, path.c_str(), nullptr);
+  if (!format || (format->flags & AVFMT_NOFILE)) return std::nullopt;  // check_container's
+  if (avformat_query_codec(format, codec->id, FF_COMPLIANCE_EXPERIMENTAL) == 0) {
+    return "container " + std::string(format->name) + " cannot hold " +
+           avcodec_get_name(codec->id) + " (encoder " + codec_name +
+           "); pick another encoder, or a container such as .mkv";
   }
   return std::nullopt;
 }

@@ -26,6 +26,14 @@ std::optional<EncoderProblem> check_encoder(
     const std::string& codec, const std::string& pix_fmt,
     const std::vector<std::pair<std::string, std::string>>& options);
 
+// Whether the encoder `codec` (one check_encoder accepts) writes what the output `path` holds:
+// for an image output (io/image_output.h), the image format its extension names (.png: png,
+// .jpg: mjpeg, .tif: tiff); for a video file, a codec its container can store (libavformat's
+// avformat_query_codec, at its most permissive: libx264 into .webm is refused, anything into
+// .mkv taken). The problem as text, or nothing.
+std::optional<std::string> check_codec_for_output(const std::string& path,
+                                                  const std::string& codec);
+
 // The container the file name `path` picks: none, or one that writes files itself (image2 for
 // .png/.jpg/.tif, HLS, DASH, segment: AVFMT_NOFILE) is refused, as such output cannot be written
 // to a temp file and renamed into place (nothing half-written at a final path). Image outputs

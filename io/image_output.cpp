@@ -40,6 +40,22 @@ ImagePath image_path_kind(const std::string& path) {
   return av_filename_number_test(name.c_str()) ? ImagePath::kSequence : ImagePath::kImage;
 }
 
+ImagePath input_image_kind(const std::string& path) {
+  const ImagePath kind = image_path_kind(path);
+  struct stat st {};
+  if (kind == ImagePath::kSequence && ::stat(path.c_str(), &st) == 0) return ImagePath::kImage;
+  return kind;
+}
+
+AVDictionary* literal_name_options(const std::string& path) {
+  AVDictionary* options = nullptr;
+  struct stat st {};
+  if (image_path_kind(path) == ImagePath::kSequence && ::stat(path.c_str(), &st) == 0) {
+    av_dict_set(&options, "pattern_type", "none", 0);
+  }
+  return options;
+}
+
 std::string image_encoder_for(const std::string& path) {
   if (image_path_kind(path) == ImagePath::kNone) return {};
   const std::string name = file_name(path);

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <string>
 
+struct AVDictionary;
+
 namespace wm::io {
 
 enum class ImagePath {
@@ -22,6 +24,16 @@ enum class ImagePath {
 
 // What `path` names (by its file name alone; nothing is opened).
 ImagePath image_path_kind(const std::string& path);
+
+// What an input path names: as image_path_kind, except that a file whose name only looks like
+// a pattern ("50%d.png", "pct%03d.png") is that file when a file of that exact name exists. A
+// `%` in a real file's name is not a sequence number (docs/job-format.md, "Images").
+ImagePath input_image_kind(const std::string& path);
+
+// Options for avformat_open_input() of an input `path` (to pass, then free with av_dict_free):
+// "pattern_type=none" when its name looks like a sequence pattern but a file of that exact name
+// exists, so libav's image2 demuxer reads that file instead of numbered ones; null otherwise.
+AVDictionary* literal_name_options(const std::string& path);
 
 // The encoder an image path's extension implies ("png", "mjpeg", "tiff", ...); empty for a path
 // that is not an image.

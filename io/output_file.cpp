@@ -12,6 +12,7 @@
 
 #include "io/av_handles.h"
 #include "src/base/error.h"
+#include "src/base/fs.h"
 #include "src/base/log.h"
 
 namespace wm::io {
@@ -62,7 +63,7 @@ OutputLock::OutputLock(const std::string& final_path, const std::atomic<bool>* c
   path_ = folder + "/." + final_path.substr(slash == std::string::npos ? 0 : slash + 1) + ".wmlock";
   bool told = false;
   for (;;) {
-    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    fd_ = fs::open_lock_file(path_);  // a symbolic link there is removed, never followed
     if (fd_ < 0) {
       throw OutputError(
           final_path + ": cannot create its lock file " + path_ + ": " + std::strerror(errno),

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "io/av_enum.h"
@@ -136,8 +138,48 @@ bool has_alpha(AVPixelFormat format) {
          desc->comp[desc->nb_components - 1].depth <= 16;
 }
 
+// PAL8: data[0] holds indices, data[1] 256 palette entries, native uint32 0xAARRGGBB.
+static bool palette_has_alpha(const AVFrame& frame) {
+  if (frame.format != AV_PIX_FMT_PAL8 || !frame.data[1]) return false;
+  const auto* palette = reinterpret_cast<const uint32_t*>(frame.data[1]);
+  return std::any_of(palette, palette + 256, [](uint32_t c) { return (c >> 24) != 0xff; });
+}
+
+bool frame_has_alpha(const AVFrame& frame) {
+  return has_alpha(AVPixelFormat(frame.format)) || palette_has_alpha(frame);
+}
+
+FormatFamily format_family(const AVFrame& frame) {
+  FormatFamily f;
+  const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(AVPixelFormat(frame.format));
+  if (!desc) return f;
+  const bool palette = desc->flags & AV_PIX_FMT_FLAG_PAL;
+  f.depth = palette ? 8 : desc->comp[0].depth;
+  f.gray = !palette && desc->nb_components <= 2;
+  f.alpha = frame_has_alpha(frame);
+  return f;
+}
+
+std::string FormatFamily::describe() const {
+  return std::to_string(depth) + "-bit " + (gray ? "gray" : "colour") +
+         (alpha ? " with alpha" : "");
+}
+
 void read_alpha(const AVFrame& frame, Planar& out) {
   const AVPixelFormat format = AVPixelFormat(frame.format);
+  if (palette_has_alpha(frame)) {
+    if (out.channels != 1 || out.frames != 1 || out.height != frame.height ||
+        out.width != frame.width) {
+      out = Planar(1, 1, frame.height, frame.width);
+    }
+    const auto* palette = reinterpret_cast<const uint32_t*>(frame.data[1]);
+    for (int y = 0; y < frame.height; ++y) {
+      const uint8_t* index = frame.data[0] + size_t(y) * size_t(frame.linesize[0]);
+      float* dst = out.plane(0, 0) + size_t(y) * frame.width;
+      for (int x = 0; x < frame.width; ++x) dst[x] = float(palette[index[x]] >> 24) / 255.0f;
+    }
+    return;
+  }
   if (!has_alpha(format)) return;
   const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(format);
   const int c = desc->nb_components - 1;
@@ -210,6 +252,21 @@ bool direct_format(AVPixelFormat format) {
          desc->comp[0].depth <= 16;
 }
 
+// A palette image, each index looked up (exact; libswscale would pass it through YUV).
+void convert_palette(const AVFrame& frame, Planar& out) {
+  const auto* palette = reinterpret_cast<const uint32_t*>(frame.data[1]);
+  for (int y = 0; y < frame.height; ++y) {
+    const uint8_t* index = frame.data[0] + size_t(y) * size_t(frame.linesize[0]);
+    const size_t row = size_t(y) * frame.width;
+    for (int x = 0; x < frame.width; ++x) {
+      const uint32_t c = palette[index[x]];
+      out.plane(0, 0)[row + x] = float((c >> 16) & 0xff) / 255.0f;
+      out.plane(1, 0)[row + x] = float((c >> 8) & 0xff) / 255.0f;
+      out.plane(2, 0)[row + x] = float(c & 0xff) / 255.0f;
+    }
+  }
+}
+
 void convert_direct(const AVFrame& frame, int range, Planar& out) {
   const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(AVPixelFormat(frame.format));
   const int depth = desc->comp[0].depth;
@@ -243,7 +300,7 @@ void FrameToPlanar::convert(const AVFrame& frame, Planar& out, Planar* alpha) {
     out = Planar(3, 1, frame.height, frame.width);
   }
   if (alpha) {
-    if (has_alpha(AVPixelFormat(frame.format))) {
+    if (frame_has_alpha(frame)) {
       read_alpha(frame, *alpha);
     } else {
       *alpha = Planar();
@@ -251,6 +308,7 @@ void FrameToPlanar::convert(const AVFrame& frame, Planar& out, Planar* alpha) {
   }
   int range = known_color_range(frame.color_range);
   const AVPixelFormat format = unjpeg(AVPixelFormat(frame.format), range);
+  if (format == AV_PIX_FMT_PAL8) return convert_palette(frame, out);
   if (direct_format(format)) return convert_direct(frame, range, out);
   const bool rgb = is_rgb_format(format);
   const int colorspace =

@@ -26,11 +26,28 @@ bool is_rgb_format(AVPixelFormat format);
 int format_bit_depth(AVPixelFormat format);
 // True when the pixel format stores an alpha channel (yuva420p, rgba, rgba64be, ya16, ...).
 bool has_alpha(AVPixelFormat format);
+// True when `frame` has alpha: its format stores it, or it is a palette image (pal8: PNG with a
+// tRNS chunk, GIF) whose palette has an entry that is not opaque.
+bool frame_has_alpha(const AVFrame& frame);
+// What a frame's pixel format keeps of a picture, for telling a change of format midway: bits
+// per component, alpha (frame_has_alpha), gray. A palette image is 8-bit RGB. Formats alike
+// here (nv12 and yuv420p, yuvj420p and yuv420p) hold the same picture.
+struct FormatFamily {
+  int depth = 8;
+  bool alpha = false;
+  bool gray = false;
+  bool operator==(const FormatFamily& o) const {
+    return depth == o.depth && alpha == o.alpha && gray == o.gray;
+  }
+  bool operator!=(const FormatFamily& o) const { return !(*this == o); }
+  std::string describe() const;  // "8-bit RGB/YUV with alpha", "16-bit gray"
+};
+FormatFamily format_family(const AVFrame& frame);
 
 // Alpha: Planar stays RGB (the models take 3 channels); alpha travels beside it as a [1,1,H,W]
 // float plane in [0,1] (VideoFrame::alpha). Samples are read and written directly (exact: no
 // matrix, always full range).
-// Reads the alpha samples of `frame` (a format with alpha) into `out`.
+// Reads the alpha samples of `frame` (frame_has_alpha) into `out`.
 void read_alpha(const AVFrame& frame, Planar& out);
 // Writes `alpha` ([1,1,>=H,>=W], top-left part used; clamped to [0,1]) into the alpha component
 // of `frame`, or opaque when `alpha` is null or empty. No effect on formats without alpha.

@@ -5,11 +5,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "src/base/clip_text.h"
 #include "src/base/error.h"
 #include "src/base/fs.h"
 
@@ -66,13 +72,8 @@ size_t safetensors_dtype_size(const std::string& dtype) {
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  FdCloser fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (fd.fd < 0) throw InputError(path + ": cannot open: " + errno_text(), kExitNoInput);
-  struct stat st {};
-  if (::fstat(fd.fd, &st) != 0)
-    throw InputError(path + ": cannot stat: " + errno_text(), kExitNoInput);
-  if (!S_ISREG(st.st_mode)) throw InputError(path + ": not a regular file", kExitNoInput);
-  const uint64_t file_size = uint64_t(st.st_size);
+  uint64_t file_size = 0;
+  FdCloser fd{fs::open_regular_file(path, &file_size)};  // a FIFO is refused, not waited on
   if (file_size < 8)
     malformed(path, "file has " + std::to_string(file_size) +
                         " bytes, less than the 8-byte header length");
@@ -112,12 +113,12 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         if (!v.is_object()) malformed(path, "__metadata__ is not an object");
         for (auto m = v.begin(); m != v.end(); ++m) {
           if (!m.value().is_string())
-            malformed(path, "__metadata__." + m.key() + " is not a string");
+            malformed(path, "__metadata__." + clip(m.key()) + " is not a string");
           metadata_[m.key()] = m.value().get<std::string>();
         }
         continue;
       }
-      const std::string where = "tensor '" + name + "': ";
+      const std::string where = "tensor '" + clip(name) + "': ";
       if (!v.is_object()) malformed(path, where + "entry is not an object");
       auto dt = v.find("dtype");
       auto sh = v.find("shape");
@@ -130,7 +131,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       TensorInfo info;
       info.dtype = dt->get<std::string>();
       const size_t elem = safetensors_dtype_size(info.dtype);
-      if (elem == 0) malformed(path, where + "unknown dtype '" + info.dtype + "'");
+      if (elem == 0) malformed(path, where + "unknown dtype '" + clip(info.dtype) + "'");
       for (const json& d : *sh) {
         if (!d.is_number_integer() || d.get<int64_t>() < 0)
           malformed(path, where + "shape entries must be non-negative integers");
@@ -158,6 +159,27 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       info.data = data + begin;
       info.bytes = size_t(end - begin);
       tensors_.emplace(name, std::move(info));
+    }
+    // No two tensors may share bytes: a write through one would change the other, and the
+    // reference reader refuses such files too.
+    std::vector<std::pair<const unsigned char*, const std::string*>> starts;
+    for (const auto& [name, info] : tensors_) {
+      if (info.bytes) starts.emplace_back(static_cast<const unsigned char*>(info.data), &name);
+    }
+    std::sort(starts.begin(), starts.end());
+    for (size_t i = 1; i < starts.size(); ++i) {
+      const TensorInfo& prev = tensors_.at(*starts[i - 1].second);
+      const size_t prev_begin = size_t(static_cast<const unsigned char*>(prev.data) - data);
+      if (starts[i].first < data + prev_begin + prev.bytes) {
+        const TensorInfo& next = tensors_.at(*starts[i].second);
+        const size_t next_begin = size_t(starts[i].first - data);
+        malformed(path, "tensors '" + clip(*starts[i - 1].second) + "' [" +
+                            std::to_string(prev_begin) + ", " +
+                            std::to_string(prev_begin + prev.bytes) + "] and '" +
+                            clip(*starts[i].second) + "' [" + std::to_string(next_begin) + ", " +
+                            std::to_string(next_begin + next.bytes) +
+                            "] share bytes (data_offsets overlap)");
+      }
     }
   } catch (...) {
     unmap();
@@ -190,6 +212,32 @@ void SafetensorsFile::unmap() noexcept {
   if (map_) ::munmap(map_, map_size_);
   map_ = nullptr;
   map_size_ = 0;
+}
+
+std::optional<double> SafetensorsFile::metadata_number(const std::string& key, double min,
+                                                       double max, bool whole,
+                                                       bool min_exclusive) const {
+  const auto it = metadata_.find(key);
+  if (it == metadata_.end()) return std::nullopt;
+  const std::string& text = it->second;
+  char* end = nullptr;
+  errno = 0;
+  const double v = text.empty() || std::isspace(static_cast<unsigned char>(text[0]))
+                       ? std::nan("")
+                       : std::strtod(text.c_str(), &end);
+  const bool number = end && *end == '\0' && errno == 0 && std::isfinite(v);
+  if (!number || (min_exclusive ? v <= min : v < min) || v > max || (whole && v != std::floor(v))) {
+    auto format = [](double x) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.15g", x);
+      return std::string(buf);
+    };
+    throw InputError(path_ + ": metadata " + one_line(clip(key)) + " '" + one_line(clip(text, 40)) +
+                         "' is not " + (whole ? "a whole number" : "a number") + " " +
+                         (min_exclusive ? "above " : "from ") + format(min) + " to " + format(max),
+                     kExitDataErr);
+  }
+  return v;
 }
 
 std::vector<std::string> SafetensorsFile::names() const {
@@ -231,14 +279,16 @@ void write_safetensors(const std::string& path, const std::vector<TensorEntry>& 
         {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes}}};
     offset += t.bytes;
   }
-  std::string text = header.dump();
+  // Metadata may quote a path that is not UTF-8 ("source"): its bad bytes become U+FFFD, as every
+  // safetensors reader (serde_json in Python's) refuses both raw bytes and lone surrogates.
+  std::string text = header.dump(-1, ' ', false, json::error_handler_t::replace);
   text.append((8 - text.size() % 8) % 8, ' ');  // data area starts 8-byte aligned
   unsigned char len_bytes[8];
   for (int i = 0; i < 8; ++i)
     len_bytes[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));
 
   const std::string partial = fs::temp_path_for(path);
-  FdCloser fd{::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+  FdCloser fd{fs::create_exclusive(partial)};  // never through a name someone else made
   if (fd.fd < 0) throw OutputError(partial + ": cannot create: " + errno_text(), kExitCantCreat);
   auto write_all = [&](const void* p, size_t n) {
     const char* c = static_cast<const char*>(p);

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,12 @@ class SafetensorsFile {
   // Throws InputError(kExitDataErr) "PATH: no tensor 'NAME'" when absent.
   const TensorInfo& info(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // The metadata value `key` read as a number from `min` (exclusive when `min_exclusive`) to
+  // `max`, a whole one when `whole`; nullopt when the file has no such key. Anything else ("abc",
+  // "nan", "0" where 0 is out of range) throws InputError(kExitDataErr): "PATH: metadata KEY
+  // 'VALUE' is not ...": a latent file's "fps" and "frames" say how to decode it.
+  std::optional<double> metadata_number(const std::string& key, double min, double max,
+                                        bool whole = false, bool min_exclusive = false) const;
 
  private:
   void unmap() noexcept;
@@ -72,7 +79,9 @@ struct TensorEntry {
 // failure. The data follow the entries' order; the header is padded with spaces so the data area
 // starts 8-byte aligned. Throws InputError(kExitDataErr) for invalid entries (unknown dtype, size
 // mismatch, duplicate or empty name, name "__metadata__") and OutputError when the file cannot be
-// created or written.
+// created or written. Metadata values that are not valid UTF-8 (the "source" path of an input
+// named in Latin-1) are written with U+FFFD for their bad bytes: JSON readers of safetensors
+// (serde_json in Python's) refuse raw bytes and lone-surrogate escapes alike.
 void write_safetensors(const std::string& path, const std::vector<TensorEntry>& tensors,
                        const std::map<std::string, std::string>& metadata = {},
                        const std::function<void(const std::string&)>& before_rename = {});

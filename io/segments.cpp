@@ -1,5 +1,6 @@
 #include "io/segments.h"
 
+#include "io/image_output.h"
 #include "io/output_file.h"
 
 #include <fcntl.h>
@@ -27,7 +28,9 @@ FormatInputPtr open_input(const std::string& path) {
     throw InputError(path + ": " + std::strerror(errno), kExitNoInput);
   }
   AVFormatContext* raw = nullptr;
-  int rc = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);
+  AVDictionary* open_options = literal_name_options(path);  // "50%d.png" is one file
+  int rc = avformat_open_input(&raw, path.c_str(), nullptr, &open_options);
+  av_dict_free(&open_options);
   if (rc < 0) {
     const bool missing = rc == AVERROR(ENOENT) || rc == AVERROR(EACCES) || rc == AVERROR(EPERM);
     throw InputError(path + ": cannot open: " + av_error_string(rc),
@@ -164,16 +167,27 @@ class Concatenator {
   }
 
   void open_file() {
-    int rc = avio_open(&output_->pb, temp_path_.c_str(), AVIO_FLAG_WRITE);
-    if (rc < 0) {
-      const int err = AVUNERROR(rc);
-      const bool creation = err == EACCES || err == EPERM || err == ENOENT || err == ENOTDIR ||
-                            err == EROFS || err == EISDIR;
+    const auto creation = [](int err) {
+      return err == EACCES || err == EPERM || err == ENOENT || err == ENOTDIR || err == EROFS ||
+             err == EISDIR;
+    };
+    // Created exclusively (a name someone else made there is never written through); libav
+    // opens it through the descriptor.
+    const int fd = fs::create_exclusive(temp_path_);
+    if (fd < 0) {
+      const int err = errno;
       throw OutputError(
-          config_.output + ": cannot create " + temp_path_ + ": " + av_error_string(rc),
-          creation ? kExitCantCreat : kExitIoErr);
+          config_.output + ": cannot create " + temp_path_ + ": " + std::strerror(err),
+          creation(err) ? kExitCantCreat : kExitIoErr);
     }
     temp_exists_ = true;
+    int rc = avio_open(&output_->pb, fs::descriptor_path(fd, temp_path_).c_str(), AVIO_FLAG_WRITE);
+    ::close(fd);
+    if (rc < 0) {
+      throw OutputError(
+          config_.output + ": cannot create " + temp_path_ + ": " + av_error_string(rc),
+          creation(AVUNERROR(rc)) ? kExitCantCreat : kExitIoErr);
+    }
     rc = avformat_write_header(output_.get(), nullptr);
     if (rc < 0) write_failed("cannot write the header", rc);
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "io/image_output.h"
 #include "io/output_file.h"
 #include "io/stdin_tee.h"
 #include "src/base/error.h"
@@ -63,7 +64,9 @@ SourceCopy::SourceCopy(const std::string& source_path, AVFormatContext* output, 
     raw->pb = stdin_io_;
     raw->flags |= AVFMT_FLAG_CUSTOM_IO;
   }
-  int rc = avformat_open_input(&raw, source_path.c_str(), nullptr, nullptr);
+  AVDictionary* open_options = literal_name_options(source_path);  // "50%d.png" is one file
+  int rc = avformat_open_input(&raw, source_path.c_str(), nullptr, &open_options);
+  av_dict_free(&open_options);
   if (rc < 0) {
     const bool missing = rc == AVERROR(ENOENT) || rc == AVERROR(EACCES);
     throw InputError(source_path + ": " + av_error_string(rc),

@@ -14,7 +14,9 @@
 #include <unordered_map>
 #include <utility>
 
+#include "src/base/clip_text.h"
 #include "src/base/error.h"
+#include "src/base/fs.h"
 
 namespace wm::io {
 namespace {
@@ -104,7 +106,7 @@ std::map<std::string, ZipEntry> read_zip(const std::string& path, const unsigned
         size_t k = 4;
         auto take = [&](uint64_t& field) {
           if (field != 0xFFFFFFFFu) return;
-          if (k + 8 > 4 + len) bad(path, "malformed zip: short zip64 field of " + name);
+          if (k + 8 > 4 + len) bad(path, "malformed zip: short zip64 field of " + clip(name));
           field = le(x + k, 8);
           k += 8;
         };
@@ -114,16 +116,16 @@ std::map<std::string, ZipEntry> read_zip(const std::string& path, const unsigned
       }
       e += 4 + len;
     }
-    if (flags & 1) bad(path, "zip entry '" + name + "' is encrypted");
+    if (flags & 1) bad(path, "zip entry '" + clip(name) + "' is encrypted");
     if (method == 0 && csize != usize) {
-      bad(path, "malformed zip: stored entry '" + name + "' has two sizes");
+      bad(path, "malformed zip: stored entry '" + clip(name) + "' has two sizes");
     }
     if (local > size || size - local < 30 || le(data + local, 4) != 0x04034b50) {
-      bad(path, "malformed zip: bad local header of '" + name + "' (truncated?)");
+      bad(path, "malformed zip: bad local header of '" + clip(name) + "' (truncated?)");
     }
     const uint64_t start = local + 30 + le(data + local + 26, 2) + le(data + local + 28, 2);
     if (start > size || csize > size - start) {
-      bad(path, "zip entry '" + name + "' runs past the end of the file (truncated?)");
+      bad(path, "zip entry '" + clip(name) + "' runs past the end of the file (truncated?)");
     }
     out[name] = {size_t(start), size_t(csize), int(method)};
     at += 46 + name_len + extra_len + comment_len;
@@ -136,13 +138,24 @@ const ZipEntry& stored(const std::string& path, const std::map<std::string, ZipE
                        const std::string& name) {
   const ZipEntry& e = zip.at(name);
   if (e.method != 0) {
-    bad(path, "zip entry '" + name + "' is compressed (method " + std::to_string(e.method) +
+    bad(path, "zip entry '" + clip(name) + "' is compressed (method " + std::to_string(e.method) +
                   "); torch.save stores entries uncompressed");
   }
   return e;
 }
 
 // --- the restricted unpickler ----------------------------------------------------------------
+
+// Bounds on what a pickle may build (io/torch_pickle.h): a state dict is a few levels deep and
+// a few values per tensor; these are far above any real checkpoint and keep a hostile one from
+// exhausting the C++ stack (destroying a deep chain recurses), the memory or the time.
+constexpr size_t kMaxPickleBytes = size_t(64) << 20;  // data.pkl
+constexpr int kMaxDepth = 100;                        // containers inside containers
+constexpr size_t kMaxValues = size_t(1) << 22;        // values made, all told
+constexpr size_t kMaxStack = size_t(1) << 20;         // values on the stack at once
+// Entries of the top-level dict's dicts looked at, all told: one dict may be the value of many
+// keys (memo references), and each would be copied out.
+constexpr size_t kMaxNestedEntries = size_t(1) << 20;
 
 struct Storage {
   std::string dtype;
@@ -153,6 +166,12 @@ struct Storage {
 
 struct Value;
 using ValuePtr = std::shared_ptr<Value>;
+
+// What only storages and tensors carry, apart, so the many small values stay small.
+struct Payload {
+  Storage storage;
+  TorchTensor tensor;
+};
 
 struct Value {
   enum class Kind {
@@ -171,13 +190,18 @@ struct Value {
     kMark
   };
   Kind kind = Kind::kNone;
+  // Put into another container: no longer changed (so no container holds itself, and the
+  // depths below stay true).
+  bool sealed = false;
+  int depth = 1;  // 1 + the deepest value held
   int64_t integer = 0;
   double number = 0;
   std::string text;  // string, bytes, or "module.name" of a global
   std::vector<ValuePtr> items;
   std::vector<std::pair<ValuePtr, ValuePtr>> entries;  // dict, in insertion order
-  Storage storage;
-  TorchTensor tensor;
+  // dict: the key (dict_key) → its index in `entries`, for the keys Python hashes by value.
+  std::unique_ptr<std::unordered_map<std::string, size_t>> index;
+  std::unique_ptr<Payload> payload;  // storage, tensor
 };
 
 const char* kind_name(Value::Kind k) {
@@ -212,10 +236,26 @@ const char* kind_name(Value::Kind k) {
   return "?";
 }
 
-ValuePtr make(Value::Kind kind) {
-  auto v = std::make_shared<Value>();
-  v->kind = kind;
-  return v;
+// The identity of a dict key for the kinds that replace an equal key (strings, numbers, None,
+// booleans); empty for the others, which are appended (tuples, tensors: never state-dict keys).
+std::string dict_key(const Value& k) {
+  switch (k.kind) {
+    case Value::Kind::kNone:
+    case Value::Kind::kBool:
+    case Value::Kind::kInt:
+    case Value::Kind::kFloat:
+    case Value::Kind::kString:
+    case Value::Kind::kBytes:
+    case Value::Kind::kGlobal:
+      break;
+    default:
+      return {};
+  }
+  std::string key(1 + 8 + 8, '\0');
+  key[0] = char('A' + int(k.kind));
+  std::memcpy(&key[1], &k.integer, 8);
+  std::memcpy(&key[9], &k.number, 8);
+  return key + k.text;
 }
 
 // torch.<Name>Storage → safetensors dtype and element size.
@@ -240,6 +280,8 @@ bool allowed_global(const std::string& name) {
          name == "torch._utils._rebuild_parameter" || storage_dtype(name, dtype, size);
 }
 
+// Runs a pickle in time linear in its size: every opcode costs O(1) amortised (dict keys are
+// hashed, MARK scans pop what they pass), and nothing walks a built structure.
 class Unpickler {
  public:
   Unpickler(const std::string& path, const unsigned char* data, size_t size,
@@ -249,7 +291,13 @@ class Unpickler {
         p_(data),
         end_(data + size),
         begin_(data),
-        load_storage_(std::move(load_storage)) {}
+        load_storage_(std::move(load_storage)) {
+    if (size > kMaxPickleBytes) {
+      bad(path_, "refused: the checkpoint's pickle (data.pkl) has " + std::to_string(size) +
+                     " bytes, more than the " + std::to_string(kMaxPickleBytes >> 20) +
+                     " MiB a state dict of tensors needs (the tensors' data lie outside it)");
+    }
+  }
 
   ValuePtr run() {
     while (true) {
@@ -275,15 +323,10 @@ class Unpickler {
         case '(':
           push(make(Value::Kind::kMark));
           break;
-        case 't': {
-          auto t = make(Value::Kind::kTuple);
-          t->items = pop_to_mark();
-          push(t);
-          break;
-        }
+        case 't':
         case 'l': {
-          auto t = make(Value::Kind::kList);
-          t->items = pop_to_mark();
+          auto t = make(op == 't' ? Value::Kind::kTuple : Value::Kind::kList);
+          for (ValuePtr& item : pop_to_mark()) add_item(*t, std::move(item), at);
           push(t);
           break;
         }
@@ -291,8 +334,9 @@ class Unpickler {
         case 0x86:
         case 0x87: {
           auto t = make(Value::Kind::kTuple);
-          t->items.resize(op - 0x84);
-          for (size_t i = t->items.size(); i-- > 0;) t->items[i] = pop();
+          std::vector<ValuePtr> items(op - 0x84);
+          for (size_t i = items.size(); i-- > 0;) items[i] = pop();
+          for (ValuePtr& item : items) add_item(*t, std::move(item), at);
           push(t);
           break;
         }
@@ -314,13 +358,13 @@ class Unpickler {
         }
         case 'a': {
           ValuePtr v = pop();
-          list_top(at)->items.push_back(v);
+          add_item(*list_top(at), std::move(v), at);
           break;
         }
         case 'e': {
           std::vector<ValuePtr> items = pop_to_mark();
-          auto& list = list_top(at)->items;
-          list.insert(list.end(), items.begin(), items.end());
+          const ValuePtr list = list_top(at);
+          for (ValuePtr& item : items) add_item(*list, std::move(item), at);
           break;
         }
         case 'q':
@@ -448,6 +492,7 @@ class Unpickler {
   [[noreturn]] void truncated() const {
     bad(path_, "malformed checkpoint: data.pkl ends early (truncated?)");
   }
+  size_t offset() const { return size_t(p_ - begin_); }
   unsigned char byte() {
     if (p_ >= end_) truncated();
     return *p_++;
@@ -466,7 +511,17 @@ class Unpickler {
     p_ = nl + 1;
     return s;
   }
+  ValuePtr make(Value::Kind kind) {
+    if (++made_ > kMaxValues) {
+      fail(offset() - 1, "more than " + std::to_string(kMaxValues) +
+                             " values (a state dict has a few per tensor)");
+    }
+    auto v = std::make_shared<Value>();
+    v->kind = kind;
+    return v;
+  }
   ValuePtr string(Value::Kind kind, uint64_t n) {
+    if (n > uint64_t(end_ - p_)) truncated();
     auto v = make(kind);
     const unsigned char* b = take(size_t(n));
     v->text.assign(reinterpret_cast<const char*>(b), size_t(n));
@@ -478,26 +533,29 @@ class Unpickler {
     return v;
   }
   void push(ValuePtr v) {
-    if (stack_.size() > (1u << 20)) fail(size_t(p_ - begin_), "a stack over 2^20 values");
+    if (stack_.size() >= kMaxStack) {
+      fail(offset(), "a stack over " + std::to_string(kMaxStack) + " values");
+    }
     stack_.push_back(std::move(v));
   }
   ValuePtr pop() {
     if (stack_.empty() || stack_.back()->kind == Value::Kind::kMark) {
-      fail(size_t(p_ - begin_) - 1, "an opcode with too few values on the stack");
+      fail(offset() - 1, "an opcode with too few values on the stack");
     }
     ValuePtr v = std::move(stack_.back());
     stack_.pop_back();
     return v;
   }
   ValuePtr& top() {
-    if (stack_.empty()) fail(size_t(p_ - begin_) - 1, "an opcode on an empty stack");
+    if (stack_.empty()) fail(offset() - 1, "an opcode on an empty stack");
     return stack_.back();
   }
   std::vector<ValuePtr> pop_to_mark() {
     size_t mark = stack_.size();
     while (mark > 0 && stack_[mark - 1]->kind != Value::Kind::kMark) --mark;
-    if (mark == 0) fail(size_t(p_ - begin_) - 1, "a missing MARK");
-    std::vector<ValuePtr> items(stack_.begin() + long(mark), stack_.end());
+    if (mark == 0) fail(offset() - 1, "a missing MARK");
+    std::vector<ValuePtr> items(std::make_move_iterator(stack_.begin() + long(mark)),
+                                std::make_move_iterator(stack_.end()));
     stack_.resize(mark - 1);
     return items;
   }
@@ -511,23 +569,45 @@ class Unpickler {
     if (l->kind != Value::Kind::kList) fail(at, "APPEND to a non-list");
     return l;
   }
+  // `child` goes into the container `into`: it is sealed, and `into` may not grow too deep.
+  void hold(Value& into, Value& child, size_t at) {
+    if (into.sealed || &into == &child) {
+      fail(at, std::string("a ") + kind_name(into.kind) +
+                   " changed after it was put into another container (a recursive "
+                   "structure; a state dict has none)");
+    }
+    if (child.kind == Value::Kind::kMark) fail(at, "a MARK inside a container");
+    child.sealed = true;
+    if (child.depth + 1 > into.depth) into.depth = child.depth + 1;
+    if (into.depth > kMaxDepth) {
+      fail(at, "containers nested more than " + std::to_string(kMaxDepth) +
+                   " deep (a state dict has a few levels)");
+    }
+  }
+  void add_item(Value& into, ValuePtr item, size_t at) {
+    hold(into, *item, at);
+    into.items.push_back(std::move(item));
+  }
   void set_items(const ValuePtr& dict, const std::vector<ValuePtr>& items, size_t at) {
     if (dict->kind != Value::Kind::kDict) fail(at, "SETITEM on a non-dict");
     if (items.size() % 2) fail(at, "SETITEMS with an odd number of values");
+    if (!dict->index) dict->index = std::make_unique<std::unordered_map<std::string, size_t>>();
     for (size_t i = 0; i < items.size(); i += 2) {
-      bool replaced = false;
-      for (auto& [k, v] : dict->entries) {
-        if (k->kind == items[i]->kind && k->text == items[i]->text &&
-            k->integer == items[i]->integer && k->kind != Value::Kind::kTuple) {
-          v = items[i + 1];
-          replaced = true;
+      hold(*dict, *items[i], at);
+      hold(*dict, *items[i + 1], at);
+      const std::string key = dict_key(*items[i]);
+      if (!key.empty()) {
+        const auto [it, fresh] = dict->index->emplace(key, dict->entries.size());
+        if (!fresh) {
+          dict->entries[it->second].second = items[i + 1];
+          continue;
         }
       }
-      if (!replaced) dict->entries.emplace_back(items[i], items[i + 1]);
+      dict->entries.emplace_back(items[i], items[i + 1]);
     }
   }
   ValuePtr global(const std::string& name, size_t at) {
-    if (!allowed_global(name)) fail(at, "the global '" + name + "'");
+    if (!allowed_global(name)) fail(at, "the global '" + clip(name) + "'");
     auto v = make(Value::Kind::kGlobal);
     v->text = name;
     return v;
@@ -542,7 +622,8 @@ class Unpickler {
       fail(at, "a persistent id that is not a storage");
     }
     auto v = make(Value::Kind::kStorage);
-    v->storage = load_storage_(t[2]->text, t[1]->text, t[4]->integer);
+    v->payload = std::make_unique<Payload>();
+    v->payload->storage = load_storage_(t[2]->text, t[1]->text, t[4]->integer);
     return v;
   }
   ValuePtr reduce(const ValuePtr& callable, const ValuePtr& args, size_t at) {
@@ -562,18 +643,19 @@ class Unpickler {
       return a[0];
     }
     if (name == "torch._utils._rebuild_tensor_v2") return rebuild_tensor(a, at);
-    fail(at, "a call of '" + name + "'");
+    fail(at, "a call of '" + clip(name) + "'");
   }
   // (storage, storage_offset, size, stride, requires_grad, backward_hooks[, metadata])
   ValuePtr rebuild_tensor(const std::vector<ValuePtr>& a, size_t at) {
     if (a.size() < 4 || a[0]->kind != Value::Kind::kStorage || a[1]->kind != Value::Kind::kInt ||
         a[2]->kind != Value::Kind::kTuple || a[3]->kind != Value::Kind::kTuple ||
-        a[2]->items.size() != a[3]->items.size()) {
+        a[2]->items.size() != a[3]->items.size() || a[2]->items.size() > 64) {
       fail(at, "_rebuild_tensor_v2 with unexpected arguments");
     }
-    const Storage& s = a[0]->storage;
+    const Storage& s = a[0]->payload->storage;
     auto v = make(Value::Kind::kTensor);
-    TorchTensor& t = v->tensor;
+    v->payload = std::make_unique<Payload>();
+    TorchTensor& t = v->payload->tensor;
     t.dtype = s.dtype;
     t.element_size = s.element_size;
     int64_t last = a[1]->integer;  // the furthest element reached
@@ -587,10 +669,13 @@ class Unpickler {
       }
       t.shape.push_back(n->integer);
       t.strides.push_back(st->integer);
-      if (n->integer == 0)
+      int64_t reach = 0;
+      if (n->integer == 0) {
         empty = true;
-      else
-        last += (n->integer - 1) * st->integer;
+      } else if (__builtin_mul_overflow(n->integer - 1, st->integer, &reach) ||
+                 __builtin_add_overflow(last, reach, &last)) {
+        fail(at, "a tensor with a bad size or stride");
+      }
     }
     if (a[1]->integer < 0 || (!empty && uint64_t(last) >= s.numel) ||
         (empty && uint64_t(a[1]->integer) > s.numel)) {
@@ -607,6 +692,7 @@ class Unpickler {
   std::function<Storage(const std::string&, const std::string&, int64_t)> load_storage_;
   std::vector<ValuePtr> stack_;
   std::unordered_map<uint32_t, ValuePtr> memo_;
+  size_t made_ = 0;
 };
 
 }  // namespace
@@ -621,14 +707,9 @@ bool TorchTensor::contiguous() const {
 }
 
 TorchCheckpoint::TorchCheckpoint(const std::string& path) : path_(path) {
-  FdCloser fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (fd.fd < 0) throw InputError(path + ": cannot open: " + errno_text(), kExitNoInput);
-  struct stat st {};
-  if (::fstat(fd.fd, &st) != 0) {
-    throw InputError(path + ": cannot stat: " + errno_text(), kExitNoInput);
-  }
-  if (!S_ISREG(st.st_mode)) throw InputError(path + ": not a regular file", kExitNoInput);
-  map_size_ = size_t(st.st_size);
+  uint64_t file_size = 0;
+  FdCloser fd{fs::open_regular_file(path, &file_size)};  // a FIFO is refused, not waited on
+  map_size_ = size_t(file_size);
   if (map_size_ == 0) bad(path, "empty file, not a PyTorch checkpoint");
   map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd.fd, 0);
   if (map_ == MAP_FAILED) {
@@ -653,15 +734,17 @@ TorchCheckpoint::TorchCheckpoint(const std::string& path) : path_(path) {
     if (const auto it = zip.find(stem + "/byteorder"); it != zip.end()) {
       const ZipEntry& e = stored(path, zip, it->first);
       const std::string order(reinterpret_cast<const char*>(bytes + e.offset), e.size);
-      if (order != "little") bad(path, "storages are " + order + "-endian (only little-endian)");
+      if (order != "little")
+        bad(path, "storages are " + clip(order) + "-endian (only little-endian)");
     }
     const auto load_storage = [&](const std::string& key, const std::string& type, int64_t numel) {
       Storage s;
       if (!storage_dtype(type, s.dtype, s.element_size)) bad(path, "unknown storage " + type);
       const auto it = zip.find(stem + "/data/" + key);
-      if (it == zip.end()) bad(path, "malformed checkpoint: storage '" + key + "' is missing");
+      if (it == zip.end())
+        bad(path, "malformed checkpoint: storage '" + clip(key) + "' is missing");
       if (uint64_t(numel) > stored(path, zip, it->first).size / s.element_size) {
-        bad(path, "malformed checkpoint: storage '" + key + "' is shorter than its " +
+        bad(path, "malformed checkpoint: storage '" + clip(key) + "' is shorter than its " +
                       std::to_string(numel) + " elements");
       }
       s.data = bytes + it->second.offset;
@@ -675,15 +758,22 @@ TorchCheckpoint::TorchCheckpoint(const std::string& path) : path_(path) {
       bad(path, std::string("the checkpoint holds a ") + kind_name(root->kind) +
                     ", not a dict of tensors");
     }
+    // One dict may be the value of many keys (memo references): the entries looked at are
+    // bounded too (kMaxNestedEntries), so this stays linear in what was read.
+    size_t copied = 0;
     for (const auto& [key, value] : root->entries) {
       if (key->kind != Value::Kind::kString) continue;
       top_level_[key->text] = kind_name(value->kind);
-      if (value->kind == Value::Kind::kTensor) tensors_[key->text] = value->tensor;
+      if (value->kind == Value::Kind::kTensor) tensors_[key->text] = value->payload->tensor;
       if (value->kind != Value::Kind::kDict) continue;
       auto& inner = dicts_[key->text];
       for (const auto& [k, v] : value->entries) {
+        if (++copied > kMaxNestedEntries) {
+          bad(path, "refused: the checkpoint's nested dicts hold more than " +
+                        std::to_string(kMaxNestedEntries) + " entries in all");
+        }
         if (k->kind == Value::Kind::kString && v->kind == Value::Kind::kTensor) {
-          inner[k->text] = v->tensor;
+          inner[k->text] = v->payload->tensor;
         }
       }
     }

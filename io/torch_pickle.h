@@ -13,9 +13,18 @@
 // Like SafetensorsFile, TorchCheckpoint memory-maps the file and hands out pointers into it; no
 // Torch here, the models wrap the bytes themselves.
 //
-// Errors: a missing or unreadable file → InputError(kExitNoInput); anything else (not a zip,
-// truncated, compressed entries, a refused global or opcode, storages out of range) →
-// ModelError(kExitDataErr) "PATH: <what>". Never reads out of bounds.
+// Bounded, whatever the file holds: data.pkl at most 64 MiB; containers nested at most 100 deep
+// (a state dict has a few levels; a chain of 2 million tuples once crashed the reader when
+// freed); at most 2^22 values made, 2^20 on the stack, and 2^20 entries in the top-level dict's
+// dicts together (one dict may be shared by many keys); a container may not change after it
+// was put into another (no recursive structures). Time is linear in data.pkl (dict keys hashed;
+// a dict of 300 000 entries once took quadratic time). Only regular files are opened, without
+// waiting on a FIFO.
+//
+// Errors: a missing or unreadable file, or one that is not a regular file (a FIFO, a folder) →
+// InputError(kExitNoInput); anything else (not a zip, truncated, compressed entries, a refused
+// global or opcode, storages out of range, a bound above) → ModelError(kExitDataErr)
+// "PATH: <what>", one line that quotes at most ~160 bytes of any name. Never reads out of bounds.
 // Threading: immutable after construction.
 #pragma once
 

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
+#include <utility>
 
 #include "io/av_enum.h"
 #include "io/av_handles.h"
@@ -26,6 +28,7 @@ extern "C" {
 #include <libavfilter/buffersrc.h>
 #include <libavutil/display.h>
 #include <libavutil/hwcontext.h>
+#include <libavutil/imgutils.h>
 #include <libavutil/pixdesc.h>
 }
 
@@ -108,6 +111,39 @@ std::vector<uint8_t> frame_side_data(const AVFrame* frame, AVFrameSideDataType t
   return std::vector<uint8_t>(sd->data, sd->data + sd->size);
 }
 
+// The picture size a PNG (IHDR) or JPEG (SOFn) file declares in its first 64 KiB, read without
+// libav (which refuses to report a size it cannot decode); nullopt for other files.
+std::optional<std::pair<unsigned, unsigned>> declared_image_size(const std::string& file) {
+  FILE* f = std::fopen(file.c_str(), "rb");
+  if (!f) return std::nullopt;
+  unsigned char head[65536];
+  const size_t n = std::fread(head, 1, sizeof head, f);
+  std::fclose(f);
+  auto be = [&](size_t at, int bytes) {
+    unsigned v = 0;
+    for (int i = 0; i < bytes; ++i) v = (v << 8) | head[at + size_t(i)];
+    return v;
+  };
+  if (n >= 24 && std::memcmp(head, "\x89PNG\r\n\x1a\n", 8) == 0 &&
+      std::memcmp(head + 12, "IHDR", 4) == 0) {
+    return std::pair{be(16, 4), be(20, 4)};
+  }
+  if (n < 4 || head[0] != 0xff || head[1] != 0xd8) return std::nullopt;
+  for (size_t at = 2; at + 9 <= n && head[at] == 0xff;) {
+    const unsigned marker = head[at + 1];
+    if (marker == 0xff) {  // fill byte
+      ++at;
+      continue;
+    }
+    const bool sof =
+        marker >= 0xc0 && marker <= 0xcf && marker != 0xc4 && marker != 0xc8 && marker != 0xcc;
+    if (sof) return std::pair{be(at + 7, 2), be(at + 5, 2)};
+    if (marker == 0xd9 || marker == 0xda) break;  // end, or scan data
+    at += 2 + be(at + 2, 2);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 struct VideoReader::Impl {
@@ -132,6 +168,10 @@ struct VideoReader::Impl {
   // flags); the first read returns it.
   FramePtr primed = make_frame();
   bool have_primed = false;
+  // What the first frame's pixel format keeps (depth, alpha, gray): every frame returned must
+  // keep the same, as the output is made for the first (docs/exit-codes.md, exit 65).
+  std::optional<FormatFamily> family;
+  int64_t sequence_first = -1;  // an image sequence's first number; -1 for one file
 
   // Deinterlacing (bwdif through libavfilter), built on the first frame after open or a seek.
   bool deinterlace = false;
@@ -236,6 +276,7 @@ struct VideoReader::Impl {
     if (::stat(path.c_str(), &st) != 0 && image_path_kind(path) == ImagePath::kSequence) {
       const int64_t first = sequence_start_number(path);
       file = sequence_file_name(path, first);
+      sequence_first = first;
       if (::stat(file.c_str(), &st) != 0) {
         throw InputError(path + ": no file of this image sequence (numbered 0 to 4 at first)",
                          kExitNoInput);
@@ -249,7 +290,10 @@ struct VideoReader::Impl {
       throw InputError(path + ": " + std::strerror(errno), kExitNoInput);
     }
     AVFormatContext* raw = nullptr;
-    int rc = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);
+    // A file whose name only looks like a pattern ("50%d.png") is that one file.
+    AVDictionary* open_options = literal_name_options(path);
+    int rc = avformat_open_input(&raw, path.c_str(), nullptr, &open_options);
+    av_dict_free(&open_options);
     if (rc < 0) {
       if (rc == AVERROR(ENOENT) || rc == AVERROR(EACCES) || rc == AVERROR(EPERM)) {
         throw InputError(path + ": " + av_error_string(rc), kExitNoInput);
@@ -266,10 +310,25 @@ struct VideoReader::Impl {
     stream_index = pick_video_stream(format.get());
     if (stream_index < 0) throw InputError(path + ": no video stream", kExitDataErr);
     stream = format->streams[stream_index];
+    check_declared_size(file);
     // Only the video stream is demuxed into packets; the writer reads audio on its own.
     for (unsigned i = 0; i < format->nb_streams; ++i) {
       if (int(i) != stream_index) format->streams[i]->discard = AVDISCARD_ALL;
     }
+  }
+
+  // A picture too large for libav (av_image_check_size) leaves the stream without a size, and
+  // decoding then fails as if the file were corrupt: when an image's header says so, the error
+  // says so, with the limit.
+  void check_declared_size(const std::string& file) const {
+    if (stream->codecpar->width > 0 && stream->codecpar->height > 0) return;
+    const auto size = declared_image_size(file);
+    if (!size || av_image_check_size(size->first, size->second, 0, nullptr) >= 0) return;
+    throw InputError(path + ": the image declares " + std::to_string(size->first) + "x" +
+                         std::to_string(size->second) +
+                         " pixels, more than libav decodes: (width + 128) x (height + 128) must "
+                         "stay below 2^28 (268 million), e.g. 16000x16000",
+                     kExitDataErr);
   }
 
   void open_decoder() {
@@ -403,12 +462,31 @@ struct VideoReader::Impl {
     return true;
   }
 
+  void set_display_matrix(std::vector<uint8_t> matrix) {
+    info.display_matrix = std::move(matrix);
+    info.rotation_degrees = 0;
+    if (info.display_matrix.size() >= 9 * sizeof(int32_t)) {
+      const double angle =
+          av_display_rotation_get(reinterpret_cast<const int32_t*>(info.display_matrix.data()));
+      info.rotation_degrees = std::isnan(angle) ? 0.0 : angle + 0.0;  // + 0.0: no "-0"
+    }
+  }
+
   // Decodes the first frame and fills what the container may not say from it.
   void prime() {
     if (!decode_raw()) return;
     av_frame_move_ref(primed.get(), frame.get());
     have_primed = true;
     const AVFrame* f = primed.get();
+    family = format_family(*f);
+    // A rotation the frames carry and the stream does not: a JPEG's EXIF orientation, which
+    // libavcodec gives as each frame's display matrix. Carried like a stream's (VideoWriter
+    // stores it where the container can, else turns the pixels): a phone photo stays upright.
+    if (info.display_matrix.empty()) {
+      set_display_matrix(frame_side_data(f, AV_FRAME_DATA_DISPLAYMATRIX));
+    }
+    // A palette image's alpha is in its palette (PNG tRNS, GIF): the stream does not say.
+    info.alpha = info.alpha || family->alpha;
     if (info.mastering_display.empty()) {
       info.mastering_display = frame_side_data(f, AV_FRAME_DATA_MASTERING_DISPLAY_METADATA);
     }
@@ -588,12 +666,7 @@ struct VideoReader::Impl {
     info.colorspace = known_color_space(par->color_space);
     info.color_range = known_color_range(par->color_range);
     info.sample_aspect_ratio = to_rational(par->sample_aspect_ratio);
-    info.display_matrix = stream_side_data(stream, AV_PKT_DATA_DISPLAYMATRIX);
-    if (info.display_matrix.size() >= 9 * sizeof(int32_t)) {
-      const double angle =
-          av_display_rotation_get(reinterpret_cast<const int32_t*>(info.display_matrix.data()));
-      info.rotation_degrees = std::isnan(angle) ? 0.0 : angle + 0.0;  // + 0.0: no "-0"
-    }
+    set_display_matrix(stream_side_data(stream, AV_PKT_DATA_DISPLAYMATRIX));
     info.mastering_display = stream_side_data(stream, AV_PKT_DATA_MASTERING_DISPLAY_METADATA);
     info.content_light = stream_side_data(stream, AV_PKT_DATA_CONTENT_LIGHT_LEVEL);
     for (unsigned i = 0; i < format->nb_streams; ++i) {
@@ -710,9 +783,30 @@ struct VideoReader::Impl {
   bool next_frame() {
     for (;;) {
       if (!decode_frame()) return false;
-      if (accept_frame()) return true;
+      if (accept_frame()) {
+        check_family();
+        return true;
+      }
       av_frame_unref(frame.get());
     }
+  }
+
+  // A frame whose pixel format keeps more or other than the first one's (16-bit after 8-bit,
+  // alpha, colour after gray) would be written in the first one's format, losing it silently:
+  // an 8-bit PNG sequence with one 16-bit frame once came out all 8-bit with exit 0.
+  void check_family() {
+    const FormatFamily f = format_family(*frame);
+    if (!family) family = f;
+    if (f == *family) return;
+    const int64_t index = next_index - 1;
+    std::string where = "frame " + std::to_string(index);
+    if (sequence_first >= 0) where += " (" + sequence_file_name(path, sequence_first + index) + ")";
+    const char* name = av_get_pix_fmt_name(AVPixelFormat(frame->format));
+    throw InputError(path + ": " + where + " is " + (name ? name : "?") + " (" + f.describe() +
+                         ") after frames of " + info.pix_fmt + " (" + family->describe() +
+                         "): a pixel format that changes midway is refused, as the output keeps "
+                         "the first frame's; convert the frames to one format",
+                     kExitDataErr);
   }
 
   // The next frame out of the decoder (the primed one first) into `frame`; false at its end.

@@ -354,6 +354,9 @@ struct VideoWriter::Impl {
     if (!source_desc ||
         (source_desc->flags & (AV_PIX_FMT_FLAG_HWACCEL | AV_PIX_FMT_FLAG_BITSTREAM))) {
       source = src.bit_depth > 8 ? AV_PIX_FMT_YUV420P10LE : AV_PIX_FMT_YUV420P;
+    } else if (source_desc->flags & AV_PIX_FMT_FLAG_PAL) {
+      // A palette image (pal8) stands for the RGB(A) it shows: libswscale cannot write palettes.
+      source = src.alpha ? AV_PIX_FMT_RGBA : AV_PIX_FMT_RGB24;
     }
     if (!codec->pix_fmts) return source;
     // Candidates: what the encoder takes and libswscale writes, without the yuvj* twins.
@@ -616,8 +619,9 @@ struct VideoWriter::Impl {
 
   // The source's audio and subtitles, which the output cannot take: a Y4M stream holds one video
   // stream; standard input whose start is no longer kept (io/stdin_tee.h) cannot be read again.
-  void drop_all_streams(const std::string& why = ": container yuv4mpegpipe holds one video "
-                                                 "stream") {
+  void drop_all_streams(const std::string& why =
+                            ": container yuv4mpegpipe holds one video "
+                            "stream") {
     const VideoInfo& src = config.source;
     if (config.encode.copy_audio && src.audio_streams > 0) {
       drop(std::to_string(src.audio_streams) + " audio stream(s)" + why);
@@ -640,14 +644,22 @@ struct VideoWriter::Impl {
       if (header < 0) write_failed("cannot write the header", header);
       return;
     }
-    int rc = avio_open(&output->pb, temp_path.c_str(), AVIO_FLAG_WRITE);
+    // Created exclusively (a name someone else made there is never written through), then
+    // opened by libav through the descriptor; which also serves the early writeback.
+    writeback_fd = fs::create_exclusive(temp_path);
+    if (writeback_fd < 0) {
+      const int err = errno;
+      throw OutputError(final_path + ": cannot create " + temp_path + ": " + std::strerror(err),
+                        is_creation_error(err) ? kExitCantCreat : kExitIoErr);
+    }
+    temp_exists = true;
+    const std::string name = fs::descriptor_path(writeback_fd, temp_path);
+    int rc = avio_open(&output->pb, name.c_str(), AVIO_FLAG_WRITE);
     if (rc < 0) {
       const int err = AVUNERROR(rc);
       throw OutputError(final_path + ": cannot create " + temp_path + ": " + av_error_string(rc),
                         is_creation_error(err) ? kExitCantCreat : kExitIoErr);
     }
-    temp_exists = true;
-    writeback_fd = ::open(temp_path.c_str(), O_RDONLY | O_CLOEXEC);  // -1: no early writeback
     AVDictionary* raw_options = nullptr;
     const std::string muxer = output->oformat->name;
     if (config.exact_timescale && (muxer == "mp4" || muxer == "mov")) {

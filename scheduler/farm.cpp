@@ -32,6 +32,7 @@
 #include "scheduler/tasks.h"
 #include "src/base/error.h"
 #include "src/base/fs.h"
+#include "src/base/json_text.h"
 #include "src/base/log.h"
 #include "src/base/std_streams.h"
 
@@ -226,10 +227,9 @@ int64_t latent_output_frames(const JobSpec& job, const std::string& input,
   int64_t frames = latents < 1 ? 0
                                : std::max(0, encoder.frame_offset) +
                                      std::max(1, encoder.frame_group) * (latents - 1);
-  if (auto it = file.metadata().find("frames"); it != file.metadata().end()) {
-    char* end = nullptr;
-    const long long n = std::strtoll(it->second.c_str(), &end, 10);
-    if (end && *end == 0 && n >= 0) frames = std::min<int64_t>(frames, n);
+  // As the decode_latents task reads it (task_latents.cpp): a bad value is exit 65 here too.
+  if (const auto n = file.metadata_number("frames", 1, double(int64_t(1) << 40), true)) {
+    frames = std::min<int64_t>(frames, int64_t(*n));
   }
   return frames;
 }
@@ -279,7 +279,7 @@ void remove_file(const std::string& path) {
 class FileLock {
  public:
   FileLock(const std::string& path, const std::string& what, const std::atomic<bool>* cancel) {
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    fd_ = fs::open_lock_file(path);  // a symbolic link there is removed, never followed
     if (fd_ < 0) {
       throw OutputError(path + ": cannot create lock file: " + std::strerror(errno),
                         kExitCantCreat);
@@ -325,23 +325,23 @@ enum class OutputState {
 // output row still finds the file to be its own.
 const char* const kCommittingKey = "output-committing 1";
 
+// Paths are bytes: json_dump/json_parse keep those that are not UTF-8.
 void record_committing(Journal& journal, const OutputRecord& out) {
   const Fingerprint& fp = out.fingerprint;
-  journal.put_plan(kCommittingKey, nlohmann::json{{"input", fp.input},
-                                                  {"input_size", fp.size},
-                                                  {"input_mtime_ns", fp.mtime_ns},
-                                                  {"settings", fp.settings},
-                                                  {"frames", out.frames},
-                                                  {"size", out.size},
-                                                  {"mtime_ns", out.mtime_ns}}
-                                       .dump());
+  journal.put_plan(kCommittingKey, json_dump(nlohmann::json{{"input", fp.input},
+                                                            {"input_size", fp.size},
+                                                            {"input_mtime_ns", fp.mtime_ns},
+                                                            {"settings", fp.settings},
+                                                            {"frames", out.frames},
+                                                            {"size", out.size},
+                                                            {"mtime_ns", out.mtime_ns}}));
 }
 
 std::optional<OutputRecord> committing(Journal& journal) {
   try {
     const auto text = journal.plan(kCommittingKey);
     if (!text) return std::nullopt;
-    const auto j = nlohmann::json::parse(*text);
+    const auto j = json_parse(*text);
     OutputRecord out;
     out.fingerprint.input = j.at("input").get<std::string>();
     out.fingerprint.size = j.at("input_size").get<int64_t>();
@@ -650,7 +650,7 @@ std::optional<StateRecord> state_record(Journal& journal, int64_t last_frame) {
   try {
     const auto text = journal.plan(state_key(last_frame));
     if (!text || text->empty()) return std::nullopt;
-    const auto j = nlohmann::json::parse(*text);
+    const auto j = json_parse(*text);
     StateRecord r{j.at("file").get<std::string>(), j.at("size").get<int64_t>(),
                   j.at("sequence").get<std::string>()};
     if (r.file.empty() || r.file.find('/') != std::string::npos) return std::nullopt;
@@ -662,11 +662,11 @@ std::optional<StateRecord> state_record(Journal& journal, int64_t last_frame) {
 
 // Records (or, with an empty file, forgets) the state after `last_frame`.
 void put_state_record(Journal& journal, int64_t last_frame, const StateRecord& r) {
-  journal.put_plan(
-      state_key(last_frame),
-      r.file.empty()
-          ? std::string()
-          : nlohmann::json{{"file", r.file}, {"size", r.size}, {"sequence", r.sequence}}.dump());
+  journal.put_plan(state_key(last_frame),
+                   r.file.empty()
+                       ? std::string()
+                       : json_dump(nlohmann::json{
+                             {"file", r.file}, {"size", r.size}, {"sequence", r.sequence}}));
 }
 
 // The newest state recorded for `sequence` in `dir` that ends before frame `before`, and the
@@ -1116,7 +1116,7 @@ std::string plan_json(const FarmPlan& plan) {
   }
   nlohmann::json out = {
       {"job_file", plan.job_file}, {"chunk_frames", plan.chunk_frames}, {"chunks", chunks}};
-  return out.dump(2);
+  return json_dump(out, 2);  // paths are bytes: those not UTF-8 as \udcXX
 }
 
 namespace {

@@ -24,6 +24,11 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+// ".png" of "out/a.png" ("" without one).
+std::string extension(const std::string& path) {
+  return path.substr(std::min(path.size(), path.find_last_of('.')));
+}
+
 bool is_folder(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
@@ -61,8 +66,53 @@ void check_encoder(const JobSpec& job) {
   }
 }
 
+}  // namespace
+
+void check_output_kind(const JobSpec& job, const std::string& input, const std::string& output) {
+  // The template filled from a plain name with the input's folder and extension.
+  const size_t slash = input.find_last_of('/');
+  const std::string name = slash == std::string::npos ? input : input.substr(slash + 1);
+  const size_t dot = name.find_last_of('.');
+  const std::string plain = (slash == std::string::npos ? "" : input.substr(0, slash + 1)) +
+                            "input" +
+                            (dot == std::string::npos || dot == 0 ? "" : name.substr(dot));
+  std::string meant;
+  try {
+    meant = expand_output(job.output, plain, job.name, job.dir);
+  } catch (const Error&) {
+    return;
+  }
+  if (io::image_path_kind(output) == io::image_path_kind(meant)) return;
+  throw ConfigError(job.file, job.output_line, "output",
+                    output + ": the name of input " + input +
+                        " puts a printf number (%d) into the output's file name, which would "
+                        "make one image a numbered sequence; rename the input, or keep {stem} "
+                        "out of the file name (e.g. out/{stem}/image.png)");
+}
+
+namespace {
+
+// The encoder writes what the output holds (an image format, a codec its container stores):
+// once per output extension, named at encode.codec when the job gives one, else at output.
+void check_codec_for(const JobSpec& job, const std::string& output) {
+  const EncodeSpec& e = job.encode;
+  std::string codec = e.codec;
+  if (!e.codec_line && io::image_path_kind(output) != io::ImagePath::kNone) {
+    codec = io::image_encoder_for(output);
+    if (codec.empty()) return;
+  }
+  if (const auto problem = io::check_codec_for_output(output, codec)) {
+    if (e.codec_line) throw ConfigError(job.file, e.codec_line, "encode.codec", *problem);
+    throw ConfigError(job.file, job.output_line, "output", output + ": " + *problem);
+  }
+}
+
 void check_outputs(const JobSpec& job) {
   if (job.output == kStdoutName) return;  // a stream in a container of kStreamFormats
+  // A template's own extension is checked even when no input is there yet.
+  if (writes_video(job, job.output) && extension(job.output).find('{') == std::string::npos) {
+    check_codec_for(job, job.output);
+  }
   std::vector<std::string> inputs;
   try {
     inputs = expand_inputs(job);
@@ -78,6 +128,7 @@ void check_outputs(const JobSpec& job) {
     } catch (const Error&) {
       continue;  // the runner reports it for this input
     }
+    check_output_kind(job, input, output);
     // An image sequence is written as its folder: two sequences in one folder collide.
     const io::ImagePath image = io::image_path_kind(output);
     const std::string target = io::output_target(output);
@@ -89,12 +140,12 @@ void check_outputs(const JobSpec& job) {
                             "{dir})");
     }
     if (image == io::ImagePath::kImage && !ends_with(input, ".safetensors") &&
-        io::image_path_kind(input) != io::ImagePath::kImage) {
+        io::input_image_kind(input) != io::ImagePath::kImage) {
       throw ConfigError(
           job.file, job.output_line, "output",
           output + ": a single-image output takes an image input; " + input + " is " +
-              (io::image_path_kind(input) == io::ImagePath::kSequence ? "an image sequence"
-                                                                      : "a video") +
+              (io::input_image_kind(input) == io::ImagePath::kSequence ? "an image sequence"
+                                                                       : "a video") +
               " (write a sequence such as out/{stem}/%06d.png, or a video)");
     }
     if (image == io::ImagePath::kSequence) {
@@ -106,18 +157,21 @@ void check_outputs(const JobSpec& job) {
                               " or the job file; give the sequence a folder of its own (e.g. "
                               "out/{stem}/%06d.png)");
       }
+      if (containers_checked.insert(extension(output)).second) check_codec_for(job, output);
       continue;  // its folder may exist (on_exists)
     }
     if (is_folder(output)) {
       throw OutputError(output + ": output is an existing folder (input " + input + ")",
                         kExitCantCreat);
     }
-    if (!writes_video(job, output) || image != io::ImagePath::kNone) continue;
-    const std::string ext = output.substr(std::min(output.size(), output.find_last_of('.')));
-    if (!containers_checked.insert(ext).second) continue;
-    if (const auto problem = io::check_container(output)) {
-      throw ConfigError(job.file, job.output_line, "output", output + ": " + *problem);
+    if (!writes_video(job, output)) continue;
+    if (!containers_checked.insert(extension(output)).second) continue;
+    if (image == io::ImagePath::kNone) {
+      if (const auto problem = io::check_container(output)) {
+        throw ConfigError(job.file, job.output_line, "output", output + ": " + *problem);
+      }
     }
+    check_codec_for(job, output);
   }
 }
 

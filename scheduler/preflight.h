@@ -23,6 +23,7 @@
 // listed (a glob matching nothing) is left for the runner to report when it reaches it.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "src/job_spec.h"
@@ -30,5 +31,11 @@
 namespace wm::sched {
 
 void preflight(const std::vector<JobSpec>& jobs);
+
+// `output` (expanded from the job's template for `input`) is the kind of output the template
+// makes: a "%d" that the input's name brings into an image output's file name ("50%d.png" with
+// output out/{stem}.png) would make one image a numbered sequence whose folder (out/) is
+// replaced whole. Throws ConfigError at `output:` (exit 65).
+void check_output_kind(const JobSpec& job, const std::string& input, const std::string& output);
 
 }  // namespace wm::sched

@@ -7,7 +7,9 @@
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -27,6 +29,7 @@
 #include "src/base/clock.h"
 #include "src/base/error.h"
 #include "src/base/fs.h"
+#include "src/base/json_text.h"
 #include "src/base/log.h"
 #include "src/base/std_streams.h"
 #include "src/models/catalog.h"
@@ -97,8 +100,42 @@ std::string interrupted_text(const JobSpec& job, const std::string& input,
   return text;
 }
 
+// Whether `text` is a report write_report wrote: a JSON list of jobs, each an object with
+// "job", "file", "task" and a list of "inputs" (a job file in JSON form has none of these keys).
+bool is_report(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = json_parse(text);
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+  if (!j.is_array()) return false;
+  return std::all_of(j.begin(), j.end(), [](const nlohmann::json& job) {
+    return job.is_object() && job.contains("job") && job.contains("file") && job.contains("task") &&
+           job.contains("inputs") && job["inputs"].is_array();
+  });
+}
+
+// What is at the report path already, when it may not be replaced: a file that is not a previous
+// report, or not a file. `wmbatch --report *.yaml` (the shell's `--report a.yaml b.yaml`) would
+// otherwise replace the job file a.yaml with JSON. Absent and empty files are fine.
+std::optional<std::string> report_path_taken(const std::string& report) {
+  constexpr size_t kMaxReportBytes = size_t(256) << 20;
+  struct stat st {};
+  if (::stat(report.c_str(), &st) != 0) return std::nullopt;  // written fresh (or fails then)
+  if (S_ISDIR(st.st_mode)) return "is a folder";
+  if (!S_ISREG(st.st_mode)) return "is not a regular file";
+  if (st.st_size == 0) return std::nullopt;
+  if (size_t(st.st_size) > kMaxReportBytes) return "exists and is not a wmbatch report";
+  std::ifstream in(report, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.bad() && is_report(text)) return std::nullopt;
+  return "exists and is not a wmbatch report (a JSON list of jobs)";
+}
+
 // --report FILE must not name a file the run reads (a job file, an input): it would be
-// overwritten at the end. Throws Error(kExitUsage).
+// overwritten at the end; a file already there must be a previous report. Throws
+// Error(kExitUsage).
 void check_report_path(const std::string& report, const std::vector<JobSpec>& jobs) {
   auto refuse = [&](const std::string& what, const std::string& path) {
     throw Error("--report " + report + ": is " + what + " " + path +
@@ -116,6 +153,13 @@ void check_report_path(const std::string& report, const std::vector<JobSpec>& jo
     for (const std::string& input : inputs) {
       if (fs::same_file(report, input)) refuse("the input", input);
     }
+  }
+  // Then anything else already there (after the job files and inputs: naming those says more).
+  if (const auto taken = report_path_taken(report)) {
+    throw Error("--report " + report + ": " + *taken +
+                    "; it is not replaced. Give a new file or a previous report (did the shell "
+                    "expand `--report *.yaml` into a job file?)",
+                kExitUsage);
   }
 }
 
@@ -583,7 +627,8 @@ void write_report(const std::string& path, const std::vector<JobOutcome>& outcom
                     {"exit_code", o.exit_code},
                     {"inputs", inputs}});
   }
-  fs::write_file_atomic(path, jobs.dump(2) + "\n");
+  // Paths are bytes: json_dump keeps those that are not UTF-8 (\udcXX).
+  fs::write_file_atomic(path, json_dump(jobs, 2) + "\n");
 }
 
 int run_job_files(const std::vector<std::string>& files, const RunOptions& options,

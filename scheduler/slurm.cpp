@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "src/base/error.h"
+#include "src/base/json_text.h"
 #include "src/base/log.h"
 
 namespace wm::sched {
@@ -301,7 +302,7 @@ int submit_slurm(const std::vector<std::string>& job_files, const SlurmOptions& 
                                    {"chunks", s.chunks},
                                    {"array_job", array_id},
                                    {"assemble_job", assemble_id}};
-      std::printf("%s\n", line.dump().c_str());
+      std::printf("%s\n", json_dump(line).c_str());
       std::fflush(stdout);
       log->info("{}: {} chunks: array job {}, assemble job {}", s.job_file, s.chunks, array_id,
                 assemble_id);

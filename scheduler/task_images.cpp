@@ -12,6 +12,7 @@
 #include "io/image_output.h"
 #include "io/video_reader.h"
 #include "io/video_writer.h"
+#include "scheduler/preflight.h"
 #include "scheduler/tasks.h"
 #include "scheduler/video_stages.h"
 #include "src/base/error.h"
@@ -121,9 +122,10 @@ PendingOutput upscale_to_images(const JobSpec& job, const ModelSet& models,
                                 const std::string& input, const std::string& output,
                                 const RunOptions& options, Progress& progress, bool background) {
   const io::ImagePath kind = io::image_path_kind(output);
+  check_output_kind(job, input, output);  // also at validation; watch folders do not validate
   io::ReaderOptions read = reader_options(job, models.devices());
   // NVDEC decodes video codecs: an image would only try it and warn, once per image.
-  if (io::image_path_kind(input) != io::ImagePath::kNone) read.nvdec = false;
+  if (io::input_image_kind(input) != io::ImagePath::kNone) read.nvdec = false;
   io::VideoReader reader(input, read);
   const io::VideoInfo& info = reader.info();
   const ModelTraits& traits = models.traits();
@@ -152,7 +154,7 @@ PendingOutput upscale_to_images(const JobSpec& job, const ModelSet& models,
     }
     folder.emplace(output);
     // An input sequence keeps its numbering; a video's frames are numbered from 1 (as ffmpeg).
-    if (io::image_path_kind(input) == io::ImagePath::kSequence) {
+    if (io::input_image_kind(input) == io::ImagePath::kSequence) {
       first_number = io::sequence_start_number(input);
     }
   }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -84,6 +85,9 @@ void to_float(const io::TensorInfo& t, const std::string& path, size_t offset, s
   }
 }
 
+// The most frames a latent file's "frames" metadata may say (as a farm's frame ranges).
+constexpr double kMaxLatentFileFrames = double(int64_t(1) << 40);
+
 // The scale rule of a model's latent files: file latent = (z − shift) · scale, where z is what
 // the VAE's decode receives and its encode gives (seedvr2-vae: 0.9152 and 0, applied outside the
 // VAE as in the official pipeline, ../shared/seedvr2-vae-spec.md §1). Files carry it in their
@@ -101,27 +105,9 @@ struct LatentRule {
   LatentRule for_file(const io::SafetensorsFile& file) const {
     if (!on) return *this;
     LatentRule r = *this;
-    const auto& meta = file.metadata();
-    auto number = [&](const char* key, double& out) {
-      auto it = meta.find(key);
-      if (it == meta.end()) return;
-      size_t used = 0;
-      double v = 0;
-      try {
-        v = std::stod(it->second, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != it->second.size() || !std::isfinite(v) ||
-          (std::string(key) == "latent_scale" && !(v > 0))) {
-        throw InputError(
-            file.path() + ": metadata " + key + " '" + it->second + "' is not a valid number",
-            kExitDataErr);
-      }
-      out = v;
-    };
-    number("latent_scale", r.scale);
-    number("latent_shift", r.shift);
+    constexpr double kMax = std::numeric_limits<double>::max();
+    r.scale = file.metadata_number("latent_scale", 0, kMax, false, true).value_or(r.scale);
+    r.shift = file.metadata_number("latent_shift", -kMax, kMax).value_or(r.shift);
     return r;
   }
   void add_metadata(std::map<std::string, std::string>& meta) const;
@@ -436,16 +422,13 @@ class DecodeLatentsRunner : public FinishingRunner {
                              make_slice_rule(decode_slice_frames(job_), 1, 0),
                              LatentRule::of(job_.model).for_file(file));
     int64_t frames = models_.model().output_frames(source.frames());
-    const auto& meta = file.metadata();
-    if (auto it = meta.find("frames"); it != meta.end()) {
-      // Latents of a padded clip: trim back to the source's frame count.
-      frames = std::min<int64_t>(frames, std::stoll(it->second));
+    // Latents of a padded clip: trim back to the source's frame count. A file's "frames" and
+    // "fps" are checked (a bad value names the file, exit 65), as job values are.
+    if (const auto n = file.metadata_number("frames", 1, kMaxLatentFileFrames, true)) {
+      frames = std::min<int64_t>(frames, int64_t(*n));
     }
     double fps = job_.fps;
-    if (fps <= 0) {
-      auto it = meta.find("fps");
-      fps = it != meta.end() ? std::stod(it->second) : 16.0;
-    }
+    if (fps <= 0) fps = file.metadata_number("fps", 0, 1000, false, true).value_or(16.0);
     PipelineOptions pipeline;
     pipeline.tokens = job_.tokens;
     pipeline.cancel = options.cancel;
@@ -576,8 +559,8 @@ class EncodeLatentsRunner : public TaskRunner {
       run_pipeline(source, sessions, sink, pipeline);
       meta["width"] = std::to_string(source.width());
       meta["height"] = std::to_string(source.height());
-      if (auto it = file.metadata().find("fps"); it != file.metadata().end())
-        meta["fps"] = it->second;
+      if (file.metadata_number("fps", 0, 1000, false, true))
+        meta["fps"] = file.metadata().at("fps");
     } else {
       io::VideoReader reader(input, reader_options(job_, models_.devices()));
       const io::VideoInfo& info = reader.info();

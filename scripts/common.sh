@@ -8,7 +8,7 @@ WM_PACKAGES=(
   ffmpeg
   libtbb-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libsqlite3-dev libgtest-dev libgmock-dev
-  libcpp-httplib-dev chromium
+  chromium
 )
 # scripts/fuzz.sh and scripts/sanitize.sh (CI runs both): clang with libFuzzer and the sanitizer
 # runtimes (libclang-rt-14-dev); llvm for llvm-symbolizer (source lines in the reports).

@@ -298,10 +298,13 @@ TemplateResult expand_template(const std::string& tmpl,
 // {stem} of an input: the file name without its extension; for an image sequence
 // ("shots/take1_%04d.png", "frames/%06d.png") that name without its printf number and the
 // separators around it ("take1"), or the folder's name when nothing else is left ("frames").
+// A file that exists is no sequence, whatever its name holds: "50%discount.mp4" is "50%discount".
 std::string input_stem(const fs::path& input) {
   std::string stem = input.stem().string();
   const size_t percent = stem.find('%');
   if (percent == std::string::npos) return stem;
+  std::error_code ec;
+  if (fs::exists(input, ec)) return stem;
   size_t end = percent + 1;
   while (end < stem.size() && std::isdigit(static_cast<unsigned char>(stem[end]))) ++end;
   if (end >= stem.size() || stem[end] != 'd') return stem;
@@ -618,7 +621,18 @@ class ModelOptionReader : public OptionReader {
       if (!hint.empty()) problem += " (" + hint + ")";
       wm::fail(f, problem);
     }
-    return resolve_path(dir_, path);
+    const std::string resolved = resolve_path(dir_, path);
+    // A model file that exists must be a file: reading a FIFO would wait for a writer (a missing
+    // one is reported before any job runs, exit 66: scheduler/preflight.cpp).
+    const auto status = fs::status(resolved, ec);
+    if (!ec && fs::exists(status) && !fs::is_regular_file(status)) {
+      wm::fail(f, resolved + " is " +
+                      (fs::is_directory(status)               ? "a folder"
+                       : status.type() == fs::file_type::fifo ? "a FIFO"
+                                                              : "not a regular file") +
+                      ", not a file to read");
+    }
+    return resolved;
   }
   std::vector<int> get_int_list(const std::string& key, size_t min_items, size_t max_items, int min,
                                 int max) const override {
@@ -938,9 +952,19 @@ class JobParser {
                 "groups of 4 frames after the first slice's 1 + slice_frames");
   }
 
-  // A kind that runs only some precisions on the CPU (registry: cpu_precisions).
+  // A kind that runs only some precisions (registry: precisions), or some on the CPU
+  // (cpu_precisions).
   void check_cpu_precision() const {
     const ModelKind* kind = find_model_kind(job_.model.kind);
+    if (kind && !kind->precisions.empty() &&
+        std::find(kind->precisions.begin(), kind->precisions.end(), job_.model.precision) ==
+            kind->precisions.end()) {
+      std::vector<std::string> names;
+      for (Precision p : kind->precisions) names.push_back(to_string(p));
+      const Field* f = top_.find("precision");
+      fail(*f, std::string("kind ") + kind->name + " runs " + one_of(names) + " only, not " +
+                   to_string(job_.model.precision) + " (leave precision out)");
+    }
     if (job_.devices != "cpu" || !kind || kind->cpu_precisions.empty()) return;
     const auto& ok = kind->cpu_precisions;
     if (std::find(ok.begin(), ok.end(), job_.model.precision) != ok.end()) return;

@@ -5,7 +5,9 @@
 # (docs/testing.md has the numbers) — and LibTorch itself is not instrumented anyway. Covered:
 # the job parser and validator (with the model registry; model constructors stubbed as in the
 # fuzzer), geometry, safetensors and torch.save readers, everything libav (reader, writer,
-# stream copy, segments), the SQLite journal, and the fuzz seeds and regressions.
+# stream copy, segments), the SQLite journal, WATCH.yaml and the status page's request parsing,
+# the table of released model names and one-line commands as jobs, and the fuzz seeds and
+# regressions.
 set(WM_SANITIZE_TESTS test_front_door_spec test_fuzz_inputs test_geometry test_io test_io_carry
   test_job_spec test_journal test_safetensors test_torch_pickle)
 
@@ -15,13 +17,15 @@ add_library(wm_sanitize_core STATIC
   ${PROJECT_SOURCE_DIR}/src/models/catalog.cpp ${PROJECT_SOURCE_DIR}/src/media_names.cpp
   ${PROJECT_SOURCE_DIR}/src/job_command.cpp
   ${PROJECT_SOURCE_DIR}/tests/fuzz/model_stubs.cpp
-  ${PROJECT_SOURCE_DIR}/scheduler/journal.cpp ${PROJECT_SOURCE_DIR}/scheduler/sqlite.cpp)
+  ${PROJECT_SOURCE_DIR}/scheduler/journal.cpp ${PROJECT_SOURCE_DIR}/scheduler/sqlite.cpp
+  ${PROJECT_SOURCE_DIR}/scheduler/fingerprint.cpp ${PROJECT_SOURCE_DIR}/watch/watch_spec.cpp
+  ${PROJECT_SOURCE_DIR}/watch/http_request.cpp)
 target_include_directories(wm_sanitize_core PUBLIC ${PROJECT_SOURCE_DIR})
 target_compile_definitions(wm_sanitize_core PRIVATE
   WM_CONFIGS_SOURCE_DIR="${PROJECT_SOURCE_DIR}/configs")
 # registry.cpp reads LibTorch's version header (kind aoti); no LibTorch library is linked.
 target_include_directories(wm_sanitize_core SYSTEM PRIVATE ${TORCH_INCLUDE_DIRS})
-target_link_libraries(wm_sanitize_core PUBLIC wm_base wm_safetensors yaml-cpp
+target_link_libraries(wm_sanitize_core PUBLIC wm_base wm_safetensors wm_io yaml-cpp
   nlohmann_json::nlohmann_json SQLite::SQLite3)
 wm_warnings(wm_sanitize_core)
 

@@ -18,6 +18,7 @@
 #include "io/video_reader.h"
 #include "io/video_writer.h"
 #include "scheduler/runner.h"
+#include "src/base/json_text.h"
 #include "src/models/realesrgan.h"
 #include "tools/bench.h"
 #include "tools/bench_clip.h"
@@ -392,6 +393,6 @@ int bench_upscale(int argc, char** argv) {
     result["ffmpeg_fps"] = outcome.frames / theirs;
     result["ratio"] = theirs / ours;  // > 1: wmbatch is faster
   }
-  std::printf("%s\n", result.dump(2).c_str());
+  std::printf("%s\n", wm::json_dump(result, 2).c_str());
   return 0;
 }

@@ -17,6 +17,7 @@
 #include "io/video_writer.h"
 #include "scheduler/runner.h"
 #include "src/base/fs.h"
+#include "src/base/json_text.h"
 #include "src/models/realesrgan.h"
 #include "tools/bench.h"
 #include "tools/bench_clip.h"
@@ -268,6 +269,6 @@ int bench_upscale_devices(int argc, char** argv) {
                            {"one_device", describe(single)},
                            {"all_devices", describe(spread)},
                            {"speed_up", single.seconds / spread.seconds}};
-  std::printf("%s\n", result.dump(2).c_str());
+  std::printf("%s\n", wm::json_dump(result, 2).c_str());
   return 0;
 }

@@ -58,6 +58,7 @@
 #include "parallel/memory_budget.h"
 #include "scheduler/runner.h"
 #include "src/base/error.h"
+#include "src/base/json_text.h"
 #include "src/geometry.h"
 #include "src/model.h"
 #include "src/models/seedvr2_layout.h"
@@ -657,7 +658,7 @@ int bench_vae_job(int argc, char** argv) {
       }
     }
 
-    std::cout << out.dump() << std::endl;
+    std::cout << wm::json_dump(out) << std::endl;
     if (probed != frames_want || job.frames != frames_want) {
       std::cerr << "wmbench vae-job: " << out_path << " has " << probed << " frames (job wrote "
                 << job.frames << "), expected " << frames_want << "\n";

@@ -118,7 +118,7 @@ sched::RunOptions RunFlags::run_options(const std::atomic<bool>* cancel) const {
 void add_run_flags(CLI::App& app, RunFlags& flags) {
   app.add_option("--report", flags.report,
                  "write a JSON summary per job (frames, seconds, fps, "
-                 "peak memory) to FILE")
+                 "peak memory) to FILE (new, or a previous report: nothing else is replaced)")
       ->type_name("FILE");
   app.add_option("--progress", flags.progress,
                  "progress display: auto (bar on a TTY, else lines), "

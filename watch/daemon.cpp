@@ -3,14 +3,18 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -18,6 +22,7 @@
 
 #include "src/base/clock.h"
 #include "src/base/error.h"
+#include "src/base/fs.h"
 #include "src/base/log.h"
 #include "watch/detector.h"
 #include "watch/queue.h"
@@ -65,6 +70,9 @@ class Signals {
     sa.sa_flags = SA_RESTART;
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
     ::signal(SIGPIPE, SIG_IGN);
+    // A write past RLIMIT_FSIZE fails (EFBIG: that output's or that move's error) instead of
+    // ending the daemon.
+    ::signal(SIGXFSZ, SIG_IGN);
   }
   ~Signals() {
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
@@ -82,6 +90,53 @@ class Signals {
 
  private:
   int fds_[2] = {-1, -1};
+};
+
+// One daemon per queue: an exclusive flock(2) on "<queue>.lock", held for the daemon's life (the
+// kernel lets go of it when the process ends, however it ends). The holder's pid is written in
+// it, so that a second daemon can say whose it is. On NFS the lock is the server's (flock is
+// emulated with whole-file POSIX locks there), so it holds across hosts too.
+class QueueLock {
+ public:
+  explicit QueueLock(const std::string& queue) : path_(queue + ".lock") {
+    fs::make_dirs(fs::parent_dir(path_));
+    fd_ = fs::open_lock_file(path_);
+    if (fd_ < 0) {
+      throw OutputError(path_ + ": cannot open the queue's lock file: " + std::strerror(errno),
+                        kExitCantCreat);
+    }
+    int rc;
+    while ((rc = ::flock(fd_, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {
+    }
+    if (rc != 0) {
+      const int err = errno;
+      std::string holder;
+      char buf[32] = {0};
+      if (err == EWOULDBLOCK && ::pread(fd_, buf, sizeof buf - 1, 0) > 0) {
+        const long pid = std::strtol(buf, nullptr, 10);
+        if (pid > 0) holder = " (pid " + std::to_string(pid) + ")";
+      }
+      ::close(fd_);
+      if (err != EWOULDBLOCK) {
+        throw OutputError(path_ + ": cannot lock: " + std::strerror(err), kExitIoErr);
+      }
+      throw Error(queue + ": another wmbatch watch" + holder +
+                      " is running on this queue; one daemon per queue (stop it first, or give "
+                      "this WATCH.yaml a queue: of its own)",
+                  kExitUnavailable);
+    }
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) < 0) {
+      log::get("watch")->warn("{}: cannot write our pid into it: {}", path_, std::strerror(errno));
+    }
+  }
+  ~QueueLock() { ::close(fd_); }
+  QueueLock(const QueueLock&) = delete;
+  QueueLock& operator=(const QueueLock&) = delete;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
 };
 
 const WatchEntry* entry_of(const WatchSpec& spec, const Item& item) {
@@ -109,6 +164,7 @@ class Daemon {
   void work(size_t index);
   void reload();
   void start_server();
+  std::unique_ptr<StatusServer> make_server(const WatchSpec& spec);
   nlohmann::json snapshot();
   std::unique_ptr<Detector> make_detector(const WatchSpec& spec);
 
@@ -118,6 +174,7 @@ class Daemon {
   uint64_t generation_ = 0;
   Queue& queue_;
   std::atomic<bool> cancel_{false};
+  std::mutex workers_mutex_;  // workers_ (grown by a reload while the status page reads it)
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
   std::unique_ptr<StatusServer> server_;
@@ -137,6 +194,7 @@ void Daemon::resume_disposals() {
 }
 
 void Daemon::start_workers(int count) {
+  std::lock_guard<std::mutex> lock(workers_mutex_);
   while (int(workers_.size()) < count) {
     const size_t index = workers_.size();
     workers_.push_back(std::make_unique<Worker>(int(index), queue_, cancel_));
@@ -146,7 +204,10 @@ void Daemon::start_workers(int count) {
 
 void Daemon::work(size_t index) {
   auto log = log::get("watch");
-  Worker& worker = *workers_[index];
+  Worker& worker = [&]() -> Worker& {
+    std::lock_guard<std::mutex> lock(workers_mutex_);
+    return *workers_[index];
+  }();
   uint64_t seen_generation = 0;
   while (!cancel_.load()) {
     std::shared_ptr<const WatchSpec> spec;
@@ -190,8 +251,11 @@ void Daemon::work(size_t index) {
 
 nlohmann::json Daemon::snapshot() {
   std::vector<LiveItem> live;
-  for (const auto& w : workers_) {
-    if (auto l = w->live()) live.push_back(*l);
+  {
+    std::lock_guard<std::mutex> lock(workers_mutex_);
+    for (const auto& w : workers_) {
+      if (auto l = w->live()) live.push_back(*l);
+    }
   }
   return status_json(queue_, live, spec()->file, true);
 }
@@ -199,9 +263,12 @@ nlohmann::json Daemon::snapshot() {
 void Daemon::start_server() {
   const auto spec = this->spec();
   server_.reset();
-  if (!spec->http.enabled) return;
-  server_ = std::make_unique<StatusServer>(spec->http.host, spec->http.port,
-                                           [this] { return snapshot(); });
+  if (spec->http.enabled) server_ = make_server(*spec);
+}
+
+std::unique_ptr<StatusServer> Daemon::make_server(const WatchSpec& spec) {
+  return std::make_unique<StatusServer>(spec.http.host, spec.http.port,
+                                        [this] { return snapshot(); });
 }
 
 std::unique_ptr<Detector> Daemon::make_detector(const WatchSpec& spec) {
@@ -285,12 +352,38 @@ void Daemon::reload() {
     const bool http_changed = fresh->http.enabled != old->http.enabled ||
                               fresh->http.host != old->http.host ||
                               fresh->http.port != old->http.port;
+    // The new status page first: a reload that cannot have it takes nothing of the new file.
+    std::unique_ptr<StatusServer> page;
+    if (http_changed && fresh->http.enabled) {
+      try {
+        page = make_server(*fresh);
+      } catch (const Error&) {
+        // The running page may hold that port itself (only the host changed): it lets go, and
+        // comes back when the new address fails all the same.
+        if (!server_ || old->http.port != fresh->http.port) throw;
+        server_.reset();
+        try {
+          page = make_server(*fresh);
+        } catch (const Error&) {
+          try {
+            server_ = make_server(*old);
+          } catch (const Error& again) {
+            log->error(
+                "status page: cannot listen on its old address again either ({}); it is "
+                "down until the next reload",
+                again.what());
+          }
+          throw;
+        }
+      }
+    }
+    // Nothing below fails: the new file takes effect as a whole.
     {
       std::lock_guard<std::mutex> lock(mutex_);
       spec_ = fresh;
       ++generation_;
     }
-    if (http_changed) start_server();
+    if (http_changed) server_ = std::move(page);  // the old page stops (none when http is off)
     start_workers(fresh->max_parallel);
     wake_.notify_all();
     log->info("reloaded {} ({} folder(s), max_parallel {})", fresh->file, fresh->entries.size(),
@@ -312,6 +405,7 @@ int run_daemon(const std::string& watch_file) {
   }
   Signals signals;
   try {
+    const QueueLock lock(spec->queue);
     Queue queue(spec->queue);
     Daemon daemon(spec, queue);
     return daemon.run(signals);
@@ -329,7 +423,7 @@ int print_status(const std::string& watch_file, bool json) {
       if (json) {
         const nlohmann::json none = {{"queue_file", spec.queue},
                                      {"counts", nlohmann::json::object()}};
-        std::printf("%s\n", none.dump(2).c_str());
+        std::fputs(status_json_text(none).c_str(), stdout);
       } else {
         std::printf("queue %s: none yet (the daemon has not run)\n", spec.queue.c_str());
       }
@@ -337,7 +431,7 @@ int print_status(const std::string& watch_file, bool json) {
     }
     Queue queue(spec.queue);
     const nlohmann::json s = status_json(queue, {}, spec.file, false);
-    std::fputs(json ? (s.dump(2) + "\n").c_str() : status_text(s).c_str(), stdout);
+    std::fputs(json ? status_json_text(s).c_str() : status_text(s).c_str(), stdout);
     return kExitOk;
   } catch (const Error& e) {
     std::fprintf(stderr, "wmbatch: %s\n", e.what());

@@ -7,7 +7,11 @@
 // ones at their next slice boundary (they are queued again and resume from their last finished
 // chunk on the next run); the daemon then exits 0. A second SIGTERM/SIGINT ends it at once (the
 // queue stays consistent: a killed daemon resumes too). SIGHUP reloads WATCH.yaml; a file that
-// does not validate is logged and the running configuration kept.
+// does not validate (or whose new status page address cannot be had) is logged and the running
+// configuration kept whole.
+//
+// One daemon per queue: the daemon holds an flock on "<queue>.lock" for its life; a second one
+// exits 69 with one line naming the holder's pid.
 #pragma once
 
 #include <string>
@@ -15,7 +19,8 @@
 namespace wm::watch {
 
 // Runs in the foreground until stopped; logs to stderr. Returns the exit code: 0 after a clean
-// stop, 65 bad WATCH.yaml at start, 66 missing, 73/74 queue or status page unavailable.
+// stop, 65 bad WATCH.yaml at start, 66 missing, 69 another daemon on the queue, 73/74 queue or
+// status page unavailable.
 int run_daemon(const std::string& watch_file);
 
 // `wmbatch status WATCH.yaml`: counts by state, running items with progress, last failures

@@ -172,6 +172,13 @@ void Detector::rescan() {
 void Detector::consider(const std::string& path) {
   const WatchEntry* entry = entry_for(spec_, path);
   if (!entry) return;
+  std::string why;
+  if (!source_allowed(*entry, path, &why)) {
+    candidates_.erase(path);
+    if (refused_.insert(path).second) log::get("watch")->info("{}: not taken: {}", path, why);
+    return;
+  }
+  refused_.erase(path);
   const Stat s = stat_path(path);
   if (!s.ok || !s.file) {
     candidates_.erase(path);

@@ -3,7 +3,9 @@
 // start, and every poll_seconds for network file systems where inotify sees nothing); a candidate
 // is ready once its size and mtime have not changed for settle_seconds and no local process
 // holds it open for writing (watch/open_files.h). Partial and hidden names are never candidates
-// (is_ignored_name), nor files whose fingerprint the queue already knows.
+// (is_ignored_name), nor files whose fingerprint the queue already knows, nor symbolic links the
+// entry does not follow (source_allowed; logged once each). Sub-folders that are symbolic links
+// are never descended into.
 //
 // Threading: one thread (the daemon's loop) uses a Detector.
 #pragma once
@@ -13,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,6 +71,7 @@ class Detector {
   int fd_ = -1;
   std::map<int, std::string> watches_;  // inotify watch descriptor → folder
   std::map<std::string, Candidate> candidates_;
+  std::set<std::string> refused_;  // symbolic links not taken, logged once
   uint64_t next_seq_ = 0;
 };
 

@@ -7,6 +7,7 @@
 #include "parallel/devices.h"
 #include "parallel/memory_budget.h"
 #include "scheduler/progress.h"
+#include "src/base/json_text.h"
 #include "src/models/torch_side.h"
 
 namespace wm::watch {
@@ -69,10 +70,35 @@ std::string fixed(double v, int digits) {
   return s.str();
 }
 
+// `text` with each byte that is not part of valid UTF-8 as "\xNN": file names are bytes, the page
+// and the terminal want text.
+std::string shown_bytes(const std::string& text) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    size_t length = 0;  // of the UTF-8 sequence at i (at most 4 bytes), 0: none
+    for (size_t n = 1; n <= 4 && i + n <= text.size() && !length; ++n) {
+      if (valid_utf8(text.substr(i, n))) length = n;
+    }
+    if (length) {
+      out.append(text, i, length);
+      i += length;
+    } else {
+      const auto u = static_cast<unsigned char>(text[i++]);
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    }
+  }
+  return out;
+}
+
+// A value as text to show: strings with their bytes that are not UTF-8 as "\xNN".
 std::string str(const json& j, const char* key) {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null()) return "";
-  return it->is_string() ? it->get<std::string>() : it->dump();
+  return it->is_string() ? shown_bytes(it->get<std::string>()) : json_dump(*it);
 }
 
 // Prometheus label values: backslash, double quote and newline escaped.
@@ -182,6 +208,8 @@ json status_json(Queue& queue, const std::vector<LiveItem>& live, const std::str
   return j;
 }
 
+std::string status_json_text(const json& s) { return json_dump(s, 2) + "\n"; }
+
 std::string status_html(const json& s) {
   std::ostringstream h;
   h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -261,7 +289,8 @@ std::string status_metrics(const json& s) {
          s["counts"].value("running", int64_t(0)));
   m << "# HELP wmbatch_watch_items Queue items by state.\n# TYPE wmbatch_watch_items gauge\n";
   for (const auto& [state, n] : s["counts"].items()) {
-    m << "wmbatch_watch_items{state=\"" << label(state) << "\"} " << n.get<int64_t>() << "\n";
+    m << "wmbatch_watch_items{state=\"" << label(shown_bytes(state)) << "\"} " << n.get<int64_t>()
+      << "\n";
   }
   if (s.contains("peak_rss_mib")) {
     metric("wmbatch_watch_peak_rss_bytes", "gauge", "Peak resident memory of the daemon.",

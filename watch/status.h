@@ -19,6 +19,11 @@ namespace wm::watch {
 nlohmann::json status_json(Queue& queue, const std::vector<LiveItem>& live,
                            const std::string& watch_file, bool daemon);
 
+// The JSON text (/api/status, `wmbatch status --json`): paths are bytes, and those that are not
+// UTF-8 are written as \udcXX escapes (src/base/json_text.h), so any file name is served.
+std::string status_json_text(const nlohmann::json& status);
+// The HTML page, the metrics and the text: file names and errors are shown with the bytes that
+// are not UTF-8 as "\xNN" (and HTML-escaped on the page).
 std::string status_html(const nlohmann::json& status);
 std::string status_metrics(const nlohmann::json& status);
 std::string status_text(const nlohmann::json& status);

@@ -3,6 +3,8 @@
 #include "watch/watch_spec.h"
 
 #include <fnmatch.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
@@ -11,12 +13,15 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
-#include "scheduler/farm.h"
+#include "scheduler/fingerprint.h"
 #include "scheduler/journal.h"
 #include "src/base/error.h"
+#include "src/yaml_load.h"
 
 namespace wm::watch {
 namespace {
@@ -26,8 +31,9 @@ namespace fs = std::filesystem;
 const std::vector<std::string> kTopKeys = {"queue",        "poll_seconds", "settle_seconds",
                                            "max_parallel", "chunk_frames", "retry",
                                            "http",         "watch"};
-const std::vector<std::string> kEntryKeys = {"folder", "recursive", "patterns",    "job",
-                                             "output", "on_done",   "done_folder", "failed_folder"};
+const std::vector<std::string> kEntryKeys = {"folder",      "recursive",     "patterns",
+                                             "job",         "output",        "on_done",
+                                             "done_folder", "failed_folder", "follow_symlinks"};
 const std::vector<std::string> kRetryKeys = {"max_attempts", "backoff_seconds",
                                              "backoff_max_seconds"};
 const std::vector<std::string> kHttpKeys = {"listen"};
@@ -133,6 +139,49 @@ std::string folder_path(const std::string& dir, const Value& v) {
   return p;
 }
 
+// `text` with its braces doubled: literal text inside an output template.
+std::string braces_escaped(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    out += c;
+    if (c == '{' || c == '}') out += c;
+  }
+  return out;
+}
+
+// `tmpl` with the placeholders named in `values` replaced by their values (`{{`, `}}` and every
+// other placeholder kept as written), and the names of every placeholder it holds in `used`.
+std::string substitute(const std::string& tmpl, const std::map<std::string, std::string>& values,
+                       std::set<std::string>* used = nullptr) {
+  std::string out;
+  for (size_t i = 0; i < tmpl.size(); ++i) {
+    const char c = tmpl[i];
+    if ((c == '{' || c == '}') && i + 1 < tmpl.size() && tmpl[i + 1] == c) {
+      out += tmpl.substr(i, 2);
+      ++i;
+      continue;
+    }
+    const size_t close = c == '{' ? tmpl.find('}', i + 1) : std::string::npos;
+    if (close == std::string::npos) {
+      out += c;
+      continue;
+    }
+    const std::string name = tmpl.substr(i + 1, close - i - 1);
+    if (used) used->insert(name);
+    const auto it = values.find(name);
+    out += it == values.end() ? tmpl.substr(i, close + 1 - i) : it->second;
+    i = close;
+  }
+  return out;
+}
+
+// The path with its symbolic links resolved, as far as it exists (the rest appended as written).
+std::string real_path(const std::string& path) {
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(path, ec);
+  return ec ? path : p.lexically_normal().string();
+}
+
 bool is_within(const std::string& path, const std::string& folder) {
   return path == folder ||
          (path.size() > folder.size() && path.compare(0, folder.size(), folder) == 0 &&
@@ -162,6 +211,112 @@ void parse_listen(const Value& v, HttpSpec& http) {
   http.port = std::stoi(port);
 }
 
+// A file name that fnmatch `pattern` takes ("*.mp4" → "x.mp4"), or "" when none is found.
+std::string sample_name(const std::string& pattern) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '*' || c == '?') {
+      out += 'x';
+    } else if (c == '\\' && i + 1 < pattern.size()) {
+      out += pattern[++i];
+    } else if (c == '[') {
+      // A member of the bracket expression (']' right after '[' or '[!' is one).
+      size_t close = i + 1;
+      if (close < pattern.size() && (pattern[close] == '!' || pattern[close] == '^')) ++close;
+      if (close < pattern.size() && pattern[close] == ']') ++close;
+      close = pattern.find(']', close);
+      if (close == std::string::npos) {
+        out += c;
+        continue;
+      }
+      const std::string bracket = pattern.substr(i, close + 1 - i);
+      for (const char member : std::string("x0aA_-.")) {
+        if (fnmatch(bracket.c_str(), std::string(1, member).c_str(), 0) == 0) {
+          out += member;
+          break;
+        }
+      }
+      i = close;
+    } else {
+      out += c;
+    }
+  }
+  return fnmatch(pattern.c_str(), out.c_str(), FNM_PERIOD) == 0 ? out : "";
+}
+
+// Refuses outputs that come back as inputs: an entry whose outputs its own folder takes (a_x2 →
+// a_x2_x2 → ...), or entries that feed each other round. A chain that ends (in/ → mid/, mid/ →
+// out/) is fine. Where each entry's outputs go is found by expanding its template for a sample
+// file of each pattern (at the folder's top and, when recursive, in a sub-folder), compared with
+// symbolic links resolved.
+void check_output_loops(const WatchSpec& spec, const std::string& path) {
+  WatchSpec real = spec;
+  for (WatchEntry& e : real.entries) {
+    e.folder = e.real_folder;
+    if (!e.done_folder.empty()) e.done_folder = real_path(e.done_folder);
+    if (!e.failed_folder.empty()) e.failed_folder = real_path(e.failed_folder);
+  }
+  const size_t n = spec.entries.size();
+  // feeds[a][b]: an output of entry a that entry b would take ("" when none).
+  std::vector<std::vector<std::string>> feeds(n, std::vector<std::string>(n));
+  for (size_t a = 0; a < n; ++a) {
+    const WatchEntry& e = spec.entries[a];
+    for (const std::string& pattern : e.patterns) {
+      const std::string name = sample_name(pattern);
+      if (name.empty()) continue;
+      std::vector<std::string> samples = {e.folder + "/" + name};
+      if (e.recursive) samples.push_back(e.folder + "/wmbatch-sample/" + name);
+      for (const std::string& input : samples) {
+        std::string out;
+        try {
+          out = output_for(e, input);
+        } catch (const Error&) {
+          continue;  // the output would be the input: the job parser refused such templates
+        }
+        const WatchEntry* taker = entry_for(real, real_path(out));
+        if (!taker) continue;
+        const size_t b = size_t(taker - real.entries.data());
+        if (feeds[a][b].empty()) feeds[a][b] = out;
+      }
+    }
+  }
+  // The first entry (in file order) on a cycle, found by a walk from each entry.
+  for (size_t start = 0; start < n; ++start) {
+    std::vector<size_t> from(n, n);  // how each entry was reached
+    std::vector<size_t> todo = {start};
+    std::vector<bool> seen(n, false);
+    while (!todo.empty()) {
+      const size_t a = todo.back();
+      todo.pop_back();
+      for (size_t b = 0; b < n; ++b) {
+        if (feeds[a][b].empty()) continue;
+        if (b == start) {
+          const WatchEntry& e = spec.entries[start];
+          const Value where{YAML::Node(), "watch.output", e.output_line, &path};
+          if (a == start) {
+            where.fail("its outputs would be taken again by this entry ('" + feeds[a][b] +
+                       "' is in its folder and matches its patterns), and theirs again, without "
+                       "end; write them to a folder it does not watch");
+          }
+          // The entry this one feeds, on the way round.
+          size_t next = a;
+          while (from[next] != start) next = from[next];
+          where.fail("its outputs go to the folder of the entry at line " +
+                     std::to_string(spec.entries[next].line) + " ('" + feeds[start][next] +
+                     "'), whose outputs come back here: files would be processed round and "
+                     "round; let one of them write outside the other's folders");
+        }
+        if (!seen[b]) {
+          seen[b] = true;
+          from[b] = a;
+          todo.push_back(b);
+        }
+      }
+    }
+  }
+}
+
 class EntryParser {
  public:
   EntryParser(const Value& v, const std::string& base_dir) : map_(v, kEntryKeys), value_(v) {
@@ -173,7 +328,9 @@ class EntryParser {
     const Value& folder = map_.require("folder");
     entry_.folder = folder_path(base_dir_, folder);
     if (!is_folder(entry_.folder)) folder.fail("'" + entry_.folder + "' is not a folder");
+    entry_.real_folder = real_path(entry_.folder);
     if (const Value* v = map_.find("recursive")) entry_.recursive = v->flag();
+    if (const Value* v = map_.find("follow_symlinks")) parse_follow_symlinks(*v);
     parse_job(map_.require("job"));
     if (const Value* v = map_.find("patterns")) {
       parse_patterns(*v);
@@ -187,12 +344,25 @@ class EntryParser {
     validate_job();
     parse_disposition();
     entry_.settings =
-        sched::stable_hash(sched::job_settings_hash(entry_.job) + "\noutput " + entry_.job.output +
-                           "\non_exists " + wm::to_string(entry_.job.on_exists));
+        sched::stable_hash(sched::stable_hash(sched::job_settings_text(entry_.job)) + "\noutput " +
+                           entry_.output + "\non_exists " + wm::to_string(entry_.job.on_exists));
     return entry_;
   }
 
  private:
+  void parse_follow_symlinks(const Value& v) {
+    bool on = false;
+    if (v.node.IsScalar() && v.node.Scalar() == "outside") {
+      entry_.follow_symlinks = FollowSymlinks::kOutside;
+    } else if (v.node.IsScalar() && v.node.Tag() != "!" &&
+               YAML::convert<bool>::decode(v.node, on)) {
+      entry_.follow_symlinks = on ? FollowSymlinks::kInside : FollowSymlinks::kNo;
+    } else {
+      v.fail("must be false, true (links to files inside the folder) or outside (got " + v.shown() +
+             ")");
+    }
+  }
+
   void parse_patterns(const Value& v) {
     std::vector<Value> items;
     if (v.node.IsScalar()) {
@@ -226,9 +396,11 @@ class EntryParser {
     job_file_ = absolute_in(base_dir_, v.text());
     std::ifstream in(job_file_, std::ios::binary);
     if (!in || is_folder(job_file_)) v.fail("cannot open job file '" + job_file_ + "'");
+    std::ostringstream text;
+    text << in.rdbuf();
     std::vector<YAML::Node> docs;
     try {
-      for (const YAML::Node& d : YAML::LoadAll(in)) {
+      for (const YAML::Node& d : load_yaml_documents(text.str())) {
         if (!d.IsNull()) docs.push_back(d);
       }
     } catch (const YAML::Exception& e) {
@@ -248,36 +420,64 @@ class EntryParser {
   void validate_job() {
     if (!job_node_.IsMap())
       job_value_.fail("must be a job (a map) or a job file (got " + job_value_.shown() + ")");
+    // The job's node may be another entry's too (a YAML alias, `job: *upscale`): the keys set
+    // here for validation are put back as they were once it is parsed, however it ends.
+    struct Restore {
+      YAML::Node node;
+      std::vector<std::pair<YAML::Node, YAML::Node>> saved;
+      ~Restore() {
+        node.remove("input");
+        node.remove("output");
+        for (const auto& [key, value] : saved) node.force_insert(key, value);
+      }
+    } restore{job_node_, {}};
+    for (const auto& kv : job_node_) {
+      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
+      if (key == "input" || key == "output") restore.saved.emplace_back(kv.first, kv.second);
+    }
     YAML::Node inputs(YAML::NodeType::Sequence);
     for (const std::string& p : entry_.patterns) inputs.push_back(entry_.folder + "/" + p);
+    job_node_.remove("input");  // a new node: assigning would change the one `restore` keeps
     job_node_["input"] = inputs;
+    // The template: the entry's `output` (its own key node, so that the job parser's errors name
+    // its line), else the job's.
+    std::optional<std::pair<YAML::Node, YAML::Node>> output;
     if (const Value* out = map_.find("output")) {
       out->text();
-      // The entry's own key node, so that the job parser's errors name its line.
-      job_node_.remove("output");
       for (const auto& kv : value_.node) {
-        if (kv.first.Scalar() == "output") job_node_.force_insert(kv.first, kv.second);
+        if (kv.first.Scalar() == "output") output.emplace(kv.first, kv.second);
       }
-    } else if (!static_cast<const YAML::Node&>(job_node_)["output"]) {
-      map_.require("output");
+      entry_.output_line = out->line;
+    } else {
+      for (const auto& saved : restore.saved) {
+        if (saved.first.Scalar() == "output") output.emplace(saved.first, saved.second);
+      }
+      if (!output) map_.require("output");
+      entry_.output_line = value_.line;
     }
+    // {subdir} is the daemon's own: the job parser checks the template without it. (A new node:
+    // assigning to a YAML::Node would change the document's.)
+    std::set<std::string> used;
+    YAML::Node value = output->second;
+    if (value.IsScalar()) {
+      entry_.output = value.Scalar();
+      const std::string checked = substitute(entry_.output, {{"subdir", ""}}, &used);
+      if (checked != entry_.output) value.reset(YAML::Node(checked));
+    }
+    job_node_.remove("output");
+    job_node_.force_insert(output->first, value);
     entry_.job = parse_job_node(job_node_, job_file_, job_name_);
     entry_.job.inputs.clear();
     entry_.job.input_lines.clear();
-    // Recursive folders take their sub-folders too: an output below the folder that a pattern
-    // matches would come back as an input.
-    if (entry_.recursive) {
-      const std::string sample = expand_output(entry_.job.output, entry_.folder + "/sub/x.mkv",
-                                               entry_.job.name, entry_.job.dir);
-      const std::string name = fs::path(sample).filename().string();
-      for (const std::string& p : entry_.patterns) {
-        if (is_within(sample, entry_.folder) && fnmatch(p.c_str(), name.c_str(), 0) == 0) {
-          const Value* out = map_.find("output");
-          (out ? *out : job_value_)
-              .fail("outputs would be written inside the recursive folder and match '" + p +
-                    "'; write them to another folder");
-        }
-      }
+    // Files of every sub-folder, one template: two files of one name (cam1/clip.mp4,
+    // cam2/clip.mp4) would write one output, the second over the first.
+    if (entry_.recursive && !used.count("subdir") && !used.count("dir")) {
+      const Value* out = map_.find("output");
+      (out ? *out : job_value_)
+          .fail(
+              "a recursive entry's output must keep the file's sub-folder, or files of one "
+              "name in two sub-folders write one output: put {subdir} (the file's folder below "
+              "the watched folder) or {dir} in it, e.g. out/{subdir}/{stem}_x2.mp4");
     }
   }
 
@@ -336,13 +536,19 @@ WatchSpec parse_watch_text(const std::string& text, const std::string& path) {
   spec.file = fs::absolute(path).lexically_normal().string();
   const std::string dir = fs::path(spec.file).parent_path().string();
   YAML::Node root;
+  std::vector<YAML::Node> docs;
   try {
-    root = YAML::Load(text);
+    docs = load_yaml_documents(text);  // not YAML::Load: yaml-cpp 0.7 loops on a stray ','
   } catch (const YAML::Exception& e) {
     throw ConfigError(path, e.mark.is_null() ? 1 : e.mark.line + 1, "", "invalid YAML: " + e.msg);
   }
+  if (!docs.empty()) root = docs.front();
   const Value top{root, "", line_of(root, 1), &path};
   if (root.IsNull()) top.fail("no watch configuration in file (it is empty)");
+  if (docs.size() > 1) {
+    Value{docs[1], "", line_of(docs[1], 1), &path}.fail(
+        "a second YAML document: a watch file holds one configuration");
+  }
   const Map map(top, kTopKeys);
 
   spec.queue = absolute_in(dir, fs::path(spec.file).stem().string() + ".wmwatch.sqlite");
@@ -393,6 +599,7 @@ WatchSpec parse_watch_text(const std::string& text, const std::string& path) {
       }
     }
   }
+  check_output_loops(spec, path);
   return spec;
 }
 
@@ -415,6 +622,46 @@ bool is_ignored_name(const std::string& name) {
   };
   return name.empty() || name[0] == '.' || ends(".part") || ends(".tmp") || ends(".partial") ||
          ends(".error.txt");
+}
+
+std::string output_for(const WatchEntry& entry, const std::string& input) {
+  const fs::path file(input);
+  std::string subdir = file.parent_path().lexically_relative(entry.folder).string();
+  if (subdir == "." || subdir.compare(0, 2, "..") == 0) subdir.clear();
+  // {stem} as it is: expand_output would read "pct%03d" as an image sequence's "pct".
+  const std::string tmpl = substitute(entry.output, {{"stem", braces_escaped(file.stem().string())},
+                                                     {"subdir", braces_escaped(subdir)}});
+  return fs::path(expand_output(tmpl, input, entry.job.name, entry.job.dir))
+      .lexically_normal()
+      .string();
+}
+
+bool source_allowed(const WatchEntry& entry, const std::string& path, std::string* why) {
+  char* resolved = ::realpath(path.c_str(), nullptr);
+  if (!resolved) return true;  // gone (or unreadable): the caller finds out on its own
+  const std::string real = resolved;
+  ::free(resolved);
+  // No symbolic link on the way below the watched folder.
+  const std::string relative = fs::path(path).lexically_relative(entry.folder).string();
+  if (!relative.empty() && relative.compare(0, 2, "..") != 0 &&
+      real == (fs::path(entry.real_folder) / relative).lexically_normal().string()) {
+    return true;
+  }
+  std::string problem;
+  switch (entry.follow_symlinks) {
+    case FollowSymlinks::kOutside:
+      return true;
+    case FollowSymlinks::kInside:
+      if (is_within(real, entry.real_folder)) return true;
+      problem = "a symbolic link to '" + real +
+                "', outside the watched folder (follow_symlinks: outside would take it)";
+      break;
+    case FollowSymlinks::kNo:
+    default:
+      problem = "a symbolic link (to '" + real + "'); follow_symlinks is off";
+  }
+  if (why) *why = problem;
+  return false;
 }
 
 const WatchEntry* entry_for(const WatchSpec& spec, const std::string& path) {

@@ -15,14 +15,25 @@ namespace wm::watch {
 enum class OnDone { kKeep, kMove, kDelete };
 const char* to_string(OnDone o);
 
+// Symbolic links in a watched folder (`follow_symlinks`): never taken (the default), taken when
+// they lead to a file inside the watched folder, or taken wherever they lead.
+enum class FollowSymlinks { kNo, kInside, kOutside };
+
 struct WatchEntry {
   int line = 0;                       // of the entry in WATCH.yaml
   std::string folder;                 // absolute, lexically normal
+  std::string real_folder;            // `folder` with its symbolic links resolved
   bool recursive = false;             // also the sub-folders (not the done/failed folders)
   std::vector<std::string> patterns;  // fnmatch(3) patterns on the file name
+  FollowSymlinks follow_symlinks = FollowSymlinks::kNo;
   // The job, validated with the folder's patterns as its input; run_item() fills in one file.
-  // Its `output` is the template (the entry's `output:` when given, else the job's).
+  // Its `output` is the template (the entry's `output:` when given, else the job's), which
+  // output_for() expands.
   JobSpec job;
+  // The output template as written (the entry's `output:`, else the job's), with the daemon's
+  // own placeholder {subdir}; output_for() expands it. `job.output` is the same without {subdir}.
+  std::string output;
+  int output_line = 0;  // of the template's key in WATCH.yaml (the entry's line for a job's)
   // Hash of every setting that changes what is made of a file (the job's settings, the output
   // template): part of a queue item's fingerprint.
   std::string settings;
@@ -69,5 +80,17 @@ bool is_ignored_name(const std::string& name);
 // The entry whose folder (and patterns, and recursion) takes the file at `path` (absolute), or
 // nullptr. Files inside an entry's done or failed folder are never taken.
 const WatchEntry* entry_for(const WatchSpec& spec, const std::string& path);
+
+// The output of the file at `input` (absolute, taken by `entry`): the entry's template with
+// {stem} — the file's name without its extension, as it is: a '%' in a real file name is not an
+// image-sequence pattern —, {subdir} — the file's folder below the watched folder, "" at its top
+// —, {ext}, {job} and {dir} (as in job files, docs/job-format.md). Lexically normal. Throws
+// wm::Error (65) when it would be the input itself.
+std::string output_for(const WatchEntry& entry, const std::string& input);
+
+// Whether the file at `path` may be taken under the entry's follow_symlinks: true for a file that
+// is not a symbolic link; for a link, whether the entry follows links and where this one leads.
+// `why` (when given) says why not.
+bool source_allowed(const WatchEntry& entry, const std::string& path, std::string* why = nullptr);
 
 }  // namespace wm::watch

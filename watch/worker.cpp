@@ -88,39 +88,136 @@ std::string free_name(const std::string& folder, const std::string& relative) {
   }
 }
 
+// Copies `source` to `target` on another file system without a partial file ever at `target`:
+// into a temp name beside it, created exclusively, fsynced (with the source's mode and times),
+// then renamed into place (not over a file that appeared there meanwhile). On failure (a full
+// disk) the temp file is removed and the source is untouched. Throws OutputError.
+void copy_across(const std::string& source, const std::string& target) {
+  const std::string temp = fs::temp_path_for(target);
+  auto fail = [&](const std::string& what, int err) {
+    ::unlink(temp.c_str());
+    throw OutputError(
+        source + ": cannot copy to " + target + ": " + what + ": " + std::strerror(err),
+        kExitIoErr);
+  };
+  struct Fd {
+    int fd = -1;
+    ~Fd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } in, out;
+  in.fd = ::open(source.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in.fd < 0) {
+    throw OutputError(source + ": cannot open to copy it: " + std::strerror(errno), kExitIoErr);
+  }
+  struct stat st {};
+  if (::fstat(in.fd, &st) != 0) {
+    throw OutputError(source + ": cannot stat: " + std::strerror(errno), kExitIoErr);
+  }
+  out.fd = fs::create_exclusive(temp, int(st.st_mode & 0777));
+  if (out.fd < 0) {
+    throw OutputError(source + ": cannot create " + temp + ": " + std::strerror(errno), kExitIoErr);
+  }
+  std::vector<char> buffer(size_t(1) << 20);
+  for (;;) {
+    const ssize_t n = ::read(in.fd, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("read", errno);
+    if (n == 0) break;
+    for (ssize_t done = 0; done < n;) {
+      const ssize_t w = ::write(out.fd, buffer.data() + done, size_t(n - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) fail("write", errno);
+      done += w;
+    }
+  }
+  const timespec times[2] = {st.st_atim, st.st_mtim};
+  ::futimens(out.fd, times);
+  if (::fsync(out.fd) != 0) fail("fsync", errno);
+  const int closed = ::close(out.fd);
+  out.fd = -1;
+  if (closed != 0) fail("close", errno);
+  if (::renameat2(AT_FDCWD, temp.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE) != 0) {
+    if (errno != EINVAL && errno != ENOSYS) fail("rename", errno);
+    if (exists(target)) fail("rename", EEXIST);
+    if (::rename(temp.c_str(), target.c_str()) != 0) fail("rename", errno);
+  }
+}
+
 // Moves a source into `folder`, keeping its path below the watched folder. Across file systems
-// it is copied, fsynced and then removed. Returns the new path.
+// it is copied (copy_across), the folder fsynced, and then the source removed. Returns the new
+// path.
 std::string move_source(const std::string& source, const WatchEntry& entry,
                         const std::string& folder) {
   std::string relative = stdfs::path(source).lexically_relative(entry.folder).string();
   if (relative.empty() || relative.compare(0, 2, "..") == 0) relative = base_name(source);
   const std::string target = free_name(folder, relative);
   fs::make_dirs(fs::parent_dir(target));
-  if (::rename(source.c_str(), target.c_str()) != 0) {
+  int rc = ::renameat2(AT_FDCWD, source.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE);
+  if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) {
+    rc = ::rename(source.c_str(), target.c_str());  // a file system without RENAME_NOREPLACE
+  }
+  if (rc != 0) {
     if (errno != EXDEV) {
       throw OutputError(source + ": cannot move to " + target + ": " + std::strerror(errno),
                         kExitIoErr);
     }
-    std::error_code ec;
-    stdfs::copy_file(source, target, ec);
-    if (ec) {
-      throw OutputError(source + ": cannot copy to " + target + ": " + ec.message(), kExitIoErr);
+    copy_across(source, target);
+    fs::fsync_path(fs::parent_dir(target));
+    if (::unlink(source.c_str()) != 0 && errno != ENOENT) {
+      log::get("watch")->warn("{}: copied to {}, but cannot remove it: {}", source, target,
+                              std::strerror(errno));
     }
-    fs::fsync_path(target);
-    ::unlink(source.c_str());
+    fs::fsync_path(fs::parent_dir(source));
   }
   fs::fsync_path(fs::parent_dir(target));
   return target;
 }
 
+// Whether the file at `item.input` is still the version the item recorded (size, mtime and,
+// when the worker saw it, the very file): a new version moved over it while the old one ran is
+// a file of its own, never moved or deleted in its place.
+bool still_the_same(const Item& item, const SourceFile* seen) {
+  struct stat st {};
+  if (::stat(item.input.c_str(), &st) != 0) return true;  // gone: nothing to mistake
+  const int64_t mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  if (int64_t(st.st_size) != item.size || mtime_ns != item.mtime_ns) return false;
+  return !seen || (st.st_dev == seen->dev && st.st_ino == seen->ino);
+}
+
 // Exit codes of failures that will not pass by retrying (bad or missing input).
 bool retryable(int exit_code) { return exit_code != kExitDataErr && exit_code != kExitNoInput; }
 
+// A failure because the process ran out of descriptors or memory (EMFILE, ENFILE, ENOMEM), which
+// passes once they are free again, whatever the failing call made of it (opening an input reports
+// it as a bad input, 65).
+bool out_of_resources(const std::exception& e) {
+  if (const auto* av = dynamic_cast<const AvError*>(&e)) {
+    // AVERROR(e) is -e.
+    for (const int err : {EMFILE, ENFILE, ENOMEM}) {
+      if (av->av_code() == -err) return true;
+    }
+  }
+  const std::string what = e.what();
+  for (const int err : {EMFILE, ENFILE}) {
+    if (what.find(std::strerror(err)) != std::string::npos) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
-void dispose_done(Queue& queue, const Item& item, const WatchEntry& entry) {
+void dispose_done(Queue& queue, const Item& item, const WatchEntry& entry, const SourceFile* seen) {
   auto log = log::get("watch");
   try {
+    if (entry.on_done != OnDone::kKeep && !still_the_same(item, seen)) {
+      log->warn(
+          "{}: replaced by a new version while it was processed; the new version stays "
+          "(it is a file of its own)",
+          item.input);
+      queue.set_disposed(item.id, item.input);
+      return;
+    }
     switch (entry.on_done) {
       case OnDone::kKeep:
         queue.set_disposed(item.id, item.input);
@@ -143,11 +240,19 @@ void dispose_done(Queue& queue, const Item& item, const WatchEntry& entry) {
   }
 }
 
-void dispose_failed(Queue& queue, const Item& item, const WatchEntry& entry) {
+void dispose_failed(Queue& queue, const Item& item, const WatchEntry& entry,
+                    const SourceFile* seen) {
   auto log = log::get("watch");
   std::string now_at = item.input;
   try {
-    if (!entry.failed_folder.empty() && exists(item.input)) {
+    const bool same = still_the_same(item, seen);
+    if (!same) {
+      log->warn(
+          "{}: replaced by a new version while it was processed; the new version stays "
+          "(it is a file of its own)",
+          item.input);
+    }
+    if (!entry.failed_folder.empty() && same && exists(item.input)) {
       now_at = move_source(item.input, entry, entry.failed_folder);
     }
     const std::string note = "input: " + item.input + "\nerror: " + item.last_error +
@@ -189,7 +294,9 @@ void Worker::run(const Item& item, const WatchEntry& entry, const WatchSpec& spe
     process(item, entry, spec);
   } catch (const std::exception& e) {
     const Error* err = dynamic_cast<const Error*>(&e);
-    const int code = err ? err->exit_code() : int(kExitSoftware);
+    const int code = out_of_resources(e) ? int(kExitTempFail)
+                     : err               ? err->exit_code()
+                                         : int(kExitSoftware);
     if (code == kExitTempFail && cancel_.load()) {
       queue_.set_interrupted(item.id);
       log->info("{}: stopped; it starts again on the next run", item.input);
@@ -210,7 +317,7 @@ void Worker::run(const Item& item, const WatchEntry& entry, const WatchSpec& spe
       if (auto now = queue_.item(item.id)) {
         // Its finished chunks serve no retry now.
         if (!now->output.empty()) remove_work_folder(staging_path(now->output, item.id));
-        dispose_failed(queue_, *now, entry);
+        dispose_failed(queue_, *now, entry, taken_ ? &*taken_ : nullptr);
       }
     }
   }
@@ -226,15 +333,26 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
     }
   } clear_live{*this};
 
-  // 1. Still the version that settled?
-  const auto stamp = sched::stamp_file(item.input);
+  // 1. Still the version that settled, and a file the entry may take?
+  taken_.reset();
+  struct stat st {};
+  const bool present = ::stat(item.input.c_str(), &st) == 0;
+  const int64_t mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   const bool finished_before = item.committing && !item.output.empty();
+  // The file itself, when this run reads it (a finished run's was not seen).
+  if (present && !finished_before) taken_ = SourceFile{st.st_dev, st.st_ino};
+  std::string refused;
   if (!finished_before &&
-      (!stamp || stamp->size != item.size || stamp->mtime_ns != item.mtime_ns)) {
+      (!present || int64_t(st.st_size) != item.size || mtime_ns != item.mtime_ns ||
+       !source_allowed(entry, item.input, &refused))) {
     if (!item.output.empty()) remove_work_folder(staging_path(item.output, item.id));
     queue_.remove(item.id);
-    log->info("{}: {} before it was processed; dropped from the queue", item.input,
-              stamp ? "changed" : "gone");
+    if (!refused.empty()) {
+      log->info("{}: not taken: {}; dropped from the queue", item.input, refused);
+    } else {
+      log->info("{}: {} before it was processed; dropped from the queue", item.input,
+                present ? "changed" : "gone");
+    }
     return;
   }
 
@@ -253,7 +371,7 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
       job.device_ids = worker_devices(ids, index_, spec.max_parallel);
     }
   }
-  const std::string output = expand_output(job.output, item.input, job.name, job.dir);
+  const std::string output = output_for(entry, item.input);
   const std::string staging = staging_path(output, item.id);
   // Every claim past the version check is an attempt (a rerun after a kill, too).
   if (!finished_before) queue_.begin_attempt(item.id, output);
@@ -265,7 +383,8 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
     fs::fsync_path(fs::parent_dir(output));
     queue_.set_done(item.id, frames, seconds);
     log->info("done: {} -> {} ({} frames, {:.2f} s)", item.input, output, frames, seconds);
-    if (auto now = queue_.item(item.id)) dispose_done(queue_, *now, entry);
+    if (auto now = queue_.item(item.id))
+      dispose_done(queue_, *now, entry, taken_ ? &*taken_ : nullptr);
   };
 
   // 2. Work a killed run finished: renamed already, or complete under the staging name.
@@ -333,6 +452,11 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
   options.on_slice = [&](int64_t, int64_t frames_written) { report_progress(frames_written); };
   sched::ChunkRunners& runners = runners_for(entry, job);
   fs::remove_stale_temps(staging);  // a killed run's leftovers (only this item writes here)
+  // A symbolic link planted at the work folder's name would take the journal and the segments
+  // elsewhere: removed (the link itself, never what it leads to).
+  const std::string work = sched::chunk_work_folder(staging);
+  struct stat link {};
+  if (::lstat(work.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) ::unlink(work.c_str());
   if (spec.chunk_frames <= 0) {
     const int64_t frames =
         runners.get(/*whole=*/true).process(item.input, staging, options, progress_);

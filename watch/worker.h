@@ -25,6 +25,8 @@
 // Threading: a Worker is used by one thread; live() may be called from any thread.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -40,6 +42,12 @@
 #include "watch/watch_spec.h"
 
 namespace wm::watch {
+
+// The very file a worker took (device and inode), beside the size and mtime the queue records.
+struct SourceFile {
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
 
 // What a worker is doing now, for the status page.
 struct LiveItem {
@@ -71,6 +79,7 @@ class Worker {
 
   int index_;
   Queue& queue_;
+  std::optional<SourceFile> taken_;  // the source of the item being run, as it was taken
   const std::atomic<bool>& cancel_;
   std::map<std::string, std::unique_ptr<sched::ChunkRunners>> runners_;  // by settings + devices
   sched::Progress progress_{sched::ProgressStyle::kNone};
@@ -83,10 +92,16 @@ class Worker {
 };
 
 // Puts the source of a finished item where its entry says (keep, move, delete) and records it.
-// Used by workers and, at start, for items whose disposal a kill interrupted.
-void dispose_done(Queue& queue, const Item& item, const WatchEntry& entry);
-// Moves the source of a failed item to the failed folder (when set) and writes its
-// "<name>.error.txt"; records it.
-void dispose_failed(Queue& queue, const Item& item, const WatchEntry& entry);
+// Used by workers and, at start, for items whose disposal a kill interrupted. A source that is
+// no longer the version processed (another size or mtime, or not the file `seen`: a new version
+// moved over it meanwhile) is kept where it is: it is a file of its own. A move to another file
+// system copies to a temp name, fsyncs and renames, so a full disk leaves no file at the done
+// folder's name and the source in place.
+void dispose_done(Queue& queue, const Item& item, const WatchEntry& entry,
+                  const SourceFile* seen = nullptr);
+// Moves the source of a failed item to the failed folder (when set; not a new version, as
+// above) and writes its "<name>.error.txt" (created exclusively, src/base/fs.h); records it.
+void dispose_failed(Queue& queue, const Item& item, const WatchEntry& entry,
+                    const SourceFile* seen = nullptr);
 
 }  // namespace wm::watch

@@ -11,11 +11,12 @@ namespace wm {
 // Exit statuses (sysexits.h numbering, so shells and farm managers can tell them apart).
 enum ExitCode : int {
   kExitOk = 0,
-  kExitFailure = 1,     // some job failed for a reason not listed below
-  kExitUsage = 64,      // bad command line
-  kExitDataErr = 65,    // bad job file, bad model config or weights, corrupt or unusable input
-  kExitNoInput = 66,    // input file missing or unreadable
-  kExitSoftware = 70,   // internal error (a bug)
+  kExitFailure = 1,       // some job failed for a reason not listed below
+  kExitUsage = 64,        // bad command line
+  kExitDataErr = 65,      // bad job file, bad model config or weights, corrupt or unusable input
+  kExitNoInput = 66,      // input file missing or unreadable
+  kExitUnavailable = 69,  // taken: another `wmbatch watch` runs on the same queue
+  kExitSoftware = 70,     // internal error (a bug)
   kExitCantCreat = 73,  // output cannot be created (folder unwritable, exists with on_exists: fail)
   kExitIoErr = 74,      // write failed (disk full, I/O error)
   kExitTempFail = 75,   // interrupted; rerunning resumes

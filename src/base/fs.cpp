@@ -35,7 +35,7 @@ void fsync_path(const std::string& path) {
 
 void write_file_atomic(const std::string& path, const std::string& content) {
   const std::string temp = temp_path_for(path);
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = create_exclusive(temp);
   if (fd < 0) {
     const int err = errno;
     throw OutputError(path + ": cannot create: " + std::strerror(err), exit_code_for_errno(err));
@@ -63,6 +63,38 @@ void write_file_atomic(const std::string& path, const std::string& content) {
     throw OutputError(path + ": rename failed: " + std::strerror(err));
   }
   fsync_path(parent_dir(path));
+}
+
+int create_exclusive(const std::string& path, int mode) {
+  constexpr int kTries = 4;
+  for (int attempt = 0;; ++attempt) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                          static_cast<mode_t>(mode));
+    if (fd >= 0 || errno != EEXIST || attempt + 1 == kTries) return fd;
+    // Not ours: removed (a link itself, not its target), then created afresh.
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return -1;
+  }
+}
+
+int open_lock_file(const std::string& path) {
+  for (int attempt = 0;; ++attempt) {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    // ELOOP: a symbolic link at the name (O_NOFOLLOW), removed and never followed.
+    if (fd >= 0 || errno != ELOOP || attempt == 3) return fd;
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return -1;
+  }
+}
+
+std::string descriptor_path(int fd, const std::string& path) {
+  const std::string proc = "/proc/self/fd/" + std::to_string(fd);
+  struct stat by_fd {
+  }, by_name{};
+  // The magic link must lead to this very file (/proc is mounted, and it is ours).
+  if (::fstat(fd, &by_fd) == 0 && ::stat(proc.c_str(), &by_name) == 0 &&
+      by_fd.st_dev == by_name.st_dev && by_fd.st_ino == by_name.st_ino) {
+    return proc;
+  }
+  return path;
 }
 
 std::string temp_path_for(const std::string& final_path) {
@@ -106,6 +138,27 @@ void make_dirs(const std::string& dir) {
 std::string parent_dir(const std::string& path) {
   const std::string parent = std::filesystem::path(path).parent_path().string();
   return parent.empty() ? "." : parent;
+}
+
+int open_regular_file(const std::string& path, uint64_t* size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) throw InputError(path + ": cannot open: " + errno_text(), kExitNoInput);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const std::string why = errno_text();
+    ::close(fd);
+    throw InputError(path + ": cannot stat: " + why, kExitNoInput);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    const char* what = S_ISDIR(st.st_mode)    ? "a folder"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "a device";
+    throw InputError(path + ": is " + what + ", not a regular file", kExitNoInput);
+  }
+  *size = uint64_t(st.st_size);
+  return fd;
 }
 
 }  // namespace wm::fs

@@ -19,7 +19,10 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 
+#include <ATen/cudnn/Handle.h>
+
 #include "src/models/conv3x3_launch.h"
+#include "src/models/cudnn_fused_conv.h"
 #include "src/models/realesrgan_launch.h"
 #endif
 
@@ -83,7 +86,9 @@ RealEsrganTuning RealEsrganTuning::parse(const std::string& text) {
     const std::string key = item.substr(0, eq);
     const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
     if (key == "conv") {
-      if (value == "own") {
+      if (value == "fused") {
+        t.conv = Conv::kFused;
+      } else if (value == "own") {
         t.conv = Conv::kOwn;
       } else if (value == "own-all") {
         t.conv = Conv::kOwnAll;
@@ -91,7 +96,7 @@ RealEsrganTuning RealEsrganTuning::parse(const std::string& text) {
         t.conv = Conv::kCudnn;
       } else {
         throw ModelError("realesrgan: tuning '" + item +
-                         "': expected conv=own, conv=own-all or conv=cudnn");
+                         "': expected conv=fused, conv=own, conv=own-all or conv=cudnn");
       }
       continue;
     }
@@ -116,7 +121,8 @@ RealEsrganTuning RealEsrganTuning::parse(const std::string& text) {
 std::string RealEsrganTuning::str() const {
   return std::string("fused=") + (fused ? "1" : "0") + ",benchmark=" + (benchmark ? "1" : "0") +
          ",graph=" + (graph ? "1" : "0") + ",conv=" +
-         (conv == Conv::kOwn      ? "own"
+         (conv == Conv::kFused    ? "fused"
+          : conv == Conv::kOwn    ? "own"
           : conv == Conv::kOwnAll ? "own-all"
                                   : "cudnn");
 }
@@ -279,18 +285,17 @@ at::Tensor fused_shuffle_add(const at::Tensor& t, const at::Tensor& x, int scale
 // The activation of own_conv's epilogue.
 enum class ConvAct { kNone, kPRelu, kLeaky };
 
-// Our 3×3 convolution (conv3x3_launch.h: Conv3x3Args) of the first `cin` channels of the
-// pixel-major `in` with `weight` [Cout, cin, 3, 3] (channels_last) and `bias`, then `act` (PReLU
-// with `prelu`'s per-channel slopes, leaky ReLU 0.2), then for each of `residuals` (at most two,
-// in order) y ← r + 0.2·y; written to every slot; float32 math, one rounding at the store. A slot
-// in `in` itself must start at or after channel `cin` (the kernel reads neighbouring pixels other
-// blocks may already have written); a residual may be read from `in` or be a slot itself.
-// Returns false (nothing done) when the kernel cannot take the tensors: the caller then runs ATen.
-bool own_conv(const at::Tensor& in, int64_t cin, const at::Tensor& weight, const at::Tensor& bias,
-              ConvAct act, const at::Tensor& prelu, const std::vector<ChannelSlot>& outs,
-              const std::vector<ChannelSlot>& residuals = {}) {
+// A 3×3 convolution with its epilogue (conv3x3_launch.h: Conv3x3Args) of the first `cin`
+// channels of the pixel-major `in` with `weight` [Cout, cin, 3, 3] (channels_last) and `bias`,
+// then `act` (PReLU with `prelu`'s per-channel slopes, leaky ReLU 0.2), then for each of
+// `residuals` (at most two, in order) y ← r + alpha·y (alpha 0.2 unless `alphas` says); written
+// to every slot; float32 math, one rounding at the store. Fills `args` and `dtype`; false when the
+// tensors' layout does not fit (then the caller runs ATen).
 #ifdef WMBATCH_WITH_CUDA
-  cuda::EsrganDType dtype;
+bool conv_args(const at::Tensor& in, int64_t cin, const at::Tensor& weight, const at::Tensor& bias,
+               ConvAct act, const at::Tensor& prelu, const std::vector<ChannelSlot>& outs,
+               const std::vector<ChannelSlot>& residuals, const std::vector<float>& alphas,
+               cuda::Conv3x3Args& args, cuda::EsrganDType& dtype) {
   if (!in.is_cuda() || !kernel_dtype(in, dtype) || !pixel_major(in) || in.size(1) % 8 ||
       cin > in.size(1) || !aligned16(in.data_ptr())) {
     return false;
@@ -302,7 +307,7 @@ bool own_conv(const at::Tensor& in, int64_t cin, const at::Tensor& weight, const
     return false;
   }
   const int64_t cout = weight.size(0);
-  if (!cuda::conv3x3_supported(int(cin), int(cout))) return false;
+  if (cin > 4096 || cout > 4096 || cout % 8) return false;
   auto per_channel = [&](const at::Tensor& v) {
     return v.defined() && v.device() == in.device() && v.scalar_type() == in.scalar_type() &&
            v.numel() == cout && v.is_contiguous();
@@ -318,19 +323,20 @@ bool own_conv(const at::Tensor& in, int64_t cin, const at::Tensor& weight, const
            t.size(1) % 8 == 0 && o.offset >= 0 && o.offset % 8 == 0 &&
            o.offset + cout <= t.size(1) && aligned16(t.data_ptr());
   };
-  cuda::Conv3x3Args args;
+  args = cuda::Conv3x3Args();
   for (size_t r = 0; r < residuals.size(); ++r) {
     const ChannelSlot& o = residuals[r];
     if (!fits(o)) return false;
     const void* p = static_cast<const char*>(o.t.data_ptr()) + o.offset * o.t.element_size();
+    const float alpha = r < alphas.size() ? alphas[r] : 0.2f;
     if (r == 0) {
       args.residual1 = p;
       args.residual1_stride = o.t.size(1);
-      args.alpha1 = 0.2f;
+      args.alpha1 = alpha;
     } else {
       args.residual2 = p;
       args.residual2_stride = o.t.size(1);
-      args.alpha2 = 0.2f;
+      args.alpha2 = alpha;
     }
   }
   for (const ChannelSlot& o : outs) {
@@ -355,13 +361,78 @@ bool own_conv(const at::Tensor& in, int64_t cin, const at::Tensor& weight, const
   args.frames = int(in.size(0));
   args.height = int(in.size(2));
   args.width = int(in.size(3));
+  return true;
+}
+#endif
+
+// conv_args' convolution on our kernel (conv3x3_launch.h). A slot in `in` itself must start at
+// or after channel `cin` (the kernel reads neighbouring pixels other blocks may already have
+// written); a residual may be read from `in` or be a slot itself. Returns false (nothing done)
+// when the kernel cannot take the tensors: the caller then runs ATen.
+bool own_conv(const at::Tensor& in, int64_t cin, const at::Tensor& weight, const at::Tensor& bias,
+              ConvAct act, const at::Tensor& prelu, const std::vector<ChannelSlot>& outs,
+              const std::vector<ChannelSlot>& residuals = {},
+              const std::vector<float>& alphas = {}) {
+#ifdef WMBATCH_WITH_CUDA
+  cuda::Conv3x3Args args;
+  cuda::EsrganDType dtype;
+  if (!conv_args(in, cin, weight, bias, act, prelu, outs, residuals, alphas, args, dtype) ||
+      !cuda::conv3x3_supported(args.in_channels, args.out_channels)) {
+    return false;
+  }
   const c10::cuda::CUDAGuard guard(in.device());  // the tensors' device and its current stream
   check_launch(cuda::launch_conv3x3(dtype, args, at::cuda::getCurrentCUDAStream()),
                "realesrgan convolution kernel");
   return true;
 #else
   (void)in, (void)cin, (void)weight, (void)bias, (void)act, (void)prelu, (void)outs;
-  (void)residuals;
+  (void)residuals, (void)alphas;
+  return false;
+#endif
+}
+
+// conv_args' convolution through cuDNN's graph API with the epilogue fused (cudnn_fused_conv.h):
+// at most two slots, none sharing memory with `in` or a residual. `prelu_in_unit`: every slope
+// is in [0, 1]. Returns false (nothing done) when cuDNN has no engine for it or the tensors do
+// not fit: the caller then runs our kernel or ATen.
+bool cudnn_conv(const at::Tensor& in, int64_t cin, const at::Tensor& weight, const at::Tensor& bias,
+                ConvAct act, const at::Tensor& prelu, bool prelu_in_unit,
+                const std::vector<ChannelSlot>& outs,
+                const std::vector<ChannelSlot>& residuals = {},
+                const std::vector<float>& alphas = {}) {
+#ifdef WMBATCH_WITH_CUDA
+  if (outs.size() > 2) return false;
+  for (const ChannelSlot& o : outs) {
+    if (o.t.is_alias_of(in)) return false;
+    for (const ChannelSlot& r : residuals) {
+      if (o.t.is_alias_of(r.t)) return false;
+    }
+  }
+  cuda::Conv3x3Args args;
+  cuda::EsrganDType dtype;
+  if (!conv_args(in, cin, weight, bias, act, prelu, outs, residuals, alphas, args, dtype)) {
+    return false;
+  }
+  const c10::cuda::CUDAGuard guard(in.device());  // the tensors' device and its current stream
+  // Scratch from the caching allocator, kept per thread and grown when a plan needs more; the
+  // stream-ordered allocator makes reuse on this stream safe.
+  thread_local at::Tensor scratch;
+  const auto workspace = [&](size_t bytes) -> void* {
+    if (bytes == 0) return nullptr;
+    if (!scratch.defined() || scratch.device() != in.device() || size_t(scratch.numel()) < bytes) {
+      scratch = at::empty({int64_t(bytes)}, in.options().dtype(at::kByte));
+    }
+    return scratch.data_ptr();
+  };
+  const cudaError_t e =
+      cuda::launch_conv3x3_cudnn(at::native::getCudnnHandle(), dtype, args, prelu_in_unit,
+                                 at::cuda::getCurrentCUDAStream(), workspace);
+  if (e == cudaErrorNotSupported) return false;
+  check_launch(e, "realesrgan cuDNN fused convolution");
+  return true;
+#else
+  (void)in, (void)cin, (void)weight, (void)bias, (void)act, (void)prelu, (void)prelu_in_unit;
+  (void)outs, (void)residuals, (void)alphas;
   return false;
 #endif
 }
@@ -444,6 +515,20 @@ class Network {
              arch_.growth % 8 == 0;
     own_conv_ = fused_ && tuning.conv != RealEsrganTuning::Conv::kCudnn;
     own_conv5_ = own_conv_ && tuning.conv == RealEsrganTuning::Conv::kOwnAll;
+    cudnn_fused_ = fused_ && tuning.conv == RealEsrganTuning::Conv::kFused;
+    if (cudnn_fused_ && arch_.family == RealEsrganArch::Family::kSrvgg) {
+      // PReLU is one cuDNN operation less as max(y, a·y), which holds for slopes in [0, 1].
+      for (int i = 0; i <= arch_.convs; ++i) {
+        const at::Tensor& a = w("body." + std::to_string(2 * i + 1) + ".weight");
+        prelu_in_unit_.push_back(a.min().item<float>() >= 0.f && a.max().item<float>() <= 1.f);
+      }
+      // The first convolution takes 3 channels; cuDNN's graph wants 16-byte pixels, so it runs on
+      // the input padded to 8 channels with a weight padded by zeros (the same sums).
+      const at::Tensor& w0 = w("body.0.weight");
+      at::Tensor padded = at::zeros({w0.size(0), 8, 3, 3}, w0.options());
+      padded.narrow(1, 0, w0.size(1)).copy_(w0);
+      tensors_["body.0.weight.pad8"] = padded.contiguous(at::MemoryFormat::ChannelsLast);
+    }
   }
   const RealEsrganArch& arch() const { return arch_; }
 
@@ -458,18 +543,52 @@ class Network {
   at::Tensor conv_named(const at::Tensor& x, const std::string& name) const {
     return conv(x, w(name + ".weight"), w(name + ".bias"));
   }
+  // Layer `name` with `act` (and y ← residual + alpha·y) through cuDNN's fused graph, into a new
+  // channels_last tensor; undefined when that path is off or cannot take it (the caller then runs
+  // ATen: conv_named and the activation).
+  at::Tensor conv_fused(const at::Tensor& x, const std::string& name, ConvAct act,
+                        const at::Tensor& residual = {}, float alpha = 1.f) const {
+    if (!cudnn_fused_) return {};
+    const at::Tensor& weight = w(name + ".weight");
+    const at::Tensor in = x.contiguous(at::MemoryFormat::ChannelsLast);
+    const at::Tensor y = at::empty({in.size(0), weight.size(0), in.size(2), in.size(3)},
+                                   in.options().memory_format(at::MemoryFormat::ChannelsLast));
+    std::vector<ChannelSlot> residuals;
+    if (residual.defined())
+      residuals.push_back({residual.contiguous(at::MemoryFormat::ChannelsLast), 0});
+    if (!cudnn_conv(in, in.size(1), weight, w(name + ".bias"), act, {}, false, {{y, 0}}, residuals,
+                    {alpha})) {
+      return {};
+    }
+    return y;
+  }
 
   at::Tensor srvgg(const at::Tensor& x, bool out_float) const {
     at::Tensor t = x;
     for (int i = 0; i <= arch_.convs; ++i) {
       const std::string name = "body." + std::to_string(2 * i);
       const at::Tensor& slopes = w("body." + std::to_string(2 * i + 1) + ".weight");
+      if (i == 0 && cudnn_fused_ && x.size(1) == 3) {
+        const at::Tensor in = at::zeros({x.size(0), 8, x.size(2), x.size(3)},
+                                        x.options().memory_format(at::MemoryFormat::ChannelsLast));
+        in.narrow(1, 0, 3).copy_(x);
+        const at::Tensor& weight = w("body.0.weight.pad8");
+        const at::Tensor y =
+            at::empty({x.size(0), weight.size(0), x.size(2), x.size(3)}, in.options());
+        if (cudnn_conv(in, 8, weight, w("body.0.bias"), ConvAct::kPRelu, slopes, prelu_in_unit_[0],
+                       {{y, 0}})) {
+          t = y;
+          continue;
+        }
+      }
       if (own_conv_ && i > 0) {  // the body's F→F convolutions, PReLU in the epilogue
         t = t.contiguous(at::MemoryFormat::ChannelsLast);  // (a no-op where it already is)
         const at::Tensor& weight = w(name + ".weight");
         const at::Tensor y = at::empty({t.size(0), weight.size(0), t.size(2), t.size(3)},
                                        t.options().memory_format(at::MemoryFormat::ChannelsLast));
-        if (own_conv(t, t.size(1), weight, w(name + ".bias"), ConvAct::kPRelu, slopes, {{y, 0}})) {
+        if ((cudnn_fused_ && cudnn_conv(t, t.size(1), weight, w(name + ".bias"), ConvAct::kPRelu,
+                                        slopes, prelu_in_unit_[size_t(i)], {{y, 0}})) ||
+            own_conv(t, t.size(1), weight, w(name + ".bias"), ConvAct::kPRelu, slopes, {{y, 0}})) {
           t = y;
           continue;
         }
@@ -477,7 +596,9 @@ class Network {
       t = conv_named(t, name);
       t = at::prelu(t, slopes);
     }
-    t = conv_named(t, "body." + std::to_string(2 * arch_.convs + 2));
+    const std::string last = "body." + std::to_string(2 * arch_.convs + 2);
+    at::Tensor y = conv_fused(t, last, ConvAct::kNone);  // the bias in the epilogue
+    t = y.defined() ? y : conv_named(t, last);
     if (fused_) {
       at::Tensor y = fused_shuffle_add(t, x, arch_.scale, out_float);
       if (y.defined()) return y;
@@ -553,18 +674,23 @@ class Network {
       if (!own_conv_takes(F + k * G, G)) return {};
     }
     const bool own5 = own_conv5_ && own_conv_takes(F + 4 * G, F);
+    // conv=fused: conv5 on cuDNN's fused graph, which writes the other buffer (and the other t:
+    // it cannot write what it reads), ping-pong like own5.
+    const bool cudnn5 = cudnn_fused_;
     const auto options = f.options().memory_format(at::MemoryFormat::ChannelsLast);
-    at::Tensor bufs[2];
+    at::Tensor bufs[2], ts[2];
     bufs[0] = at::empty({n, F + 4 * G, h, wd}, options);
-    if (own5) bufs[1] = at::empty({n, F + 4 * G, h, wd}, options);
-    const at::Tensor t = at::empty({n, F, h, wd}, options);
-    int cur = 0;
+    if (own5 || cudnn5) bufs[1] = at::empty({n, F + 4 * G, h, wd}, options);
+    ts[0] = at::empty({n, F, h, wd}, options);
+    if (cudnn5) ts[1] = at::empty({n, F, h, wd}, options);
+    int cur = 0, tc = 0;
     bool first = true;
     for (int i = 0; i < arch_.blocks; ++i) {
       const std::string b = "body." + std::to_string(i) + ".";
       for (int r = 1; r <= 3; ++r) {
         const std::string p = b + "rdb" + std::to_string(r) + ".";
         const at::Tensor& buf = bufs[cur];
+        const at::Tensor& t = ts[tc];
         for (int k = 0; k < 4; ++k) {
           const std::string name = p + "conv" + std::to_string(k + 1);
           if (first && !fused_mix(f, {}, 0, {}, 0, -1, {{buf, 0}, {t, 0}})) return {};
@@ -577,6 +703,20 @@ class Network {
         }
         const bool last = r == 3;
         const std::string name = p + "conv5";
+        if (cudnn5) {
+          std::vector<ChannelSlot> outs = {{bufs[1 - cur], 0}};
+          std::vector<ChannelSlot> residuals = {{buf, 0}};
+          if (last) {
+            outs.push_back({ts[1 - tc], 0});
+            residuals.push_back({t, 0});
+          }
+          if (cudnn_conv(buf, F + 4 * G, w(name + ".weight"), w(name + ".bias"), ConvAct::kNone, {},
+                         false, outs, residuals)) {
+            cur = 1 - cur;
+            if (last) tc = 1 - tc;
+            continue;
+          }
+        }
         if (own5) {
           const at::Tensor& next = bufs[1 - cur];
           std::vector<ChannelSlot> outs = {{next, 0}};
@@ -599,7 +739,7 @@ class Network {
       }
     }
     if (first) return {};
-    return t;
+    return ts[tc];
   }
 
   at::Tensor rrdb(const at::Tensor& x) const {
@@ -620,10 +760,18 @@ class Network {
         t = r * 0.2 + t;
       }
     }
-    f = f + conv_named(t, "conv_body");
-    f = lrelu(conv_named(upsample2(f), "conv_up1"));
-    f = lrelu(conv_named(upsample2(f), "conv_up2"));
-    return conv_named(lrelu(conv_named(f, "conv_hr")), "conv_last");
+    // The tail: on cuDNN's fused graph where it takes it (bias, leaky ReLU and the residual in
+    // the epilogue), else ATen.
+    at::Tensor g = conv_fused(t, "conv_body", ConvAct::kNone, f, 1.f);  // f + conv_body(t)
+    f = g.defined() ? g : f + conv_named(t, "conv_body");
+    for (const char* up : {"conv_up1", "conv_up2"}) {
+      const at::Tensor u = upsample2(f);
+      g = conv_fused(u, up, ConvAct::kLeaky);
+      f = g.defined() ? g : lrelu(conv_named(u, up));
+    }
+    g = conv_fused(f, "conv_hr", ConvAct::kLeaky);
+    f = g.defined() ? g : lrelu(conv_named(f, "conv_hr"));
+    return conv_named(f, "conv_last");
   }
 
   // Nearest ×2 of the tail. On the GPU ATen's kernel keeps the channels-last layout (the
@@ -638,7 +786,9 @@ class Network {
   RealEsrganTuning tuning_;
   bool fused_ = false;
   bool own_conv_ = false;
-  bool own_conv5_ = false;  // RRDB's conv5 on our kernel too
+  bool own_conv5_ = false;           // RRDB's conv5 on our kernel too
+  bool cudnn_fused_ = false;         // 64-channel convolutions on cuDNN's fused graph (conv=fused)
+  std::vector<bool> prelu_in_unit_;  // SRVGG: layer i's PReLU slopes all in [0, 1]
   std::map<std::string, at::Tensor> tensors_;
 };
 

@@ -44,11 +44,15 @@ struct RealEsrganOptions : ModelOptions {
 //                in-place pass. conv=own-all: conv5 on our kernel too (its residual sums in the
 //                epilogue). conv=cudnn: every convolution through cuDNN (ATen) + the fused passes
 struct RealEsrganTuning {
-  enum class Conv { kOwn, kOwnAll, kCudnn };
+  // kFused (the default): cuDNN's graph API with our epilogue fused for the 64-channel
+  // convolutions, our kernel for RRDB's 32-channel ones (cudnn_fused_conv.h); kOwn: our kernel
+  // where it takes the shape, ATen elsewhere; kOwnAll: RRDB's conv5 on our kernel too; kCudnn:
+  // ATen's convolutions with the fused passes after them.
+  enum class Conv { kFused, kOwn, kOwnAll, kCudnn };
   bool fused = true;
   bool benchmark = true;
   bool graph = false;
-  Conv conv = Conv::kOwn;
+  Conv conv = Conv::kFused;
   // Throws ModelError naming an unknown key or a bad value.
   static RealEsrganTuning parse(const std::string& text);
   std::string str() const;

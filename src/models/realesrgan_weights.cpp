@@ -10,6 +10,7 @@
 
 #include "io/safetensors.h"
 #include "io/torch_pickle.h"
+#include "src/base/clip_text.h"
 #include "src/base/error.h"
 #include "src/models/tensor.h"
 
@@ -198,7 +199,7 @@ RealEsrganArch infer_realesrgan_arch(const std::map<std::string, std::vector<int
         found += ", ...";
         break;
       }
-      found += (found.empty() ? "" : ", ") + name + " " + shape_text(s);
+      found += (found.empty() ? "" : ", ") + one_line(clip(name, 80)) + " " + shape_text(s);
     }
     throw ModelError(
         path +
@@ -225,8 +226,8 @@ RealEsrganArch infer_realesrgan_arch(const std::map<std::string, std::vector<int
       const bool known = std::any_of(expected.begin(), expected.end(),
                                      [&](const auto& e) { return e.first == name; });
       if (!known) {
-        throw ModelError(path + ": " + arch.describe() + " has no tensor '" + name + "' " +
-                         shape_text(s) + " (found in the file)");
+        throw ModelError(path + ": " + arch.describe() + " has no tensor '" +
+                         one_line(clip(name, 80)) + "' " + shape_text(s) + " (found in the file)");
       }
     }
   }
@@ -276,9 +277,16 @@ RealEsrganWeights load_realesrgan_weights(const std::string& path) {
     if (dict->empty()) dict = &ckpt->dict("params");
     if (dict->empty()) dict = &ckpt->tensors();  // a bare state dict
     if (dict->empty()) {
+      // A few keys, then how many more: a refused file may have 100 000 (one line, not 3 MB).
+      constexpr size_t kListed = 8;
       std::string keys;
+      size_t listed = 0;
       for (const auto& [k, kind] : ckpt->top_level()) {
-        keys += (keys.empty() ? "" : ", ") + k + " (" + kind + ")";
+        if (listed++ == kListed) {
+          keys += ", and " + std::to_string(ckpt->top_level().size() - kListed) + " more";
+          break;
+        }
+        keys += (keys.empty() ? "" : ", ") + one_line(clip(k, 80)) + " (" + kind + ")";
       }
       throw ModelError(path + ": no tensors under 'params_ema', 'params' or the top level (found " +
                        (keys.empty() ? std::string("an empty dict") : keys) + ")");

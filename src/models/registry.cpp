@@ -151,8 +151,11 @@ std::unique_ptr<Model> make_seedvr2_vae(const ModelConfig& c, const Device& d) {
 std::vector<ModelKind> build_kinds() {
   const std::vector<std::string> scripted_keys = {"weights", "scale", "halo"};
   std::vector<ModelKind> kinds;
+  // The built-in resamplers compute in float32 on every device.
   kinds.push_back(entry("lanczos", {"upscale"}, {"scale"}, parse_resampler, make_resampler));
+  kinds.back().precisions = {Precision::kFloat32};
   kinds.push_back(entry("bicubic", {"upscale"}, {"scale"}, parse_resampler, make_resampler));
+  kinds.back().precisions = {Precision::kFloat32};
   kinds.push_back(
       entry("realesrgan", {"upscale"}, {"weights", "scale"}, parse_realesrgan, make_realesrgan));
   kinds.back().cpu_precisions = {Precision::kFloat32};

@@ -63,6 +63,9 @@ struct ModelKind {
   // Precisions the kind runs in on the CPU (a job on `devices: cpu` asking for another fails
   // validation); empty: any.
   std::vector<Precision> cpu_precisions;
+  // Precisions the kind runs in on any device (a job asking for another fails validation, never
+  // runs in fp32 silently); empty: any.
+  std::vector<Precision> precisions;
 };
 
 // Every kind, in the order documentation and error messages list them.

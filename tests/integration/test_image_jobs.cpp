@@ -33,25 +33,6 @@ std::string job_text(const std::string& input, const std::string& output,
          more;
 }
 
-void make_image(const std::string& path, const std::string& codec, const std::string& pix_fmt,
-                int width = 24, int height = 16, int frames = 1) {
-  ClipSpec spec;
-  spec.width = width;
-  spec.height = height;
-  spec.frames = frames;
-  spec.codec = codec;
-  spec.pix_fmt = pix_fmt;
-  spec.audio = false;
-  make_clip(path, spec);
-}
-
-// The built-in lanczos ×2 of a decoded image's RGB, clamped to [0,1]: what the job computes.
-Planar lanczos_x2(const Planar& image) {
-  Planar out = models::resample_cpu(models::resample_kernel("lanczos", 2), image.clone());
-  for (float& v : out.data) v = std::min(1.0f, std::max(0.0f, v));
-  return out;
-}
-
 // Files under `dir` (recursively) whose name contains `part`.
 std::vector<std::string> files_named(const std::string& dir, const std::string& part) {
   std::vector<std::string> out;

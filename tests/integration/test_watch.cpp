@@ -345,7 +345,6 @@ TEST(Watch, SigtermStopsTheRunningFileAtASliceBoundaryAndItResumesOnRestart) {
   const std::string clip = s.dir().file("clip.mp4");
   make_small_clip(clip, kFrames, 320, 240);
   Background& daemon = s.start();
-  WM_REQUIRE_HTTP(s);
   stdfs::copy_file(clip, s.in("long.mp4"));
   ASSERT_TRUE(wait_until([&] { return s.log().find("long.mp4: started") != std::string::npos; }))
       << s.log();
@@ -608,7 +607,6 @@ TEST(Watch, StatusPageServesJsonMetricsAndEscapedHtml) {
   s.write_config("http: {listen: 127.0.0.1:0}\n");
   make_small_clip(s.dir().file("clip.mp4"));
   s.start();
-  WM_REQUIRE_HTTP(s);
   const int port = s.http_port();
   ASSERT_GT(port, 0) << s.log();
   stdfs::copy_file(s.dir().file("clip.mp4"), s.in("ok.mp4"));

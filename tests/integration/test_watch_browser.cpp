@@ -50,7 +50,6 @@ TEST(WatchBrowser, StatusPageShowsTheQueueAndAScriptNameAsText) {
   write_text(s.watch_file(), config);
   make_small_clip(s.dir().file("clip.mp4"));
   s.start();
-  WM_REQUIRE_HTTP(s);
   const int port = s.http_port();
   ASSERT_GT(port, 0) << s.log();
   const std::string evil = "<script>document.title='pwned'<.mp4";

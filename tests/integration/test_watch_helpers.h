@@ -25,15 +25,6 @@
 
 namespace wm::test {
 
-// Skips a status-page test where wmbatch was built without cpp-httplib, except under CI.
-#define WM_REQUIRE_HTTP(setup)                                                  \
-  do {                                                                          \
-    if ((setup).without_http()) {                                               \
-      if (std::getenv("CI")) FAIL() << "wmbatch was built without cpp-httplib"; \
-      GTEST_SKIP() << "wmbatch was built without cpp-httplib (no status page)"; \
-    }                                                                           \
-  } while (0)
-
 // A guard against a hang, not a speed requirement: waits fail only after this long.
 constexpr double kPatienceSeconds = 300;
 
@@ -64,6 +55,7 @@ struct QueueRow {
   std::string input, state, output, last_error, source_now;
   int attempts = 0, failures = 0, interrupted = 0, exit_code = 0;
   double started_at = 0, finished_at = 0;
+  bool disposed = false;  // the source kept, moved or deleted as its entry says
 };
 
 // Reads every row of the queue file (empty when it does not exist yet), by id.
@@ -79,7 +71,7 @@ inline std::vector<QueueRow> read_queue(const std::string& path) {
   sqlite3_stmt* s = nullptr;
   const char* sql =
       "SELECT id, input, state, output, last_error, source_now, attempts, failures, interrupted, "
-      "exit_code, started_at, finished_at FROM items ORDER BY id";
+      "exit_code, started_at, finished_at, disposed FROM items ORDER BY id";
   if (sqlite3_prepare_v2(db, sql, -1, &s, nullptr) == SQLITE_OK) {
     auto text = [&](int c) {
       const auto* p = sqlite3_column_text(s, c);
@@ -99,6 +91,7 @@ inline std::vector<QueueRow> read_queue(const std::string& path) {
       r.exit_code = sqlite3_column_int(s, 9);
       r.started_at = sqlite3_column_double(s, 10);
       r.finished_at = sqlite3_column_double(s, 11);
+      r.disposed = sqlite3_column_int(s, 12) != 0;
       rows.push_back(r);
     }
   }
@@ -152,18 +145,28 @@ inline int count_state(const std::vector<QueueRow>& rows, const std::string& sta
   return n;
 }
 
-// HTTP/1.1 GET over a socket to 127.0.0.1:port; returns the status line's code and the body.
-inline std::pair<int, std::string> http_get(int port, const std::string& path) {
+// A TCP connection to 127.0.0.1:port (the descriptor), or -1.
+inline int connect_local(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return {-1, ""};
+  if (fd < 0) return -1;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(uint16_t(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     ::close(fd);
-    return {-1, ""};
+    return -1;
   }
+  return fd;
+}
+
+// HTTP/1.1 GET over a socket to 127.0.0.1:port; returns the status line's code and the body.
+inline std::pair<int, std::string> http_get(int port, const std::string& path) {
+  const int fd = connect_local(port);
+  if (fd < 0) return {-1, ""};
+  // A guard against a hang (a server that never answers fails the test), not a speed bound.
+  timeval patience{time_t(kPatienceSeconds), 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof patience);
   const std::string request =
       "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
   if (::write(fd, request.data(), request.size()) != ssize_t(request.size())) {
@@ -243,8 +246,6 @@ class WatchSetup {
       return count_state(rows, "done") + count_state(rows, "failed") >= n;
     });
   }
-  // True when this wmbatch was built without cpp-httplib (the daemon refused `http:`).
-  bool without_http() const { return log().find("built without cpp-httplib") != std::string::npos; }
   // The status page's port, from the daemon's log.
   int http_port() const {
     std::smatch m;

@@ -666,6 +666,18 @@ std::vector<io::VideoFrame> read_all(const std::string& path, const io::ReaderOp
   return frames;
 }
 
+void make_image(const std::string& path, const std::string& codec, const std::string& pix_fmt,
+                int width, int height, int frames) {
+  ClipSpec spec;
+  spec.width = width;
+  spec.height = height;
+  spec.frames = frames;
+  spec.codec = codec;
+  spec.pix_fmt = pix_fmt;
+  spec.audio = false;
+  make_clip(path, spec);
+}
+
 std::vector<std::string> make_batch_clips(const TempDir& dir, int count, const std::string& pix_fmt,
                                           const std::function<std::array<int, 3>(int)>& shape) {
   std::vector<std::string> names;

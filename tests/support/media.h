@@ -59,6 +59,10 @@ double alpha_value(int x, int y, int width, int height);
 
 // Writes the clip to `path` (the container comes from the path's extension).
 void make_clip(const std::string& path, const ClipSpec& spec);
+// A picture (or `frames` of them: an animated or multi-frame file where the format has one) of
+// the pattern without audio, through `codec` in `pix_fmt` (make_clip).
+void make_image(const std::string& path, const std::string& codec, const std::string& pix_fmt,
+                int width = 24, int height = 16, int frames = 1);
 
 // The pattern's value of component `c` (0..2) at (x, y) of frame `t`, in [0, 1]: gradients in x
 // and y (fine enough for > 256 distinct levels in 10-bit), moving bars with hard edges.

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <limits>
 
+#include "src/models/resample.h"
+
 namespace wm::test {
 
 Planar frames(const Planar& p, int t0, int n, int c0, int nc) {
@@ -15,6 +17,25 @@ Planar frames(const Planar& p, int t0, int n, int c0, int nc) {
   for (int c = 0; c < nc; ++c) {
     std::memcpy(out.plane(c, 0), p.plane(c0 + c, t0), size_t(n) * p.plane_size() * sizeof(float));
   }
+  return out;
+}
+
+Planar turn_clockwise(const Planar& in) {
+  Planar out(in.channels, 1, in.width, in.height);
+  for (int c = 0; c < in.channels; ++c) {
+    for (int y = 0; y < out.height; ++y) {
+      for (int x = 0; x < out.width; ++x) {
+        out.plane(c, 0)[size_t(y) * out.width + x] =
+            in.plane(c, 0)[size_t(in.height - 1 - x) * in.width + y];
+      }
+    }
+  }
+  return out;
+}
+
+Planar lanczos_x2(const Planar& image) {
+  Planar out = models::resample_cpu(models::resample_kernel("lanczos", 2), image.clone());
+  for (float& v : out.data) v = std::min(1.0f, std::max(0.0f, v));
   return out;
 }
 

@@ -15,6 +15,11 @@ namespace wm::test {
 Planar frames(const Planar& p, int t0, int n, int c0 = 0, int nc = 0);
 // `parts` joined along time (same channels and size).
 Planar concat(const std::vector<Planar>& parts);
+// `in` ([C,1,H,W]) turned a quarter clockwise (the reference for the writer's turns).
+Planar turn_clockwise(const Planar& in);
+// The built-in lanczos ×2 of an image's RGB ([3,1,H,W]), clamped to [0,1]: what an upscale job
+// with the default model computes.
+Planar lanczos_x2(const Planar& image);
 // The largest |a − b|; a shape or size mismatch fails the test and gives infinity.
 double max_abs_diff(const Planar& a, const Planar& b);
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);

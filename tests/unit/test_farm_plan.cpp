@@ -260,10 +260,13 @@ TEST(FarmFingerprint, EveryKeyThatChangesTheOutputIsNoticed) {
            base + "slice_frames: 4\n",
            base + "max_error_rate: 0.1\n",
            base + "devices: auto\n",
-           base + "precision: bf16\n",
        }) {
     EXPECT_NE(text(changed), reference) << changed;
   }
+  // Precision, for a kind that runs more than fp32 (lanczos runs fp32 only).
+  const std::string neural =
+      with("kind: lanczos, scale: 2", "kind: realesrgan, weights: m.pth") + "devices: auto\n";
+  EXPECT_NE(text(neural + "precision: bf16\n"), text(neural));
   // Scheduling, inputs and outputs do not change a segment's bits.
   for (const std::string& same : {
            base + "tokens: 7\n",

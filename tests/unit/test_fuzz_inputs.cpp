@@ -17,8 +17,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+const char* const kHarnesses[] = {"job_spec",     "safetensors",  "video_reader", "watch_spec",
+                                  "http_request", "torch_pickle", "image_header"};
+
 struct FuzzInput {
-  std::string harness;  // job_spec | safetensors | video_reader
+  std::string harness;  // one of kHarnesses
   std::string kind;     // corpus | regressions
   fs::path path;
 };
@@ -26,7 +29,7 @@ struct FuzzInput {
 std::vector<FuzzInput> all_inputs() {
   std::vector<FuzzInput> inputs;
   const fs::path root = fs::path(WM_SOURCE_DIR) / "tests" / "fuzz";
-  for (const char* harness : {"job_spec", "safetensors", "video_reader"}) {
+  for (const char* harness : kHarnesses) {
     for (const char* kind : {"corpus", "regressions"}) {
       const fs::path dir = root / kind / harness;
       if (!fs::is_directory(dir)) continue;
@@ -62,12 +65,16 @@ TEST_P(FuzzInputs, KeepsTheErrorContract) {
   if (in.harness == "job_spec") problem = wm::fuzz::job_spec(data, bytes.size());
   if (in.harness == "safetensors") problem = wm::fuzz::safetensors(data, bytes.size());
   if (in.harness == "video_reader") problem = wm::fuzz::video_reader(data, bytes.size());
+  if (in.harness == "torch_pickle") problem = wm::fuzz::torch_pickle(data, bytes.size());
+  if (in.harness == "image_header") problem = wm::fuzz::image_header(data, bytes.size());
+  if (in.harness == "watch_spec") problem = wm::fuzz::watch_spec(data, bytes.size());
+  if (in.harness == "http_request") problem = wm::fuzz::http_request(data, bytes.size());
   EXPECT_EQ(problem, "") << in.path;
 }
 
 TEST(FuzzInputs, EveryHarnessHasSeeds) {
   const std::vector<FuzzInput> inputs = all_inputs();
-  for (const char* harness : {"job_spec", "safetensors", "video_reader"}) {
+  for (const char* harness : kHarnesses) {
     EXPECT_TRUE(std::any_of(inputs.begin(), inputs.end(), [&](const FuzzInput& in) {
       return in.harness == harness && in.kind == "corpus";
     })) << harness;

@@ -22,6 +22,7 @@
 #include "src/job_spec.h"
 #include "tests/support/log_capture.h"
 #include "tests/support/media.h"
+#include "tests/support/planar_ops.h"
 
 extern "C" {
 #include <libavutil/mastering_display_metadata.h>
@@ -39,6 +40,7 @@ using test::ClipSpec;
 using test::make_clip;
 using test::probe;
 using test::read_all;
+using test::turn_clockwise;
 using test::TempDir;
 
 // Copies every frame of `source` through a VideoWriter into `output`; returns what it dropped.
@@ -688,20 +690,6 @@ TEST(CarryHdr, DolbyVisionReported) {
 
 // ---------------------------------------------------------------------------------------------
 // Rotation
-
-// Turns [C,1,H,W] a quarter clockwise (the reference for the writer's turn).
-Planar turn_clockwise(const Planar& in) {
-  Planar out(in.channels, 1, in.width, in.height);
-  for (int c = 0; c < in.channels; ++c) {
-    for (int y = 0; y < out.height; ++y) {
-      for (int x = 0; x < out.width; ++x) {
-        out.plane(c, 0)[size_t(y) * out.width + x] =
-            in.plane(c, 0)[size_t(in.height - 1 - x) * in.width + y];
-      }
-    }
-  }
-  return out;
-}
 
 double mean_abs_diff(const Planar& a, const Planar& b) {
   if (a.data.size() != b.data.size()) return 1e9;

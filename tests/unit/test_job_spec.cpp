@@ -429,6 +429,10 @@ const BadJob kBadJobs[] = {
      "tiling: {tile: 100}\n",
      5, "tiling.tile", "must be a multiple of 8 for wan2.1-vae encoding (got 100)"},
     {JOB "precision: fp64\n", 3, "precision", "must be fp32, bf16 or fp16 (got 'fp64')"},
+    // the built-in resamplers compute in fp32 everywhere (issue 25: bf16 was ignored silently)
+    {JOB "precision: bf16\n", 3, "precision", "kind lanczos runs fp32 only, not bf16"},
+    {JOB "model: {kind: bicubic}\ndevices: auto\nprecision: fp16\n", 5, "precision",
+     "kind bicubic runs fp32 only, not fp16 (leave precision out)"},
     // decode
     {JOB "decode: nvdc\n", 3, "decode",
      "must be software, nvdec or auto (got 'nvdc'; did you mean `nvdec`?)"},
@@ -527,6 +531,20 @@ TEST(ExpandOutput, Placeholders) {
   // A relative input is taken relative to the job's folder.
   EXPECT_EQ(expand_output("{dir}/o/{stem}.mp4", "clips/a.mp4", "j", "/jobs"),
             "/jobs/clips/o/a.mp4");
+}
+
+// A '%' in the name of a file that exists is part of its name (issue 25: "50%discount.mp4" once
+// had {stem} "50iscount"); a path no file has is an image sequence's pattern.
+TEST(ExpandOutput, APercentInARealFileNameIsKept) {
+  TempDir tmp;
+  tmp.touch("50%discount.mp4");
+  tmp.touch("pct%03d.png");
+  EXPECT_EQ(expand_output("out/{stem}_x2{ext}", "50%discount.mp4", "j", tmp.path()),
+            tmp.path() + "/out/50%discount_x2.mp4");
+  EXPECT_EQ(expand_output("out/{stem}.mkv", "pct%03d.png", "j", tmp.path()),
+            tmp.path() + "/out/pct%03d.mkv");
+  EXPECT_EQ(expand_output("out/{stem}.mkv", "take_%04d.png", "j", tmp.path()),
+            tmp.path() + "/out/take.mkv");
 }
 
 TEST(ExpandOutput, Errors) {

@@ -157,9 +157,10 @@ TEST(LanczosResize, KeepsConstantsAndLinearRampsAwayFromBorders) {
 
 TEST(RealEsrgan, TuningParsesItsKeysAndRefusesOthers) {
   const RealEsrganTuning defaults = RealEsrganTuning::parse("");
-  EXPECT_EQ(defaults.str(), "fused=1,benchmark=1,graph=0,conv=own");
+  EXPECT_EQ(defaults.str(), "fused=1,benchmark=1,graph=0,conv=fused");
   EXPECT_EQ(RealEsrganTuning::parse("fused=0,graph=1").str(),
-            "fused=0,benchmark=1,graph=1,conv=own");
+            "fused=0,benchmark=1,graph=1,conv=fused");
+  EXPECT_EQ(RealEsrganTuning::parse("conv=own").str(), "fused=1,benchmark=1,graph=0,conv=own");
   EXPECT_EQ(RealEsrganTuning::parse("conv=cudnn").str(), "fused=1,benchmark=1,graph=0,conv=cudnn");
   EXPECT_EQ(RealEsrganTuning::parse("conv=own-all,fused=1").str(),
             "fused=1,benchmark=1,graph=0,conv=own-all");

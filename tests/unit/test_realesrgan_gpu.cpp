@@ -115,8 +115,10 @@ double range_psnr(const Planar& got, const Planar& want) {
 
 // The full-size architectures (random weights) on real-looking content: fp16 / bf16 against fp32
 // (raw outputs, PSNR over the reference's range), through the fused kernels with each
-// convolution choice (tuning conv=own: our 3×3 kernel for SRVGG's body and RRDB's convs 1–4;
-// conv=own-all: RRDB's conv5 too; conv=cudnn) and through ATen (tuning fused=0); the floors of
+// convolution choice (tuning conv=fused, the default: cuDNN's graph with our epilogue for the
+// 64-channel convolutions, our kernel for RRDB's convs 1–4; conv=own: our 3×3 kernel for SRVGG's
+// body and RRDB's convs 1–4; conv=own-all: RRDB's conv5 too; conv=cudnn) and through ATen
+// (tuning fused=0); the floors of
 // docs/models.md. Every fused path must agree with ATen's ops to the run dtype's rounding.
 TEST(RealEsrganGpu, HalfPrecisionPsnrFullSize) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
@@ -147,7 +149,7 @@ TEST(RealEsrganGpu, HalfPrecisionPsnrFullSize) {
       const double p_aten = range_psnr(aten, ref);
       const double floor = precision == Precision::kFloat16 ? n.floor_fp16 : n.floor_bf16;
       EXPECT_GE(p_aten, floor) << n.name << " " << to_string(precision);
-      for (const char* conv : {"own", "own-all", "cudnn"}) {
+      for (const char* conv : {"fused", "own", "own-all", "cudnn"}) {
         const Planar fused = run(precision, std::string("fused=1,conv=") + conv);
         ASSERT_EQ(fused.data.size(), ref.data.size());
         const double p_fused = range_psnr(fused, ref);

@@ -237,4 +237,35 @@ TEST_F(SafetensorsTest, MalformedEntries) {
   }
 }
 
+TEST_F(SafetensorsTest, RefusesOverlappingTensors) {
+  // "b" reuses the last 4 bytes of "a": once accepted, so a write through one changed the other.
+  const std::string h = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                        R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
+  const std::string msg = open_error(write_raw("overlap.safetensors", h, "123456789abc"));
+  EXPECT_NE(msg.find("tensors 'a' [0, 8] and 'b' [4, 12] share bytes"), std::string::npos) << msg;
+  // The same range twice, and one inside another, are refused; touching ranges and empty
+  // tensors anywhere are fine.
+  const std::string twice = R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+                            R"("z":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})";
+  EXPECT_NE(open_error(write_raw("twice.safetensors", twice, "1234")).find("share bytes"),
+            std::string::npos);
+  const std::string inside = R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},)"
+                             R"("b":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})";
+  EXPECT_NE(open_error(write_raw("inside.safetensors", inside, "12345678")).find("share bytes"),
+            std::string::npos);
+  const std::string fine = R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+                           R"("b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]},)"
+                           R"("e":{"dtype":"U8","shape":[0],"data_offsets":[2,2]}})";
+  const SafetensorsFile f(write_raw("fine.safetensors", fine, "12345678"));
+  EXPECT_EQ(f.names().size(), 3u);
+}
+
+TEST_F(SafetensorsTest, ErrorsQuoteLongNamesShortly) {
+  const std::string name(100000, 'n');
+  const std::string h = R"({")" + name + R"(":{"dtype":"F33","shape":[1],"data_offsets":[0,4]}})";
+  const std::string msg = open_error(write_raw("long.safetensors", h, "1234"));
+  EXPECT_LT(msg.size(), 400u) << msg.substr(0, 400);
+  EXPECT_NE(msg.find("... (100000 bytes)': unknown dtype 'F33'"), std::string::npos) << msg;
+}
+
 }  // namespace

@@ -1,9 +1,12 @@
 // io/torch_pickle.h: the golden torch.save files of tests/data/golden/upscalers read as the
 // safetensors copies of the same weights, and files that must be refused: truncated, foreign,
-// compressed, and pickles that name code (os.system) or call what a state dict never calls.
+// compressed, pickles that name code (os.system) or call what a state dict never calls, and
+// pickles built to exhaust the reader (deep nesting, many values, recursive structures, FIFOs).
 #include "io/torch_pickle.h"
 
 #include <gtest/gtest.h>
+
+#include <sys/stat.h>
 
 #include <cstring>
 #include <fstream>
@@ -14,6 +17,7 @@
 #include "io/safetensors.h"
 #include "src/base/error.h"
 #include "tests/support/media.h"
+#include "tests/support/stored_zip.h"
 
 namespace wm::io {
 namespace {
@@ -33,35 +37,9 @@ void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
 }
 
-void put(std::string& s, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) s += char((v >> (8 * i)) & 0xff);
-}
-
-// A zip of stored entries (no CRCs: the reader does not need them), or with `method` set on
-// every entry's headers.
 std::string make_zip(const std::vector<std::pair<std::string, std::string>>& entries,
                      int method = 0) {
-  std::string out, dir;
-  for (const auto& [name, data] : entries) {
-    const size_t offset = out.size();
-    put(out, 0x04034b50, 4);
-    put(out, 20, 2), put(out, 0, 2), put(out, method, 2), put(out, 0, 4), put(out, 0, 4);
-    put(out, data.size(), 4), put(out, data.size(), 4);
-    put(out, name.size(), 2), put(out, 0, 2);
-    out += name + data;
-    put(dir, 0x02014b50, 4);
-    put(dir, 20, 2), put(dir, 20, 2), put(dir, 0, 2), put(dir, method, 2), put(dir, 0, 4);
-    put(dir, 0, 4), put(dir, data.size(), 4), put(dir, data.size(), 4);
-    put(dir, name.size(), 2), put(dir, 0, 2), put(dir, 0, 2), put(dir, 0, 2), put(dir, 0, 2);
-    put(dir, 0, 4), put(dir, offset, 4);
-    dir += name;
-  }
-  const size_t dir_offset = out.size();
-  out += dir;
-  put(out, 0x06054b50, 4);
-  put(out, 0, 2), put(out, 0, 2), put(out, entries.size(), 2), put(out, entries.size(), 2);
-  put(out, dir.size(), 4), put(out, dir_offset, 4), put(out, 0, 2);
-  return out;
+  return test::stored_zip(entries, method);
 }
 
 // A protocol-2 pickle of {'w': tensor(storage '0', offset, size (2,), stride (1,))}, with
@@ -213,6 +191,129 @@ TEST(TorchCheckpoint, RefusesPicklesThatNameCode) {
   // A TorchScript archive is a zip with data.pkl too, but of code objects.
   e = error_of(kGolden + "srvgg-tiny/model.torchscript.pt");
   EXPECT_NE(e.find("refused"), std::string::npos) << e;
+}
+
+// A checkpoint whose data.pkl is `pickle` (and no storages).
+std::string pickle_file(test::TempDir& tmp, const std::string& name, const std::string& pickle) {
+  const std::string path = tmp.file(name);
+  write_file(path, make_zip({{"archive/data.pkl", pickle}}));
+  return path;
+}
+
+TEST(TorchCheckpoint, RefusesDeepNestingWithoutCrashing) {
+  test::TempDir tmp("pickle");
+  // 2 million tuples, each holding the previous one (TUPLE1): 2 MB, allowed opcodes only. Built
+  // as a chain of shared values it once crashed the reader when freed (a recursion 2 million
+  // deep, SIGSEGV).
+  std::string p = "\x80\x02)";
+  p.append(2'000'000, '\x85');
+  p += "0}.";
+  std::string e = error_of(pickle_file(tmp, "deep.pth", p));
+  EXPECT_NE(e.find("nested more than 100 deep"), std::string::npos) << e;
+  // The same with lists, dicts and MARK-built tuples.
+  std::string lists = "\x80\x02";
+  for (int i = 0; i < 200; ++i) lists += "]";
+  for (int i = 0; i < 199; ++i) lists += "a";
+  e = error_of(pickle_file(tmp, "lists.pth", lists + "."));
+  EXPECT_NE(e.find("nested more than 100 deep"), std::string::npos) << e;
+  std::string dicts = "\x80\x02";
+  dicts += "}";
+  for (int i = 0; i < 150; ++i) dicts += "K\x01}";
+  for (int i = 0; i < 150; ++i) dicts += "s";
+  e = error_of(pickle_file(tmp, "dicts.pth", dicts + "."));
+  EXPECT_NE(e.find("nested more than 100 deep"), std::string::npos) << e;
+  // 100 levels are read (a state dict has a few).
+  std::string ok = "\x80\x02}X\x01\x00\x00\x00k)"s;
+  for (int i = 0; i < 98; ++i) ok += "\x85";
+  TorchCheckpoint c(pickle_file(tmp, "ok.pth", ok + "s."));
+  EXPECT_EQ(c.top_level().at("k"), "tuple");
+}
+
+TEST(TorchCheckpoint, ReadsALargeDictInLinearTime) {
+  test::TempDir tmp("pickle");
+  // A dict of 300 000 entries (4 MB) once took quadratic time: no verdict after 30 s. Keys
+  // repeat every 100 000 entries, so later values replace earlier ones, as in Python.
+  std::string p = "\x80\x02}(";
+  for (int i = 0; i < 300'000; ++i) {
+    const std::string key = "key." + std::to_string(i % 100'000);
+    p += 'X';
+    test::put_le(p, key.size(), 4);
+    p += key + "J";
+    test::put_le(p, uint64_t(i), 4);
+  }
+  p += "u.";
+  TorchCheckpoint c(pickle_file(tmp, "big.pth", p));
+  EXPECT_EQ(c.top_level().size(), 100'000u);
+  EXPECT_EQ(c.top_level().at("key.99999"), "int");
+  EXPECT_TRUE(c.tensors().empty());
+}
+
+TEST(TorchCheckpoint, RefusesTooManyValuesAndRecursiveStructures) {
+  test::TempDir tmp("pickle");
+  // 4.2 million values pushed and popped: each cheap, but past the bound on values made.
+  std::string many = "\x80\x02}";
+  for (int i = 0; i < 4'200'000; ++i) many += "N0";
+  std::string e = error_of(pickle_file(tmp, "many.pth", many + "."));
+  EXPECT_NE(e.find("more than 4194304 values"), std::string::npos) << e;
+
+  // A dict that holds itself (memo reference): Python pickles it, a state dict never is one.
+  e = error_of(pickle_file(tmp, "self.pth", "\x80\x02}q\x00X\x01\x00\x00\x00kh\x00s."s));
+  EXPECT_NE(e.find("recursive structure"), std::string::npos) << e;
+  // A list changed after it was put into a tuple.
+  e = error_of(pickle_file(tmp, "late.pth",
+                           "\x80\x02]q\x00\x85h\x00N"
+                           "a."s));
+  EXPECT_NE(e.find("recursive structure"), std::string::npos) << e;
+
+  // One dict of 40 000 entries shared (memo) as the value of 200 top-level keys: 240 KB that
+  // would have 8 million entries copied out; what is looked at is bounded (2^20).
+  std::string shared = "\x80\x02}(X\x01\x00\x00\x00k}q\x00("s;
+  for (uint64_t i = 0; i < 40'000; ++i) {
+    shared += "J";
+    test::put_le(shared, i, 4);
+    shared += "N";
+  }
+  shared += "u";
+  for (int i = 0; i < 200; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    shared += "X";
+    test::put_le(shared, key.size(), 4);
+    shared += key + "h\x00"s;
+  }
+  e = error_of(pickle_file(tmp, "shared.pth", shared + "u."));
+  EXPECT_NE(e.find("nested dicts hold more than 1048576 entries"), std::string::npos) << e;
+}
+
+TEST(TorchCheckpoint, BoundsTheErrorLine) {
+  test::TempDir tmp("pickle");
+  // A global named with a megabyte of text: the message quotes its start.
+  const std::string name(1 << 20, 'x');
+  const std::string e = error_of(pickle_file(tmp, "long.pth",
+                                             "\x80\x02"
+                                             "c" +
+                                                 name + "\n" + name + "\n."));
+  EXPECT_LT(e.size(), 600u) << e.substr(0, 600);
+  EXPECT_NE(e.find("(2097153 bytes)"), std::string::npos) << e.substr(0, 600);
+}
+
+TEST(TorchCheckpoint, RefusesAFifoAtOnce) {
+  test::TempDir tmp("pickle");
+  // Opening a FIFO for reading waits for a writer: the reader once hung on one given as weights.
+  const std::string fifo = tmp.file("weights.pth");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    TorchCheckpoint c(fifo);
+    ADD_FAILURE() << "a FIFO was read";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), fifo + ": is a FIFO, not a regular file");
+    EXPECT_EQ(e.exit_code(), kExitNoInput);
+  }
+  try {
+    SafetensorsFile f(fifo);
+    ADD_FAILURE() << "a FIFO was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a FIFO"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

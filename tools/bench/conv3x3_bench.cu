@@ -1,7 +1,8 @@
 // Checker and benchmark of our 3×3 convolution (src/models/conv3x3_kernels.cu), built by nvcc
 // alone (no LibTorch):
 //   nvcc -std=c++17 -O3 -arch=sm_90a -I. tools/bench/conv3x3_bench.cu \
-//       src/models/conv3x3_kernels.cu src/models/realesrgan_kernels.cu -lcudnn -o conv3x3_bench
+//       src/models/conv3x3_kernels.cu src/models/realesrgan_kernels.cu \
+//       src/models/cudnn_fused_conv.cu -lcudnn -o conv3x3_bench
 //   ./conv3x3_bench [--quick]
 // 1. Correctness against a naive float32 reference kernel on random data (the default and the
 //    candidate variants, Conv3x3Args::variant): every Cin × Cout the
@@ -27,6 +28,7 @@
 
 #include "src/models/conv3x3_launch.h"
 #include "src/models/cuda_convert.cuh"
+#include "src/models/cudnn_fused_conv.h"
 #include "src/models/realesrgan_launch.h"
 
 using namespace wm::models::cuda;
@@ -49,6 +51,29 @@ using namespace wm::models::cuda;
   } while (0)
 
 namespace {
+
+// The cuDNN graph-API path (cudnn_fused_conv.h): one handle, one scratch buffer.
+cudnnHandle_t g_handle = nullptr;
+void* g_scratch = nullptr;
+size_t g_scratch_bytes = 0;
+void* scratch(size_t bytes) {
+  if (bytes > g_scratch_bytes) {
+    if (g_scratch) cudaFree(g_scratch);
+    g_scratch = nullptr;
+    g_scratch_bytes = 0;
+    if (cudaMalloc(&g_scratch, bytes) != cudaSuccess) return nullptr;
+    g_scratch_bytes = bytes;
+  }
+  return g_scratch;
+}
+// Variant -1 of the checks and timings: the cuDNN fused graph (PReLU in its general form);
+// -2: the same with PReLU as max(y, a·y) (slopes in [0, 1], which the benchmark's are).
+cudaError_t launch(EsrganDType dt, const Conv3x3Args& a) {
+  if (a.variant >= 0) return launch_conv3x3(dt, a, nullptr);
+  Conv3x3Args b = a;
+  b.variant = 0;
+  return launch_conv3x3_cudnn(g_handle, dt, b, a.variant == -2, nullptr, scratch);
+}
 
 __device__ float hash_unit(uint64_t i, uint32_t seed) {  // uniform in [-1, 1)
   uint64_t x = i * 0x9E3779B97F4A7C15ull + seed * 0xBF58476D1CE4E5B9ull;
@@ -192,7 +217,13 @@ double check_case(const Case& c, int variant, bool& ok, std::string& why) {
   a.variant = variant;
   const EsrganDType dt = sizeof(T) == 2 && std::is_same<T, __half>::value ? EsrganDType::kFloat16
                                                                           : EsrganDType::kBFloat16;
-  CK(launch_conv3x3(dt, a, nullptr));
+  const cudaError_t launched = launch(dt, a);
+  if (launched == cudaErrorNotSupported) {
+    ok = true;
+    why = "not supported";
+    return -1;
+  }
+  CK(launched);
   Buf<float> ref(pix * c.cout);
   reference<T><<<2048, 256>>>(a, ref.p);
   CK(cudaGetLastError());
@@ -313,10 +344,11 @@ std::string bench_shape(cudnnHandle_t handle, const Shape& s, int iters, double&
   a.width = s.w;
   // Every variant (Conv3x3Args::variant); ours_ms is the default's.
   std::string variants = "{";
-  const int kVariants[] = {0, 1, 2, 8};
+  const int kVariants[] = {0, 1, 2, 8, -1, -2};
   for (int v : kVariants) {
     a.variant = v;
-    const double ms = time_ms([&] { CK(launch_conv3x3(dt, a, nullptr)); }, iters);
+    if (v < 0 && launch(dt, a) == cudaErrorNotSupported) continue;
+    const double ms = time_ms([&] { CK(launch(dt, a)); }, iters);
     if (v == 0) ours_ms = ms;
     char vb[64];
     std::snprintf(vb, sizeof vb, "%s\"%d\": %.4f", v ? ", " : "", v, ms);
@@ -413,6 +445,7 @@ std::string bench_shape(cudnnHandle_t handle, const Shape& s, int iters, double&
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  DK(cudnnCreate(&g_handle));
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("{\"device\": \"%s\",\n \"checks\": [\n", prop.name);
@@ -437,7 +470,7 @@ int main(int argc, char** argv) {
   bool first = true;
   for (int dt = 0; dt < 2; ++dt) {
     for (const Case& c : cases) {
-      for (int variant : {0, 1, 2}) {
+      for (int variant : {0, 1, 2, -1, -2}) {
         bool ok = true;
         std::string why;
         const double err = dt == 0 ? check_case<__half>(c, variant, ok, why)
