@@ -267,7 +267,7 @@ struct VideoReader::Impl {
   void open_file() {
     if (path == kStdinName) {
       format.reset(open_standard_input());
-      return find_video_stream();
+      return find_video_stream("");  // no file to read an image header from
     }
     struct stat st {};
     // An image sequence ("frames/%06d.png", libav's image2 demuxer) is there when its first
@@ -301,10 +301,11 @@ struct VideoReader::Impl {
       corrupt("cannot open: " + av_error_string(rc));
     }
     format.reset(raw);
-    find_video_stream();
+    find_video_stream(file);
   }
 
-  void find_video_stream() {
+  // `file`: the file to read an image's declared size from when libav gives none ("": none).
+  void find_video_stream(const std::string& file) {
     const int rc = avformat_find_stream_info(format.get(), nullptr);
     if (rc < 0) corrupt("cannot read stream info: " + av_error_string(rc));
     stream_index = pick_video_stream(format.get());
