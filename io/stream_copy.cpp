@@ -1,11 +1,14 @@
 #include "io/stream_copy.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "io/image_output.h"
 #include "io/output_file.h"
+#include "io/stdin_tee.h"
 #include "src/base/error.h"
 #include "src/base/log.h"
+#include "src/base/std_streams.h"
 
 namespace wm::io {
 namespace {
@@ -49,6 +52,18 @@ SourceCopy::SourceCopy(const std::string& source_path, AVFormatContext* output, 
       choice_(choice),
       log_(std::move(log)) {
   AVFormatContext* raw = nullptr;
+  if (source_path == kStdinName) {
+    stdin_io_ = open_stdin();
+    raw = avformat_alloc_context();
+    if (!stdin_io_ || !raw) {
+      avformat_free_context(raw);
+      close_stdin(stdin_io_);
+      throw InputError(source_path + ": standard input cannot be read again from its start",
+                       kExitSoftware);
+    }
+    raw->pb = stdin_io_;
+    raw->flags |= AVFMT_FLAG_CUSTOM_IO;
+  }
   AVDictionary* open_options = literal_name_options(source_path);  // "50%d.png" is one file
   int rc = avformat_open_input(&raw, source_path.c_str(), nullptr, &open_options);
   av_dict_free(&open_options);
@@ -87,6 +102,19 @@ SourceCopy::SourceCopy(const std::string& source_path, AVFormatContext* output, 
   // File-level tags (title, ...) as the ffmpeg CLI copies them; "encoder" is the muxer's.
   av_dict_copy(&output_->metadata, source_->metadata, 0);
   av_dict_set(&output_->metadata, "encoder", nullptr, 0);
+  // No stream to copy: no packet to read (copy_until would read the whole source for none; on
+  // standard input, keeping every byte of it until then).
+  if (std::all_of(stream_map_.begin(), stream_map_.end(), [](int out) { return out < 0; })) {
+    done_ = true;
+    source_.reset();
+    close_stdin(stdin_io_);
+    stdin_io_ = nullptr;
+  }
+}
+
+SourceCopy::~SourceCopy() {
+  source_.reset();
+  close_stdin(stdin_io_);
 }
 
 void SourceCopy::drop(const std::string& what) {

@@ -41,9 +41,12 @@ class SourceCopy {
   // Opens `source_path` (InputError naming it when it cannot be read) and adds the streams and
   // chapters it copies to `output`, whose header is not written yet. The tags of the source's
   // main video stream go to `video` (the output's video stream). Messages name `output_name`.
+  // Standard input ("pipe:0") is read again through io/stdin_tee.h (stdin_from_start() must
+  // hold).
   SourceCopy(const std::string& source_path, AVFormatContext* output, AVStream* video,
              const CopyChoice& choice, const std::string& output_name,
              std::shared_ptr<spdlog::logger> log);
+  ~SourceCopy();
   SourceCopy(const SourceCopy&) = delete;
   SourceCopy& operator=(const SourceCopy&) = delete;
 
@@ -67,6 +70,7 @@ class SourceCopy {
   AVFormatContext* output_;
   CopyChoice choice_;
   std::shared_ptr<spdlog::logger> log_;
+  AVIOContext* stdin_io_ = nullptr;  // standard input's reader, which source_ does not own
   FormatInputPtr source_;
   std::vector<int> stream_map_;  // source stream index → output stream index, -1 = not copied
   PacketPtr packet_ = make_packet();

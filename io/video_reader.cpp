@@ -17,8 +17,10 @@
 #include "io/av_log.h"
 #include "io/image_output.h"
 #include "io/pixel_convert.h"
+#include "io/stdin_tee.h"
 #include "src/base/error.h"
 #include "src/base/log.h"
+#include "src/base/std_streams.h"
 
 extern "C" {
 #include <libavfilter/avfilter.h>
@@ -148,6 +150,12 @@ struct VideoReader::Impl {
   std::string path;
   ReaderOptions options;
   std::shared_ptr<spdlog::logger> log;
+  // Standard input's reader (kStdinName), which `format` uses without owning (custom I/O):
+  // declared first, so it is closed after `format`.
+  struct AvioDeleter {
+    void operator()(AVIOContext* io) const { close_stdin(io); }
+  };
+  std::unique_ptr<AVIOContext, AvioDeleter> stdin_io;
   FormatInputPtr format;
   AVStream* stream = nullptr;
   int stream_index = -1;
@@ -218,7 +226,49 @@ struct VideoReader::Impl {
     throw InputError(path + ": truncated or corrupt (" + detail + ")", kExitDataErr);
   }
 
+  // Standard input: probed first, so that a stream that needs seeking (MP4/MOV, whose index may
+  // come last) is refused with one clear line instead of the demuxer's errors.
+  AVFormatContext* open_standard_input() {
+    if (::isatty(STDIN_FILENO)) {
+      throw InputError(path +
+                           ": standard input is a terminal; pipe a stream into it (e.g. ffmpeg -i "
+                           "in.mp4 -f nut - | wmbatch upscale - ...)",
+                       kExitUsage);
+    }
+    // Through the tee: the writer reads standard input again for its audio (io/stdin_tee.h).
+    AVIOContext* io = io::open_stdin();
+    if (!io) throw InputError(path + ": standard input was read already", kExitUsage);
+    stdin_io.reset(io);
+    const AVInputFormat* probed = nullptr;
+    int rc = av_probe_input_buffer2(io, &probed, kStdinName, nullptr, 0, 0);
+    if (rc < 0 || !probed) {
+      if (rc == AVERROR_EOF) throw InputError(path + ": standard input is empty", kExitNoInput);
+      corrupt("cannot tell the stream's container: " + av_error_string(rc));
+    }
+    const std::string name = probed->name;
+    if (name.find("mov") != std::string::npos || name.find("mp4") != std::string::npos) {
+      throw InputError(path +
+                           ": an MP4/MOV stream cannot be read from a pipe: it needs seeking "
+                           "(its index may come last); send MPEG-TS, Matroska, NUT or Y4M "
+                           "instead (ffmpeg ... -f nut -)",
+                       kExitDataErr);
+    }
+    AVFormatContext* raw = avformat_alloc_context();
+    if (!raw) throw std::bad_alloc();
+    raw->pb = io;
+    raw->flags |= AVFMT_FLAG_CUSTOM_IO;
+    rc = avformat_open_input(&raw, kStdinName, probed, nullptr);  // frees `raw` on failure
+    if (rc < 0) corrupt("cannot open: " + av_error_string(rc));
+    // NVDEC's fallback decodes again from the start: a pipe cannot go back.
+    options.nvdec = false;
+    return raw;
+  }
+
   void open_file() {
+    if (path == kStdinName) {
+      format.reset(open_standard_input());
+      return find_video_stream("");  // no file to read an image header from
+    }
     struct stat st {};
     // An image sequence ("frames/%06d.png", libav's image2 demuxer) is there when its first
     // file is (io/image_output.h).
@@ -251,7 +301,12 @@ struct VideoReader::Impl {
       corrupt("cannot open: " + av_error_string(rc));
     }
     format.reset(raw);
-    rc = avformat_find_stream_info(format.get(), nullptr);
+    find_video_stream(file);
+  }
+
+  // `file`: the file to read an image's declared size from when libav gives none ("": none).
+  void find_video_stream(const std::string& file) {
+    const int rc = avformat_find_stream_info(format.get(), nullptr);
     if (rc < 0) corrupt("cannot read stream info: " + av_error_string(rc));
     stream_index = pick_video_stream(format.get());
     if (stream_index < 0) throw InputError(path + ": no video stream", kExitDataErr);

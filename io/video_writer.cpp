@@ -21,11 +21,13 @@
 #include "io/av_log.h"
 #include "io/image_output.h"
 #include "io/pixel_convert.h"
+#include "io/stdin_tee.h"
 #include "io/stream_copy.h"
 #include "src/base/clock.h"
 #include "src/base/error.h"
 #include "src/base/fs.h"
 #include "src/base/log.h"
+#include "src/base/std_streams.h"
 
 extern "C" {
 #include <libavutil/display.h>
@@ -201,6 +203,9 @@ struct VideoWriter::Impl {
   WriterConfig config;
   std::string final_path;
   std::string temp_path;
+  // Writing to standard output (kStdoutName): a stream, straight through, with no temp file,
+  // verification or rename (nothing can be taken back from a pipe).
+  bool to_stdout = false;
   std::shared_ptr<spdlog::logger> log;
 
   FormatOutputPtr output;
@@ -239,20 +244,29 @@ struct VideoWriter::Impl {
   std::mutex yuv_pool_mutex;
   int yuv_linesize[4] = {0, 0, 0, 0};
 
-  explicit Impl(const WriterConfig& c) : config(c), final_path(c.path) {
+  explicit Impl(const WriterConfig& c)
+      : config(c), final_path(c.path), to_stdout(c.path == kStdoutName) {
     install_av_log();
-    temp_path = fs::temp_path_for(final_path);  // per process: see src/base/fs.h
     if (config.width <= 0 || config.height <= 0 || !valid(config.time_base)) {
       throw Error(final_path + ": writer needs a size and a time base", kExitSoftware);
     }
-    check_folder();
+    if (!to_stdout) {
+      temp_path = fs::temp_path_for(final_path);  // per process: see src/base/fs.h
+      check_folder();
+    } else if (config.encode.container.empty()) {
+      throw Error(final_path + ": standard output needs a container (format:)", kExitSoftware);
+    }
     AVFormatContext* raw = nullptr;
     // A single image: image2pipe writes it to the temp file (image2 would open the final path).
-    int rc = avformat_alloc_output_context2(&raw, nullptr, single_image_muxer(final_path),
-                                            final_path.c_str());
+    const std::string& container = config.encode.container;
+    int rc = avformat_alloc_output_context2(
+        &raw, nullptr, container.empty() ? single_image_muxer(final_path) : container.c_str(),
+        to_stdout ? nullptr : final_path.c_str());
     if (rc < 0 || !raw) {
-      throw OutputError(final_path + ": no container format for this file name extension",
-                        kExitCantCreat);
+      throw OutputError(
+          final_path + (container.empty() ? ": no container format for this file name extension"
+                                          : ": no container format " + container),
+          kExitCantCreat);
     }
     output.reset(raw);
     // A constructor that throws never runs ~Impl: discard() here, or a failed header would leave
@@ -585,6 +599,12 @@ struct VideoWriter::Impl {
         !(settings.copy_audio || settings.copy_subtitles || settings.copy_other)) {
       return;
     }
+    if (std::strcmp(output->oformat->name, "yuv4mpegpipe") == 0) return drop_all_streams();
+    if (config.source_path == kStdinName && !stdin_from_start()) {
+      return drop_all_streams(" of standard input: its start is no longer kept (read more than " +
+                              std::to_string(kRetainBytes >> 20) +
+                              " MiB before the output opened)");
+    }
     source = std::make_unique<SourceCopy>(
         config.source_path, output.get(), video_stream,
         CopyChoice{settings.copy_audio, settings.copy_subtitles, settings.copy_other}, final_path,
@@ -597,7 +617,33 @@ struct VideoWriter::Impl {
     if (source) source->copy_until(ts, tb, all, [this](AVPacket* pkt) { write_packet(pkt); });
   }
 
+  // The source's audio and subtitles, which the output cannot take: a Y4M stream holds one video
+  // stream; standard input whose start is no longer kept (io/stdin_tee.h) cannot be read again.
+  void drop_all_streams(const std::string& why =
+                            ": container yuv4mpegpipe holds one video "
+                            "stream") {
+    const VideoInfo& src = config.source;
+    if (config.encode.copy_audio && src.audio_streams > 0) {
+      drop(std::to_string(src.audio_streams) + " audio stream(s)" + why);
+    }
+    if (config.encode.copy_subtitles && src.subtitle_streams > 0) {
+      drop(std::to_string(src.subtitle_streams) + " subtitle stream(s)" + why);
+    }
+  }
+
   void open_file() {
+    if (to_stdout) {
+      const int rc = avio_open(&output->pb, kStdoutName, AVIO_FLAG_WRITE);
+      if (rc < 0) {
+        throw OutputError(final_path + ": cannot write standard output: " + av_error_string(rc),
+                          kExitCantCreat);
+      }
+      // A live stream: no seeking back to patch a header, packets flushed as they come.
+      output->flags |= AVFMT_FLAG_FLUSH_PACKETS;
+      const int header = avformat_write_header(output.get(), nullptr);
+      if (header < 0) write_failed("cannot write the header", header);
+      return;
+    }
     // Created exclusively (a name someone else made there is never written through), then
     // opened by libav through the descriptor; which also serves the early writeback.
     writeback_fd = fs::create_exclusive(temp_path);
@@ -924,7 +970,12 @@ struct VideoWriter::Impl {
     }
     const Clock::time_point flushed = Clock::now();
     close_writeback();
-    commit_output(output.get(), temp_path, final_path, frames);
+    if (to_stdout) {
+      avio_flush(output->pb);
+      if (output->pb->error < 0) write_failed("write failed", output->pb->error);
+    } else {
+      commit_output(output.get(), temp_path, final_path, frames);
+    }
     temp_exists = false;
     seconds.flush = std::chrono::duration<double>(flushed - start).count();
     seconds.commit = seconds_since(flushed);

@@ -38,6 +38,12 @@
 // a deinterlaced one is flagged progressive.
 // Errors: OutputError kExitCantCreat when the folder is missing or unwritable or the container
 // cannot hold the codec; OutputError kExitIoErr when a write, fsync, verify or rename fails.
+// Standard output (path kStdoutName, src/base/std_streams.h; EncodeSettings::container names the
+// muxer): the stream is written straight to file descriptor 1, packets flushed as they come;
+// there is no temp file, no verification by reading back and no rename (a pipe cannot take
+// anything back), and a failed run leaves what it wrote. A source on standard input (source_path
+// kStdinName) is read again from its start through io/stdin_tee.h for its audio and subtitles
+// (dropped() lines when its start is no longer kept).
 #pragma once
 
 #include <cstdint>
@@ -66,6 +72,9 @@ struct EncodeSettings {
   // nice value of the thread that opens the encoder). Jobs whose model runs on a GPU set it, so
   // x264's many threads do not delay the thread that feeds the GPU.
   int nice = 0;
+  // The muxer by libav name ("matroska", "nut"); empty: the output's extension picks it. Output
+  // to standard output (path kStdoutName, src/base/std_streams.h) needs one.
+  std::string container;
   // Encoder options by libav name (private or generic: tune, x264-params, g, ...), set after crf
   // and preset. One the encoder does not take is an error (kExitDataErr), not a warning.
   std::vector<std::pair<std::string, std::string>> options;

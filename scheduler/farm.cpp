@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "io/image_output.h"
@@ -33,6 +34,7 @@
 #include "src/base/fs.h"
 #include "src/base/json_text.h"
 #include "src/base/log.h"
+#include "src/base/std_streams.h"
 
 namespace wm::sched {
 
@@ -558,7 +560,17 @@ FarmPlan build_plan(const std::string& job_file, int64_t chunk_frames, bool writ
   std::vector<PlannedInput> inputs;
   for (size_t j = 0; j < plan.jobs.size(); ++j) {
     const JobSpec& job = plan.jobs[j];
+    if (job.output == kStdoutName) {
+      throw ConfigError(job.file, job.output_line, "output",
+                        "farm commands write files: standard output cannot be cut into chunks "
+                        "(run the job with wmbatch " +
+                            job.file + ")");
+    }
     for (const std::string& input : expand_inputs(job)) {
+      if (input == kStdinName) {
+        throw ConfigError(job.file, job.line, "input",
+                          "farm commands read files: standard input cannot be cut into chunks");
+      }
       PlannedInput in;
       in.job = j;
       in.input = input;
@@ -602,7 +614,9 @@ class Runners {
 };
 
 std::string chunk_label(const Chunk& c) {
-  std::string s = "chunk " + std::to_string(c.index) + " (" + c.output;
+  // A range of `run --frames A-B` is no chunk of the plan.
+  std::string s = c.index < 0 ? std::string("frames (") + c.output
+                              : "chunk " + std::to_string(c.index) + " (" + c.output;
   if (c.whole_input) return s + ")";
   s += ", frames " + std::to_string(c.range.first_frame) + "-";
   s += c.range.last_frame < 0 ? std::string("end") : std::to_string(c.range.last_frame);
@@ -1120,9 +1134,76 @@ std::string plan_json(const FarmPlan& plan) {
   return json_dump(out, 2);  // paths are bytes: those not UTF-8 as \udcXX
 }
 
+namespace {
+
+// The chunk size earlier runs of this job file planned with (`plan 1 <fingerprint> chunk_frames
+// N` in its outputs' journals), for a `run` given no --chunk-frames: every farm task of a plan
+// must cut the same chunks. 0 when no journal says; Error (64) when journals disagree.
+int64_t journal_chunk_frames(const std::string& job_file) {
+  std::set<int64_t> found;
+  std::string where;
+  for (const JobSpec& job : load_job_file(job_file)) {
+    std::vector<std::string> inputs;
+    try {
+      inputs = expand_inputs(job);
+    } catch (const Error&) {
+      continue;  // reported by the plan
+    }
+    for (const std::string& input : inputs) {
+      std::string output;
+      try {
+        output = expand_output(job.output, input, job.name, job.dir);
+      } catch (const Error&) {
+        continue;
+      }
+      if (!stamp_file(journal_path(output))) continue;
+      Journal journal(journal_path(output), false);
+      const std::string prefix = "plan 1 " + fingerprint(job, input).str() + " chunk_frames ";
+      for (const std::string& key : journal.plan_keys(prefix)) {
+        try {
+          found.insert(std::stoll(key.substr(prefix.size())));
+          where = journal.path();
+        } catch (const std::exception&) {
+          // not a number: not ours
+        }
+      }
+    }
+  }
+  if (found.size() > 1) {
+    std::string sizes;
+    for (int64_t n : found) sizes += (sizes.empty() ? "" : " and ") + std::to_string(n);
+    throw Error(job_file + ": earlier runs planned chunks of " + sizes +
+                    " frames; give --chunk-frames (the value `plan` was given)",
+                kExitUsage);
+  }
+  if (found.empty()) return 0;
+  log::get("farm")->info("--chunk-frames {} (as the earlier runs of this plan: {})", *found.begin(),
+                         where);
+  return *found.begin();
+}
+
+// Once every output of the job file is assembled, their farm folders (journals, locks) have
+// served: removed unless kept. Not before: an `assemble` that failed for one output and is run
+// again must find the others' journals, which say they are done.
+void remove_farm_dirs(const std::vector<PlannedInput>& inputs, const FarmOptions& options) {
+  if (options.keep_journal || options.keep_segments) return;
+  for (const PlannedInput& in : inputs) {
+    const std::string dir = farm_dir(in.output);
+    if (!stamp_file(dir)) continue;
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    if (ec) log::get("farm")->warn("{}: cannot remove: {}", dir, ec.message());
+  }
+}
+
+}  // namespace
+
 int run_farm(const std::string& job_file, const ChunkSelection& selection,
-             const FarmOptions& options) {
+             const FarmOptions& given) {
   return guarded([&]() -> int {
+    FarmOptions options = given;
+    const bool chunk_frames_given = options.chunk_frames > 0;
+    if (!chunk_frames_given) options.chunk_frames = journal_chunk_frames(job_file);
     std::vector<PlannedInput> inputs;
     const FarmPlan plan = build_plan(job_file, options.chunk_frames, /*write_cache=*/true,
                                      /*need_ranges=*/true, &inputs);
@@ -1151,11 +1232,22 @@ int run_farm(const std::string& job_file, const ChunkSelection& selection,
     }
     if (selection.chunk) {
       const int64_t n = *selection.chunk;
+      const std::string frames_said = chunk_frames_given         ? std::string()
+                                      : options.chunk_frames > 0 ? " (as the journal says)"
+                                                                 : " (the default)";
       if (n < 0 || n >= int64_t(plan.chunks.size())) {
         throw Error(job_file + ": chunk " + std::to_string(n) + " does not exist (the plan has " +
                         std::to_string(plan.chunks.size()) + " chunks: 0-" +
-                        std::to_string(int64_t(plan.chunks.size()) - 1) + ")",
+                        std::to_string(int64_t(plan.chunks.size()) - 1) + ", with --chunk-frames " +
+                        std::to_string(plan.chunk_frames) + frames_said +
+                        "; run takes the --chunk-frames that plan was given)",
                     kExitDataErr);
+      }
+      if (!chunk_frames_given && options.chunk_frames == 0) {
+        log::get("farm")->info(
+            "chunk {} of {}, planned with --chunk-frames {} (the default; give run the "
+            "--chunk-frames that plan was given if it differed)",
+            n, plan.chunks.size(), plan.chunk_frames);
       }
       run_chunk(plan, plan.chunks[size_t(n)], options, progress,
                 runners.of(plan.chunks[size_t(n)].job));
@@ -1185,6 +1277,7 @@ int run_farm(const std::string& job_file, const ChunkSelection& selection,
       }
       if (rc == kExitOk) rc = input_rc;
     }
+    if (rc == kExitOk) remove_farm_dirs(inputs, options);
     return rc;
   });
 }
@@ -1204,6 +1297,7 @@ int assemble_farm(const std::string& job_file, const FarmOptions& options) {
         if (rc == kExitOk) rc = code;
       }
     }
+    if (rc == kExitOk) remove_farm_dirs(inputs, options);
     return rc;
   });
 }

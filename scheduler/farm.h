@@ -124,7 +124,9 @@ struct FarmOptions {
   int64_t chunk_frames = 0;  // 0: kDefaultChunkFrames
   ProgressStyle progress = ProgressStyle::kAuto;
   const std::atomic<bool>* cancel = nullptr;
-  bool keep_segments = false;  // assemble: leave the segments in place
+  bool keep_segments = false;  // assemble: leave the segments in place (and the journal)
+  // Keep `<output>.wmfarm/` (the journal) once the output is assembled; by default it goes.
+  bool keep_journal = false;
   // Hooks (run_input_chunks; called on the running thread): a chunk's work starts (not called
   // for a chunk found finished), a slice of it was written (frames of the chunk so far), a chunk
   // is finished — by this call or found finished by an earlier one (`frames` in its segment).

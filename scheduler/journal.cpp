@@ -157,6 +157,14 @@ std::optional<std::string> Journal::plan(const std::string& key) {
   return s.text(0);
 }
 
+std::vector<std::string> Journal::plan_keys(const std::string& prefix) {
+  Statement s(db_, path_, "SELECT key FROM plans WHERE substr(key, 1, length(?1)) = ?1");
+  s.bind(1, prefix);
+  std::vector<std::string> out;
+  while (s.step()) out.push_back(s.text(0));
+  return out;
+}
+
 void Journal::put_plan(const std::string& key, const std::string& value) {
   Statement s(db_, path_, "INSERT OR REPLACE INTO plans(key, value) VALUES(?1, ?2)");
   s.bind(1, key).bind(2, value);

@@ -83,6 +83,8 @@ class Journal {
   // Cached plan (any text, e.g. JSON) under `key` (fingerprint and plan options).
   std::optional<std::string> plan(const std::string& key);
   void put_plan(const std::string& key, const std::string& value);
+  // The keys of the cached plans that start with `prefix`.
+  std::vector<std::string> plan_keys(const std::string& prefix);
 
   std::vector<ChunkRecord> chunks();
   std::optional<ChunkRecord> chunk(int64_t first_frame, int64_t last_frame);

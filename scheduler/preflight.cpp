@@ -1,15 +1,21 @@
 #include "scheduler/preflight.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <map>
 #include <set>
 #include <string>
 
 #include "io/encoder_check.h"
 #include "io/image_output.h"
+#include "io/torch_pickle.h"
 #include "src/base/error.h"
+#include "src/base/std_streams.h"
+#include "src/models/catalog.h"
 
 namespace wm::sched {
 namespace {
@@ -102,6 +108,7 @@ void check_codec_for(const JobSpec& job, const std::string& output) {
 }
 
 void check_outputs(const JobSpec& job) {
+  if (job.output == kStdoutName) return;  // a stream in a container of kStreamFormats
   // A template's own extension is checked even when no input is there yet.
   if (writes_video(job, job.output) && extension(job.output).find('{') == std::string::npos) {
     check_codec_for(job, job.output);
@@ -168,6 +175,84 @@ void check_outputs(const JobSpec& job) {
   }
 }
 
+// The weights file is there and readable (exit 66 before any input runs), and is what its kind
+// reads: a `torchscript` given a state dict (a Real-ESRGAN .pth) is told to use `realesrgan`.
+void check_weights(const JobSpec& job) {
+  const std::string& path = job.model.weights;
+  if (path.empty()) return;
+  const int line = job.weights_line ? job.weights_line : job.line;
+  struct stat st {};
+  const int err = ::stat(path.c_str(), &st) != 0      ? errno
+                  : S_ISDIR(st.st_mode)               ? EISDIR
+                  : ::access(path.c_str(), R_OK) != 0 ? errno
+                                                      : 0;
+  if (err) {
+    throw ConfigError(job.file, line, "model.weights", path + ": " + std::strerror(err),
+                      kExitNoInput);
+  }
+  if (job.model.kind != "torchscript") return;
+  const ReleasedModel* released =
+      model_catalog().find_file(path.substr(path.find_last_of('/') + 1));
+  bool state_dict = released && released->kind != "torchscript";
+  if (!state_dict) {
+    try {
+      state_dict = !io::TorchCheckpoint(path).top_level().empty();  // tensors only: no module
+    } catch (const Error&) {
+      // Not a plain torch.save of tensors: a TorchScript archive (its loader judges it).
+    }
+  }
+  if (state_dict) {
+    throw ConfigError(job.file, line, "model.weights",
+                      path +
+                          " is a checkpoint of weights (torch.save), not a TorchScript "
+                          "module; for a Real-ESRGAN .pth use kind: realesrgan" +
+                          (released ? " (it is " + released->name + ")" : std::string()));
+  }
+}
+
+// Standard input and output (src/base/std_streams.h): a stream on standard output takes one
+// input; standard input is read by one input of one job.
+void check_streams(const std::vector<JobSpec>& jobs) {
+  int stdin_readers = 0;
+  for (const JobSpec& job : jobs) {
+    std::vector<std::string> inputs;
+    try {
+      inputs = expand_inputs(job);
+    } catch (const Error&) {
+      continue;  // the runner reports it for this job
+    }
+    stdin_readers += int(std::count(inputs.begin(), inputs.end(), std::string(kStdinName)));
+    if (stdin_readers > 1) {
+      throw ConfigError(job.file, job.line, "input",
+                        "standard input is read by two jobs of this run (it can be read once)");
+    }
+    if (job.output == kStdoutName && inputs.size() > 1) {
+      throw ConfigError(job.file, job.output_line, "output",
+                        "standard output takes one input's stream (the inputs give " +
+                            std::to_string(inputs.size()) + " files)");
+    }
+  }
+  const auto writers = std::count_if(jobs.begin(), jobs.end(),
+                                     [](const JobSpec& j) { return j.output == kStdoutName; });
+  if (writers > 0 && ::isatty(STDOUT_FILENO)) {
+    const JobSpec& job = *std::find_if(jobs.begin(), jobs.end(),
+                                       [](const JobSpec& j) { return j.output == kStdoutName; });
+    throw ConfigError(job.file, job.output_line, "output",
+                      "standard output is a terminal; pipe it into a program (| ffmpeg -i - "
+                      "...) or give a file",
+                      kExitUsage);
+  }
+  if (writers > 1) {
+    const JobSpec& second =
+        *std::find_if(std::find_if(jobs.begin(), jobs.end(),
+                                   [](const JobSpec& j) { return j.output == kStdoutName; }) +
+                          1,
+                      jobs.end(), [](const JobSpec& j) { return j.output == kStdoutName; });
+    throw ConfigError(second.file, second.output_line, "output",
+                      "standard output is written by two jobs of this run (one stream only)");
+  }
+}
+
 }  // namespace
 
 void preflight(const std::vector<JobSpec>& jobs) {
@@ -177,6 +262,8 @@ void preflight(const std::vector<JobSpec>& jobs) {
     }
   }
   for (const JobSpec& job : jobs) check_outputs(job);
+  check_streams(jobs);
+  for (const JobSpec& job : jobs) check_weights(job);
 }
 
 }  // namespace wm::sched

@@ -13,6 +13,11 @@
 //    ConfigError at `output:` naming both inputs and the output (exit 65);
 //  - no output is an existing folder (a sequence's folder may exist: on_exists applies):
 //    OutputError (exit 73).
+//  - standard input is read by one input of the run, standard output written by one job of one
+//    input (ConfigError, exit 65);
+//  - every model.weights file exists and is readable (ConfigError with exit 66 at its line), and
+//    a `torchscript` is not given a checkpoint of weights (a Real-ESRGAN .pth: exit 65, saying
+//    to use `realesrgan`).
 // For an image output without encode.codec, the encoder checked is the extension's (png, ...).
 // Inputs are listed as the runner lists them (expand_inputs); a job whose inputs cannot be
 // listed (a glob matching nothing) is left for the runner to report when it reaches it.

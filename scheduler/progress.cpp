@@ -44,7 +44,9 @@ void Progress::add(int64_t frames) {
 void Progress::end() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (total_ < done_) total_ = done_;
+  ended_ = true;
   draw(true);
+  ended_ = false;
   if (style_ == ProgressStyle::kBar) std::fputc('\n', out_);
   std::fflush(out_);
 }
@@ -64,8 +66,26 @@ double Progress::seconds() const {
   return std::chrono::duration<double>(Clock::now() - start_).count();
 }
 
+namespace {
+
+// "1:05" (minutes:seconds), "1:02:05" past an hour.
+std::string clock_text(double seconds) {
+  const long s = std::max(0L, std::lround(seconds));
+  char buf[32];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+  } else {
+    std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
+  }
+  return buf;
+}
+
+}  // namespace
+
 void Progress::draw(bool force) {
   if (style_ == ProgressStyle::kNone) return;
+  // A label without frames (a batch's line, drawn before its inputs start) says nothing yet.
+  if (total_ == 0 && done_ == 0 && !ended_) return;
   const auto now = Clock::now();
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   const double fps = elapsed > 0 ? done_ / elapsed : 0;
@@ -84,26 +104,36 @@ void Progress::draw(bool force) {
     // A line every 5 s is enough for a log file.
     if (!force && since < 5.0) return;
     last_draw_ = now;
-    std::fprintf(out_, "%s: %lld/%lld frames, %.1f fps\n", label_.c_str(), (long long)done_,
-                 (long long)total_, fps);
+    // Without a frame count (a stream on standard input): the frames so far.
+    const std::string frames =
+        (total_ > 0 && !ended_ ? std::to_string(done_) + "/" + std::to_string(total_)
+                               : std::to_string(done_)) +
+        (done_ == 1 && (ended_ || total_ <= 0) ? " frame" : " frames");
+    const std::string tail = ended_ ? ", " + clock_text(elapsed) : std::string();
+    std::fprintf(out_, "%s: %s, %.1f fps%s\n", label_.c_str(), frames.c_str(), fps, tail.c_str());
     std::fflush(out_);
     return;
   }
   if (!force && since < 0.2) return;
   last_draw_ = now;
+  if (total_ <= 0) {
+    // Without a frame count (a stream on standard input): frames, fps and the time so far.
+    std::fprintf(out_, "\r%lld frames %.1f fps %s %s\x1b[K", (long long)done_, fps,
+                 clock_text(elapsed).c_str(), label_.c_str());
+    std::fflush(out_);
+    return;
+  }
   const int width = 30;
-  const int filled = total_ > 0 ? int(width * std::min(1.0, double(done_) / total_)) : 0;
+  const int filled = int(width * std::min(1.0, double(done_) / total_));
   std::string bar(filled, '#');
   bar.resize(width, '.');
-  std::string eta = "--:--";
-  if (fps > 0 && total_ > done_) {
-    const int secs = int(std::lround((total_ - done_) / fps));
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%d:%02d", secs / 60, secs % 60);
-    eta = buf;
+  // The last line says how long it took; the others how long is left.
+  std::string when = "in " + clock_text(elapsed);
+  if (!ended_) {
+    when = fps > 0 && total_ > done_ ? "ETA " + clock_text((total_ - done_) / fps) : "ETA --:--";
   }
-  std::fprintf(out_, "\r[%s] %3d%% %lld/%lld frames %.1f fps ETA %s %s\x1b[K", bar.c_str(), percent,
-               (long long)done_, (long long)total_, fps, eta.c_str(), label_.c_str());
+  std::fprintf(out_, "\r[%s] %3d%% %lld/%lld frames %.1f fps %s %s\x1b[K", bar.c_str(), percent,
+               (long long)done_, (long long)total_, fps, when.c_str(), label_.c_str());
   std::fflush(out_);
 }
 

@@ -1,5 +1,8 @@
 // Progress: a live bar on a TTY (frames, fps, ETA, current file), plain lines otherwise, or
-// farm lines ("Progress: N%", Deadline's convention). Thread-safe: the sink stage calls add().
+// farm lines ("Progress: N%", Deadline's convention). Without a frame count (a stream on standard
+// input) the bar shows frames, fps and the time so far; an input's last line shows the time it
+// took instead of an ETA. A label without frames (a batch's line before its inputs start) draws
+// nothing. Thread-safe: the sink stage calls add().
 #pragma once
 
 #include <chrono>
@@ -40,6 +43,7 @@ class Progress {
   int64_t total_ = 0;
   int64_t done_ = 0;
   int last_percent_ = -1;
+  bool ended_ = false;  // end() is drawing the input's last line
   Clock::time_point start_;
   Clock::time_point last_draw_;
 };

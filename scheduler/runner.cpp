@@ -31,6 +31,8 @@
 #include "src/base/fs.h"
 #include "src/base/json_text.h"
 #include "src/base/log.h"
+#include "src/base/std_streams.h"
+#include "src/models/catalog.h"
 
 namespace wm::sched {
 namespace {
@@ -56,8 +58,10 @@ bool prepare_output(const JobSpec& job, const std::string& input, const std::str
   if (file_exists(output)) {
     if (job.on_exists == OnExists::kSkip) return false;
     if (job.on_exists == OnExists::kFail) {
-      throw OutputError(output + ": output exists (set on_exists: overwrite or skip)",
-                        kExitCantCreat);
+      throw OutputError(
+          output +
+              ": output exists (set on_exists: overwrite or skip; on the command line -y or -n)",
+          kExitCantCreat);
     }
   }
   if (::access(fs::parent_dir(output).c_str(), W_OK) != 0) {
@@ -83,12 +87,15 @@ std::string interrupted_text(const JobSpec& job, const std::string& input,
   if (job.file.find_first_of(" '\"$\\") != std::string::npos) {
     command = "wmbatch '" + job.file + "'";
   }
+  if (!job.rerun.empty()) command = job.rerun;
   std::string text =
       input + ": interrupted; " +
       (output.empty() ? std::string("nothing was written") : output + " was not written") +
       "; resume with: " + command;
   if (job.on_exists == OnExists::kFail) {
-    text += " (with on_exists: skip in the job, the outputs already done are kept)";
+    text += job.rerun.empty()
+                ? " (with on_exists: skip in the job, the outputs already done are kept)"
+                : " -n (the outputs already done are kept)";
   }
   return text;
 }
@@ -257,9 +264,12 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
       in.output = expand_output(job.output, in.input, job.name, job.dir);
       // An image sequence's output is its folder (written whole, renamed into place).
       const std::string target = io::output_target(in.output);
-      make_output_folder(target);
-      io::OutputLock lock(target, options.cancel);
-      if (!prepare_output(job, in.input, target, target != in.output)) {
+      std::optional<io::OutputLock> lock;
+      if (in.output != kStdoutName) {
+        make_output_folder(target);
+        lock.emplace(target, options.cancel);
+      }
+      if (in.output != kStdoutName && !prepare_output(job, in.input, target, target != in.output)) {
         in.state = InputState::kSkipped;
         log->info("{}: exists, skipped", in.output);
       } else {
@@ -370,12 +380,29 @@ const char* to_string(InputState s) {
   }
 }
 
+ModelSummary model_summary(const JobSpec& job) {
+  ModelSummary m;
+  m.kind = job.model.kind;
+  m.weights = job.model.weights;
+  m.precision = to_string(job.model.precision);
+  if (!m.weights.empty()) {
+    const ReleasedModel* released =
+        model_catalog().find_file(m.weights.substr(m.weights.find_last_of('/') + 1));
+    if (released) {
+      m.name = released->name;
+      m.scale = released->scale;
+    }
+  }
+  return m;
+}
+
 JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& progress) {
   auto log = log::get("job:" + job.name);
   JobOutcome outcome;
   outcome.job = job.name;
   outcome.file = job.file;
   outcome.task = to_string(job.task);
+  outcome.model = model_summary(job);
   const auto job_start = Clock::now();
 
   std::vector<std::string> inputs;
@@ -387,6 +414,11 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
   try {
     inputs = expand_inputs(job);
     runner = make_task_runner(job);
+    // The scale the model declares (the built-in ones: the job's; an upscaler: with its resize).
+    if (const ModelSet* models = runner->model_set()) {
+      const ModelTraits& traits = models->traits();
+      if (traits.scale_den == 1 && traits.scale_num > 0) outcome.model.scale = traits.scale_num;
+    }
     const int n = input_lanes(job, *runner, inputs.size());
     const bool grows = lanes_may_grow(job, *runner, inputs.size());
     if (n > 1 || grows) {
@@ -507,14 +539,18 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
         settle();
         if (stopped()) break;
       }
-      // An image sequence's output is its folder (written whole, renamed into place).
+      // An image sequence's output is its folder (written whole, renamed into place). Standard
+      // output is no file: nothing to lock, check or skip.
       const std::string target = io::output_target(in.output);
-      make_output_folder(target);
-      lock.emplace(target, options.cancel);
-      if (!prepare_output(job, in.input, target, target != in.output)) {
+      const bool to_stdout = in.output == kStdoutName;
+      if (!to_stdout) {
+        make_output_folder(target);
+        lock.emplace(target, options.cancel);
+      }
+      if (!to_stdout && !prepare_output(job, in.input, target, target != in.output)) {
         in.state = InputState::kSkipped;
         log->info("{}: exists, skipped", in.output);
-      } else if (i + 1 < inputs.size()) {
+      } else if (i + 1 < inputs.size() && !to_stdout) {
         output.emplace(runner->start(in.input, in.output, options, progress));
       } else {
         in.frames = runner->process(in.input, in.output, options, progress);
@@ -556,7 +592,20 @@ void write_report(const std::string& path, const std::vector<JobOutcome>& outcom
                           {"frames", in.frames},
                           {"seconds", in.seconds},
                           {"fps", in.seconds > 0 ? in.frames / in.seconds : 0.0}};
-      for (const auto& [name, value] : in.metrics) j[name] = value;
+      // The frame sizes, as integers under names of their own.
+      const std::pair<const char*, const char*> sizes[] = {{"input_width", "width"},
+                                                           {"input_height", "height"},
+                                                           {"output_width", "output_width"},
+                                                           {"output_height", "output_height"}};
+      for (const auto& [name, value] : in.metrics) {
+        const auto size = std::find_if(std::begin(sizes), std::end(sizes),
+                                       [&](const auto& s) { return name == s.first; });
+        if (size != std::end(sizes)) {
+          j[size->second] = int64_t(value);
+        } else {
+          j[name] = value;
+        }
+      }
       if (!in.decoder.empty()) j["decoder"] = in.decoder;
       if (!in.bound.empty()) j["bound"] = in.bound;
       if (in.state == InputState::kDone) j["dropped"] = in.dropped;
@@ -566,9 +615,14 @@ void write_report(const std::string& path, const std::vector<JobOutcome>& outcom
       }
       inputs.push_back(j);
     }
+    nlohmann::json model = {{"kind", o.model.kind}, {"precision", o.model.precision}};
+    if (!o.model.weights.empty()) model["weights"] = o.model.weights;
+    if (!o.model.name.empty()) model["name"] = o.model.name;
+    if (o.model.scale > 0) model["scale"] = o.model.scale;
     jobs.push_back({{"job", o.job},
                     {"file", o.file},
                     {"task", o.task},
+                    {"model", model},
                     {"frames", o.frames},
                     {"seconds", o.seconds},
                     {"fps", o.seconds > 0 ? o.frames / o.seconds : 0.0},
@@ -587,15 +641,24 @@ int run_job_files(const std::vector<std::string>& files, const RunOptions& optio
   std::vector<JobSpec> jobs;
   for (const std::string& file : files) {
     std::vector<JobSpec> loaded = load_job_file(file);
-    if (!options.devices.empty()) {
-      for (JobSpec& job : loaded) override_devices(job, options.devices);
-    }
     jobs.insert(jobs.end(), loaded.begin(), loaded.end());
+  }
+  return run_jobs(std::move(jobs), options, outcomes_out);
+}
+
+int run_jobs(std::vector<JobSpec> jobs, const RunOptions& options,
+             std::vector<JobOutcome>* outcomes_out) {
+  for (JobSpec& job : jobs) {
+    if (!options.devices.empty()) override_devices(job, options.devices);
+    if (options.on_exists) job.on_exists = *options.on_exists;
   }
   preflight(jobs);
   if (!options.report_path.empty()) check_report_path(options.report_path, jobs);
-  // Farm managers (Deadline) parse "Progress: N%" from stdout.
-  Progress progress(options.progress, options.progress == ProgressStyle::kFarm ? stdout : stderr);
+  // Farm managers (Deadline) parse "Progress: N%" from stdout, unless a job's video goes there.
+  const bool stdout_taken = std::any_of(jobs.begin(), jobs.end(),
+                                        [](const JobSpec& j) { return j.output == kStdoutName; });
+  Progress progress(options.progress,
+                    options.progress == ProgressStyle::kFarm && !stdout_taken ? stdout : stderr);
   std::vector<JobOutcome> outcomes;
   int exit_code = 0;
   for (const JobSpec& job : jobs) {

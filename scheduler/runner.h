@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,8 @@ struct RunOptions {
   CausalCarry* carry = nullptr;
   // `wmbatch --devices`: replaces every job's `devices:` (cpu, auto, or GPU indices "0,1").
   std::string devices;
+  // `wmbatch -y` / `-n`: replaces every job's `on_exists:` (overwrite / skip).
+  std::optional<OnExists> on_exists;
 };
 
 enum class InputState { kDone, kSkipped, kFailed };
@@ -66,22 +69,38 @@ const char* to_string(InputState s);
 
 struct InputOutcome {
   std::string input;
-  std::string output;
+  std::string output;  // "pipe:1": standard output
   InputState state = InputState::kDone;
   int exit_code = 0;
   std::string error;  // one line, names the file
   int64_t frames = 0;
   double seconds = 0;
-  std::map<std::string, double> metrics;  // task measurements (reconstruct: psnr, ssim)
+  // Task measurements (reconstruct: psnr, ssim). The frame sizes, where the task knows them, are
+  // "input_width", "input_height", "output_width", "output_height" (the report writes them as
+  // the input's width/height and output_width/output_height).
+  std::map<std::string, double> metrics;
   std::string decoder;  // the video decoder used ("h264", "h264 (nvdec)"); empty: none or unsaid
   std::vector<std::string> dropped;  // what the output could not hold of the input, one line each
   std::string bound;  // what bounded its speed, one line (device frame path); empty: unsaid
 };
 
+// The model a job ran, for the report: its kind, its weights file, the released name of that
+// file (src/models/catalog.h; "" when none), its spatial scale (the model's own, once built;
+// else the table's; 0: not known), its precision.
+struct ModelSummary {
+  std::string kind;
+  std::string weights;
+  std::string name;
+  int scale = 0;
+  std::string precision;
+};
+ModelSummary model_summary(const JobSpec& job);
+
 struct JobOutcome {
   std::string job;
   std::string file;
   std::string task;
+  ModelSummary model;
   std::vector<InputOutcome> inputs;
   int64_t frames = 0;
   double seconds = 0;
@@ -97,6 +116,10 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
 // 65), then runs them in order. Returns the process exit code: 0, or the first failure's code.
 int run_job_files(const std::vector<std::string>& files, const RunOptions& options,
                   std::vector<JobOutcome>* outcomes = nullptr);
+// run_job_files for jobs already parsed (a one-line command's: src/job_command.h): the
+// options' overrides, the checks made before any work (preflight), then the jobs in order.
+int run_jobs(std::vector<JobSpec> jobs, const RunOptions& options,
+             std::vector<JobOutcome>* outcomes = nullptr);
 
 // Writes the outcomes as JSON (atomically: temp file, fsync, rename).
 void write_report(const std::string& path, const std::vector<JobOutcome>& outcomes);

@@ -182,6 +182,7 @@ PendingOutput upscale_to_images(const JobSpec& job, const ModelSet& models,
   sessions.clear();
   progress.end();
   TaskResult partial{0, stage_metrics(stats), reader.decoder_name()};
+  add_size_metrics(partial, info.width, info.height, width, height);
   partial.metrics.insert(device_metrics.begin(), device_metrics.end());
   const int64_t expected = source.frames_read();
   if (expected == 0) throw InputError(input + ": no frame to write", kExitDataErr);

@@ -516,6 +516,7 @@ class DecodeLatentsRunner : public FinishingRunner {
     if (options.on_slice) sink.set_on_slice(options.on_slice);
     run_pipeline(source, sessions, sink, pipeline);
     TaskResult result{0, close(stage_metrics(stats)), {}};
+    add_size_metrics(result, source.width(), source.height(), config.width, config.height);
     result.metrics["writer_open_seconds"] = writer_open_seconds;
     result.metrics["sink_extract_seconds"] = sink.extract_seconds();
     // The encoder's flush, fsync and verify: a serial tail after the graph, which the job's next
@@ -734,7 +735,9 @@ class ReconstructRunner : public TaskRunner {
     session->set_meter(nullptr);
     decoder_name_ = reader.decoder_name();
     dropped_ = writer.dropped();
-    metrics_ = {{"psnr", meter.psnr()}, {"ssim", meter.ssim()}};
+    metrics_ = {{"psnr", meter.psnr()},       {"ssim", meter.ssim()},
+                {"input_width", info.width},  {"input_height", info.height},
+                {"output_width", info.width}, {"output_height", info.height}};
     log->info("{}: reconstruction PSNR {:.2f} dB, SSIM {:.4f} over {} frames", input, meter.psnr(),
               meter.ssim(), meter.frames());
     carrier_.end(options, sessions);

@@ -255,6 +255,14 @@ SliceRule job_slice_rule(const JobSpec& job, const ModelTraits& traits, int out_
                          traits.frame_group, traits.frame_offset);
 }
 
+void add_size_metrics(TaskResult& result, int input_width, int input_height, int output_width,
+                      int output_height) {
+  result.metrics["input_width"] = input_width;
+  result.metrics["input_height"] = input_height;
+  result.metrics["output_width"] = output_width;
+  result.metrics["output_height"] = output_height;
+}
+
 std::map<std::string, double> stage_metrics(const PipelineStats& stats) {
   return {
       {"stage_source_seconds", stats.source_seconds}, {"stage_tile_seconds", stats.tile_seconds},
@@ -321,6 +329,7 @@ io::EncodeSettings encode_settings(const EncodeSpec& spec, const std::vector<Dev
   s.options = spec.options;
   s.copy_audio = spec.copy_audio;
   s.copy_subtitles = spec.copy_subtitles;
+  s.container = spec.container;
   return s;
 }
 
@@ -398,7 +407,7 @@ class UpscaleRunner : public FinishingRunner {
     const SliceRule rule = job_slice_rule(job_, traits, config.width, config.height);
     if (const auto kernel = yuv_native_kernel(job_, models_.devices(), info, *writer)) {
       return run_yuv(input, output, reader, std::move(writer), *kernel, rule, options, progress,
-                     background);
+                     background, {config.width, config.height});
     }
     if (traits.device_frames) {
       std::string why;
@@ -442,6 +451,7 @@ class UpscaleRunner : public FinishingRunner {
     sessions.clear();
     progress.end();
     TaskResult partial{0, stage_metrics(stats), reader.decoder_name()};
+    add_size_metrics(partial, info.width, info.height, config.width, config.height);
     partial.metrics.insert(device_metrics.begin(), device_metrics.end());
     partial.metrics["sink_extract_seconds"] = sink.extract_seconds();
     const int64_t expected =
@@ -547,7 +557,8 @@ class UpscaleRunner : public FinishingRunner {
   PendingOutput run_yuv(const std::string& input, const std::string& output,
                         io::VideoReader& reader, std::unique_ptr<io::VideoWriter> writer,
                         const models::ResampleKernel& kernel, const SliceRule& rule,
-                        const RunOptions& options, Progress& progress, bool background) {
+                        const RunOptions& options, Progress& progress, bool background,
+                        std::pair<int, int> out_size) {
     if (options.first_frame > 0) reader.seek_to_frame(options.first_frame);
     YuvRunOptions run;
     run.tokens = std::max(job_.tokens, 4);
@@ -564,6 +575,8 @@ class UpscaleRunner : public FinishingRunner {
     progress.end();
     TaskResult partial{0, stage_metrics(done.stats), reader.decoder_name()};
     partial.metrics["yuv_native"] = 1;
+    add_size_metrics(partial, reader.info().width, reader.info().height, out_size.first,
+                     out_size.second);
     const int64_t expected = done.frames_written;
     return finish_video(std::move(writer), std::move(partial), background,
                         [output, expected](int64_t written) {

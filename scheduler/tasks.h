@@ -231,6 +231,11 @@ io::ReaderOptions reader_options(const JobSpec& job, const std::vector<Device>& 
 // resolved devices): with a GPU among them the encoder's threads run nicer (EncodeSettings::nice).
 io::EncodeSettings encode_settings(const EncodeSpec& spec, const std::vector<Device>& devices);
 
+// The frame sizes of an input and its output as report metrics ("input_width", "input_height",
+// "output_width", "output_height"; runner.h, InputOutcome::metrics).
+void add_size_metrics(TaskResult& result, int input_width, int input_height, int output_width,
+                      int output_height);
+
 // Per-stage seconds as report metrics ("stage_model_seconds", ...).
 std::map<std::string, double> stage_metrics(const PipelineStats& stats);
 

@@ -26,6 +26,10 @@
 #include <utility>
 
 #include "src/base/error.h"
+#include "src/base/log.h"
+#include "src/base/std_streams.h"
+#include "src/media_names.h"
+#include "src/models/catalog.h"
 #include "src/models/registry.h"
 #include "src/yaml_load.h"
 
@@ -147,7 +151,7 @@ const KeyTable kTopKeys{
     "",
     {"job", "task", "input", "output", "on_exists", "model", "precision", "devices", "tiling",
      "slice_frames", "tokens", "encode", "fps", "input_tensor", "max_error_rate", "decode",
-     "offload", "deinterlace", "parallel", "resolution", "debug_tensors", "frame_path"}};
+     "offload", "deinterlace", "parallel", "resolution", "debug_tensors", "frame_path", "format"}};
 // clang-format on
 // `kind` and every option key of the registry's kinds.
 std::vector<std::string> model_keys() {
@@ -334,10 +338,11 @@ std::string input_stem(const fs::path& input) {
 TemplateResult expand_output_path(const std::string& tmpl, const std::string& input_path,
                                   const std::string& job_name, const std::string& job_dir) {
   const std::string dir = absolute_dir(job_dir);
-  const fs::path input(resolve_path(dir, input_path));
+  const bool from_stdin = input_path == kStdinName;
+  const fs::path input(from_stdin ? dir + "/stdin" : resolve_path(dir, input_path));
   TemplateResult r = expand_template(tmpl, [&](const std::string& name) -> std::string {
     if (name == "stem") return input_stem(input);
-    if (name == "ext") return input.extension().string();
+    if (name == "ext") return input.extension().string();  // stdin: none
     if (name == "job") return job_name;
     return normal_path(input.parent_path());  // "dir"
   });
@@ -614,6 +619,15 @@ class ModelOptionReader : public OptionReader {
                        const std::string& hint) const override {
     const Field& f = field(key);
     const std::string path = wm::get_string(f);
+    // A model name (`weights: realesr-animevideov3`): a file of the models folder.
+    std::error_code ec;
+    if (is_model_name(path) && !fs::exists(resolve_path(dir_, path), ec)) {
+      try {
+        return find_model(path).path;
+      } catch (const Error& e) {
+        throw ConfigError(*f.file, f.line, f.key, e.what(), e.exit_code());
+      }
+    }
     if (!extensions.empty() && std::none_of(extensions.begin(), extensions.end(),
                                             [&](const auto& e) { return ends_with(path, e); })) {
       std::string problem = "must be a " + one_of(extensions) + " file";
@@ -622,8 +636,7 @@ class ModelOptionReader : public OptionReader {
     }
     const std::string resolved = resolve_path(dir_, path);
     // A model file that exists must be a file: reading a FIFO would wait for a writer (a missing
-    // file is the model's to report, exit 66, when its job runs).
-    std::error_code ec;
+    // one is reported before any job runs, exit 66: scheduler/preflight.cpp).
     const auto status = fs::status(resolved, ec);
     if (!ec && fs::exists(status) && !fs::is_regular_file(status)) {
       wm::fail(f, resolved + " is " +
@@ -766,25 +779,76 @@ class JobParser {
 
   void parse_inputs(const Field& f) {
     if (f.node.IsSequence()) {
-      for (const Field& item : get_list(f, 1, 100000)) {
-        job_.inputs.push_back(get_string(item));
-        job_.input_lines.push_back(item.line);
-      }
+      for (const Field& item : get_list(f, 1, 100000)) add_input(item);
     } else if (f.node.IsScalar()) {
-      job_.inputs.push_back(get_string(f));
-      job_.input_lines.push_back(f.line);
+      add_input(f);
     } else {
       fail(f, "must be a file, a glob or a list of them (got " + got(f.node) + ")");
     }
   }
 
+  // One entry of `input`; standard input ("-", "pipe:0", "/dev/stdin") as "pipe:0", once.
+  void add_input(const Field& f) {
+    std::string input = get_string(f);
+    if (is_stdin_name(input)) {
+      if (std::find(job_.inputs.begin(), job_.inputs.end(), kStdinName) != job_.inputs.end()) {
+        fail(f, "standard input is given twice (it can be read once)");
+      }
+      input = kStdinName;
+    }
+    job_.inputs.push_back(input);
+    job_.input_lines.push_back(f.line);
+  }
+
+  bool is_folder_input(const std::string& input) const {
+    std::error_code ec;
+    return input != kStdinName && !has_glob_chars(input) &&
+           fs::is_directory(resolve_path(job_.dir, input), ec);
+  }
+
+  // `output: -` (or pipe:1, /dev/stdout): a stream on standard output, in the container that
+  // `format:` names; anything else with `format:` is an error.
+  bool parse_stream_output(const Field& f, const std::string& tmpl) {
+    const Field* format = top_.find("format");
+    std::vector<std::pair<std::string, std::string>> formats;
+    std::vector<std::string> keys;
+    for (const StreamFormat& sf : kStreamFormats) {
+      formats.emplace_back(sf.key, sf.muxer);
+      keys.push_back(sf.key);
+    }
+    if (!is_stdout_name(tmpl)) {
+      if (format) {
+        fail(*format,
+             "applies only to output: - (standard output); a file's extension picks "
+             "its container");
+      }
+      return false;
+    }
+    if (job_.task == Task::kEncodeLatents || job_.task == Task::kReconstruct) {
+      fail(f, std::string("standard output takes a video stream; task ") + to_string(job_.task) +
+                  " writes files");
+    }
+    if (!format) {
+      fail(f, "standard output needs format: " + one_of(keys) +
+                  " (the container of the stream; a pipe cannot take mp4)");
+    }
+    job_.encode.container = get_enum(*format, formats);
+    // Y4M holds raw pictures only.
+    if (job_.encode.container == stream_muxer("y4m")) job_.encode.codec = "wrapped_avframe";
+    job_.output = kStdoutName;
+    return true;
+  }
+
   void parse_output(const Field& f) {
     const std::string tmpl = get_string(f);
     job_.output_line = f.line;
+    if (parse_stream_output(f, tmpl)) return;
     const TemplateResult check = expand_template(tmpl, [](const std::string&) { return "x"; });
     if (!check.error.empty()) fail(f, check.error);
     const bool several = job_.inputs.size() > 1 ||
-                         std::any_of(job_.inputs.begin(), job_.inputs.end(), has_glob_chars);
+                         std::any_of(job_.inputs.begin(), job_.inputs.end(), has_glob_chars) ||
+                         std::any_of(job_.inputs.begin(), job_.inputs.end(),
+                                     [this](const std::string& in) { return is_folder_input(in); });
     if (several && !check.used.count("stem")) {
       fail(f, "must contain {stem} when input names several files (they would all write one file)");
     }
@@ -820,6 +884,12 @@ class JobParser {
       if (has_glob_chars(job_.inputs[i]) &&
           fnmatch(pattern.c_str(), out.c_str(), FNM_PATHNAME | FNM_PERIOD) == 0) {
         fail(f, "outputs would match input " + where + "; write them to another folder");
+      }
+      // A folder's outputs in the folder itself would be its inputs next time.
+      if (is_folder_input(job_.inputs[i]) && fs::path(out).parent_path() == input &&
+          media_name_kind(out) != MediaName::kNone) {
+        fail(f, "outputs would land in input folder " + where +
+                    " and be taken as inputs by the next run; write them to another folder");
       }
     }
     job_.output = tmpl;
@@ -858,7 +928,10 @@ class JobParser {
       std::vector<std::pair<std::string, std::string>> all;
       for (const ModelKind& k : model_kinds()) all.emplace_back(k.name, k.name);
       m.kind = get_enum(*kind, all);
+    } else if (const Field* w = model.find("weights")) {
+      m.kind = kind_from_weights(*w);
     }
+    if (const Field* w = model.find("weights")) job_.weights_line = w->line;
     if (std::find(kinds.begin(), kinds.end(), m.kind) == kinds.end()) {
       fail(kind ? *kind : model.absent("kind"), std::string("task ") + to_string(job_.task) +
                                                     " needs kind " + one_of(kinds) + " (got " +
@@ -908,6 +981,27 @@ class JobParser {
     if (const Field* m = top_.find("model"); m && m->node.IsMap() && m->node["scale"]) {
       fail(f, "give either resolution or model.scale, not both");
     }
+  }
+
+  // `weights:` without `kind:`: the kind its file implies (a released name or file: the table of
+  // src/models/catalog.h; else .pt torchscript, .pt2 aoti, .pth realesrgan).
+  std::string kind_from_weights(const Field& w) const {
+    const std::string value = get_string(w);
+    std::string kind;
+    std::error_code ec;
+    if (is_model_name(value) && !fs::exists(resolve_path(job_.dir, value), ec)) {
+      try {
+        kind = find_model(value).kind;
+      } catch (const Error& e) {
+        throw ConfigError(*w.file, w.line, w.key, e.what(), e.exit_code());
+      }
+    } else {
+      kind = kind_of_weights(value);
+    }
+    if (kind.empty()) {
+      fail(w, "cannot tell the model's kind from '" + value + "'; give model.kind");
+    }
+    return kind;
   }
 
   // The SeedVR2 encoder's stride-2 time convolutions carry one frame between slices, which is
@@ -1185,6 +1279,7 @@ std::vector<JobSpec> load_job_file(const std::string& path) {
 
 std::string expand_output(const std::string& output_template, const std::string& input_path,
                           const std::string& job_name, const std::string& job_dir) {
+  if (output_template == kStdoutName) return kStdoutName;
   const TemplateResult r = expand_output_path(output_template, input_path, job_name, job_dir);
   if (!r.error.empty()) {
     throw Error("output template '" + output_template + "': " + r.error, kExitDataErr);
@@ -1195,6 +1290,40 @@ std::string expand_output(const std::string& output_template, const std::string&
   return r.text;
 }
 
+namespace {
+
+// The media files of a folder given as an input, by name; others are named in one warning.
+std::vector<std::string> folder_files(const std::string& folder, const std::string& where) {
+  std::vector<std::string> files;
+  std::vector<std::string> left_out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(folder, ec)) {
+    const std::string name = e.path().filename().string();
+    std::error_code type_ec;
+    if (name.empty() || name[0] == '.' || e.is_directory(type_ec)) continue;
+    if (media_name_kind(name) == MediaName::kNone) {
+      left_out.push_back(name);
+    } else {
+      files.push_back(normal_path(e.path()));
+    }
+  }
+  if (ec) throw Error(where + ": cannot read the folder: " + ec.message(), kExitNoInput);
+  std::sort(files.begin(), files.end());
+  std::sort(left_out.begin(), left_out.end());
+  if (!left_out.empty()) {
+    std::string names;
+    for (size_t i = 0; i < left_out.size() && i < 5; ++i) names += (i ? ", " : "") + left_out[i];
+    if (left_out.size() > 5) names += ", ... (" + std::to_string(left_out.size()) + " in all)";
+    log::get("job")->warn("{}: left out, not video, image or tensor files by their names: {}",
+                          where, names);
+  }
+  if (files.empty())
+    throw Error(where + ": the folder holds no video or image files", kExitNoInput);
+  return files;
+}
+
+}  // namespace
+
 std::vector<std::string> expand_inputs(const JobSpec& job) {
   std::vector<std::string> files;
   std::set<std::string> seen;
@@ -1203,15 +1332,23 @@ std::vector<std::string> expand_inputs(const JobSpec& job) {
   };
   for (size_t i = 0; i < job.inputs.size(); ++i) {
     const std::string& pattern = job.inputs[i];
+    if (pattern == kStdinName) {
+      add(pattern);
+      continue;
+    }
     const std::string path = resolve_path(job.dir, pattern);
+    const int line = i < job.input_lines.size() ? job.input_lines[i] : job.line;
+    const std::string where = job.file + ":" + std::to_string(line) + ": input: ";
     std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+      for (const std::string& file : folder_files(path, where + pattern)) add(file);
+      continue;
+    }
     // A file whose name holds glob characters ("take[1].mp4") is taken as named.
     if (!has_glob_chars(pattern) || fs::exists(path, ec)) {
       add(path);
       continue;
     }
-    const int line = i < job.input_lines.size() ? job.input_lines[i] : job.line;
-    const std::string where = job.file + ":" + std::to_string(line) + ": input: ";
     glob_t found{};
     const int rc =
         glob(glob_pattern(job.dir, pattern).c_str(), GLOB_MARK | GLOB_NOSORT, nullptr, &found);

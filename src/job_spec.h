@@ -51,6 +51,9 @@ struct EncodeSpec {
   // Encoder options by libav name, as ffmpeg's `-KEY VALUE` after `-c:v` (tune, profile, g,
   // x264-params, ...), in the job's order. Set after crf and preset, so they can override them.
   std::vector<std::pair<std::string, std::string>> options;
+  // The muxer of an output on standard output (the job's top-level `format:`, mkv | nut | y4m |
+  // ts, as its libav name: src/base/std_streams.h); empty: the output's extension picks it.
+  std::string container;
   // Lines of these keys in the job file (0: not given), for the checks that need libav and run
   // after parsing (io/encoder_check.h, called by the runner before any job starts).
   int codec_line = 0;
@@ -99,10 +102,12 @@ struct JobSpec {
   int line = 0;      // first line of this job in the file
   std::string name;  // `job:` or the file's stem
   Task task = Task::kUpscale;
-  std::vector<std::string> inputs;  // as written; may hold globs (resolved relative to dir)
-  std::vector<int> input_lines;     // 1-based line of each entry of `inputs`, for errors
-  std::string output;               // template: {stem} {ext} {job} {dir}
-  int output_line = 0;              // line of `output:`
+  // As written; may hold globs and folders (resolved relative to dir); standard input is
+  // "pipe:0" (src/base/std_streams.h) however it was spelled.
+  std::vector<std::string> inputs;
+  std::vector<int> input_lines;  // 1-based line of each entry of `inputs`, for errors
+  std::string output;            // template: {stem} {ext} {job} {dir}; standard output is "pipe:1"
+  int output_line = 0;           // line of `output:`
   OnExists on_exists = OnExists::kFail;
   ModelConfig model;
   std::string devices = "cpu";  // cpu | auto | list ("list": the GPU indices are in device_ids)
@@ -128,6 +133,10 @@ struct JobSpec {
   // runs on tensors) also writes every intermediate into its output.
   bool debug_tensors = false;
   FramePathMode frame_path = FramePathMode::kAuto;  // upscale only
+  int weights_line = 0;  // line of `model.weights` (0: none), for checks made after parsing
+  // The command that runs this job again, for the line of an interrupted input; empty: `wmbatch
+  // FILE` (a job built from a one-line command sets it: src/job_command.h).
+  std::string rerun;
 };
 
 // Replaces the job's devices with a command-line value (`wmbatch --devices`): "cpu", "auto" or
@@ -157,10 +166,13 @@ std::string expand_output(const std::string& output_template, const std::string&
                           const std::string& job_name, const std::string& job_dir);
 
 // The input files of a job: each entry of `inputs` resolved against `dir`; a glob (POSIX glob(3):
-// `*`, `?`, `[...]`) expands to the files it matches (folders left out), sorted by name; entries
-// keep their order and a file named twice appears once. A literal path that does not exist is
-// kept (the runner reports it as a missing input). A glob that matches no file throws wm::Error
-// (kExitNoInput): "FILE:LINE: input: no file matches 'clips/*.mp4'".
+// `*`, `?`, `[...]`) expands to the files it matches (folders left out), sorted by name; a folder
+// expands to its video, image or tensor files (by extension: src/media_names.h; hidden files and
+// sub-folders left out, others named in a warning), sorted by name; entries keep their order and
+// a file named twice appears once. Standard input stays "pipe:0". A literal path that does not
+// exist is kept (the runner reports it as a missing input). A glob that matches no file, or a
+// folder without media files, throws wm::Error (kExitNoInput): "FILE:LINE: input: no file
+// matches 'clips/*.mp4'".
 std::vector<std::string> expand_inputs(const JobSpec& job);
 
 }  // namespace wm

@@ -6,18 +6,23 @@
 # the job parser and validator (with the model registry; model constructors stubbed as in the
 # fuzzer), geometry, safetensors and torch.save readers, everything libav (reader, writer,
 # stream copy, segments), the SQLite journal, WATCH.yaml and the status page's request parsing,
-# and the fuzz seeds and regressions.
-set(WM_SANITIZE_TESTS test_fuzz_inputs test_geometry test_io test_io_carry test_job_spec
-  test_journal test_safetensors test_torch_pickle)
+# the table of released model names and one-line commands as jobs, and the fuzz seeds and
+# regressions.
+set(WM_SANITIZE_TESTS test_front_door_spec test_fuzz_inputs test_geometry test_io test_io_carry
+  test_job_spec test_journal test_safetensors test_torch_pickle)
 
 add_library(wm_sanitize_core STATIC
   ${PROJECT_SOURCE_DIR}/src/job_spec.cpp ${PROJECT_SOURCE_DIR}/src/yaml_load.cpp
   ${PROJECT_SOURCE_DIR}/src/geometry.cpp ${PROJECT_SOURCE_DIR}/src/models/registry.cpp
+  ${PROJECT_SOURCE_DIR}/src/models/catalog.cpp ${PROJECT_SOURCE_DIR}/src/media_names.cpp
+  ${PROJECT_SOURCE_DIR}/src/job_command.cpp
   ${PROJECT_SOURCE_DIR}/tests/fuzz/model_stubs.cpp
   ${PROJECT_SOURCE_DIR}/scheduler/journal.cpp ${PROJECT_SOURCE_DIR}/scheduler/sqlite.cpp
   ${PROJECT_SOURCE_DIR}/scheduler/fingerprint.cpp ${PROJECT_SOURCE_DIR}/watch/watch_spec.cpp
   ${PROJECT_SOURCE_DIR}/watch/http_request.cpp)
 target_include_directories(wm_sanitize_core PUBLIC ${PROJECT_SOURCE_DIR})
+target_compile_definitions(wm_sanitize_core PRIVATE
+  WM_CONFIGS_SOURCE_DIR="${PROJECT_SOURCE_DIR}/configs")
 # registry.cpp reads LibTorch's version header (kind aoti); no LibTorch library is linked.
 target_include_directories(wm_sanitize_core SYSTEM PRIVATE ${TORCH_INCLUDE_DIRS})
 target_link_libraries(wm_sanitize_core PUBLIC wm_base wm_safetensors wm_io yaml-cpp

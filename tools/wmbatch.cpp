@@ -13,13 +13,14 @@
 #include <iostream>
 
 #include "io/av_log.h"
-#include "io/version.h"
 #include "scheduler/farm.h"
 #include "scheduler/runner.h"
 #include "scheduler/slurm.h"
 #include "src/base/error.h"
 #include "src/base/heap.h"
 #include "src/base/log.h"
+#include "src/models/catalog.h"
+#include "tools/front_door.h"
 #include "watch/cli.h"
 
 namespace {
@@ -40,6 +41,9 @@ extern "C" void on_signal(int sig) {
 }
 
 void install_signals() {
+  // A reader of our standard output that goes away (`wmbatch ... -o - | head`) is a write error
+  // (EPIPE: one line, exit 74), not a silent death.
+  std::signal(SIGPIPE, SIG_IGN);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::signal(SIGHUP, on_signal);
@@ -57,6 +61,11 @@ const char* kExitCodes = R"(Exit codes:
   74  write failed (disk full, I/O error)
   75  interrupted (SIGINT/SIGTERM/SIGHUP/SIGUSR1); rerunning resumes
 With several inputs, the first failure's code is returned after all inputs were tried.
+
+One-line commands (the same jobs; `wmbatch upscale --help`):
+  wmbatch upscale IN... -o OUT [--model NAME|PATH] [--scale N] [--tile N] [-y|-n]
+  wmbatch decode-latents IN... -o OUT --model NAME|PATH
+  wmbatch models                                    the models folder and the released names
 
 Farm commands (one chunk of frames per farm task; docs/farm.md; `wmbatch CMD --help`):
   wmbatch plan JOB.yaml [--chunk-frames N]          print the chunks (JSON)
@@ -76,15 +85,6 @@ const char* kFarmExitCodes = R"(Exit codes (farm):
   66  input missing; 73 output exists (on_exists: fail) or cannot be created
   75  interrupted (SIGTERM/SIGINT/SIGHUP/SIGUSR1): stopped at a slice boundary; rerun to resume
   other non-zero (1: chunks missing for assemble, 70, 74, ...): worth a retry)";
-
-wm::sched::ProgressStyle parse_style(const std::string& s) {
-  using wm::sched::ProgressStyle;
-  if (s == "bar") return ProgressStyle::kBar;
-  if (s == "plain") return ProgressStyle::kPlain;
-  if (s == "farm") return ProgressStyle::kFarm;
-  if (s == "none") return ProgressStyle::kNone;
-  return ProgressStyle::kAuto;
-}
 
 void add_common(CLI::App& app, std::string& log_level) {
   app.add_option("--log-level", log_level, "error, warn, info, debug")
@@ -155,16 +155,20 @@ int cmd_run(int argc, char** argv) {
       ->type_name("A-B")
       ->excludes(chunk_opt);
   app.add_option("--chunk-frames", options.chunk_frames,
-                 "frames per chunk; must be what `plan` was given (default " +
+                 "frames per chunk; must be what `plan` was given (default: what earlier runs "
+                 "of this plan recorded in the journal, else " +
                      std::to_string(wm::sched::kDefaultChunkFrames) + ")")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
   app.add_option("--progress", progress,
                  "auto, bar, plain, farm ('Progress: N%' lines, flushed), none")
       ->check(CLI::IsMember({"auto", "bar", "plain", "farm", "none"}));
+  app.add_flag("--keep-journal", options.keep_journal,
+               "keep <output>.wmfarm/ once the output is assembled (reruns of its chunks are "
+               "then no-ops)");
   add_common(app, log_level);
   if (const int rc = parse_sub(app, argc, argv); rc >= 0) return rc;
   start(log_level);
-  options.progress = parse_style(progress);
+  options.progress = wm::tools::parse_style(progress);
   options.cancel = &g_cancel;
   wm::sched::ChunkSelection selection;
   try {
@@ -191,13 +195,16 @@ int cmd_assemble(int argc, char** argv) {
   std::string job, progress = "auto", log_level = "info";
   wm::sched::FarmOptions options;
   app.add_option("job", job, "job file (YAML)")->required()->type_name("JOB.yaml");
-  app.add_flag("--keep-segments", options.keep_segments, "leave the segments in place");
+  app.add_flag("--keep-segments", options.keep_segments,
+               "leave the segments (and the journal) in place");
+  app.add_flag("--keep-journal", options.keep_journal,
+               "keep <output>.wmfarm/ (the journal) once the output is assembled");
   app.add_option("--progress", progress, "accepted for symmetry with run (assembly is quick)")
       ->check(CLI::IsMember({"auto", "bar", "plain", "farm", "none"}));
   add_common(app, log_level);
   if (const int rc = parse_sub(app, argc, argv); rc >= 0) return rc;
   start(log_level);
-  options.progress = parse_style(progress);
+  options.progress = wm::tools::parse_style(progress);
   options.cancel = &g_cancel;
   return wm::sched::assemble_farm(job, options);
 }
@@ -279,33 +286,29 @@ int main(int argc, char** argv) {
     if (command == "submit") return cmd_submit(argc - 1, argv + 1);
     if (command == "watch") return wm::watch::main_watch(argc - 1, argv + 1);
     if (command == "status") return wm::watch::main_status(argc - 1, argv + 1);
+    if (command == "upscale" || command == "decode-latents") {
+      return wm::tools::main_command_job(
+          command == "upscale" ? wm::Task::kUpscale : wm::Task::kDecodeLatents, argc - 1, argv + 1,
+          &g_cancel, start);
+    }
+    if (command == "models") return wm::tools::main_models(argc - 1, argv + 1);
   }
   CLI::App app{
-      "wmbatch: run video neural models (upscalers, Wan2.1 VAE) over videos of any "
-      "length.\nUsage: wmbatch [options] JOB.yaml...  (job format: docs/job-format.md)"};
+      "wmbatch: run video neural models (upscalers, Wan2.1 and SeedVR2 VAEs) over videos of "
+      "any length (job format: docs/job-format.md).",
+      "wmbatch"};
+  wm::tools::set_usage(app,
+                       "Usage: wmbatch [OPTIONS] JOB.yaml...\n"
+                       "       wmbatch upscale IN... -o OUT [--model NAME|PATH] [OPTIONS]\n"
+                       "       wmbatch decode-latents IN... -o OUT --model NAME|PATH [OPTIONS]\n"
+                       "       wmbatch plan|run|assemble|submit|watch|status|models ...");
   app.footer(kExitCodes);
   std::vector<std::string> job_files;
-  std::string report, progress = "auto", log_level = "info";
-  bool keep_going = true, version = false;
+  bool version = false;
+  wm::tools::RunFlags flags;
   app.add_option("jobs", job_files, "job files (YAML), run in order")->type_name("JOB.yaml");
-  app.add_option("--report", report,
-                 "write a JSON summary per job (frames, seconds, fps, "
-                 "peak memory) to FILE (new, or a previous report: nothing else is replaced)")
-      ->type_name("FILE");
-  app.add_option("--progress", progress,
-                 "progress display: auto (bar on a TTY, else lines), "
-                 "bar, plain, farm ('Progress: N%' lines), none")
-      ->check(CLI::IsMember({"auto", "bar", "plain", "farm", "none"}));
-  app.add_flag("--keep-going,!--stop-on-error", keep_going,
-               "after a failed input, go on with the others (default on)");
-  app.add_option("--log-level", log_level, "error, warn, info, debug")
-      ->check(CLI::IsMember({"error", "warn", "info", "debug", "trace"}));
-  app.add_flag("--version", version, "print versions and exit");
-  std::string devices;
-  app.add_option("--devices", devices,
-                 "cpu, auto (every visible GPU) or GPU indices like 0,1: replaces the jobs' "
-                 "devices:")
-      ->type_name("LIST");
+  wm::tools::add_run_flags(app, flags);
+  app.add_flag("--version", version, "print versions (wmbatch, FFmpeg, LibTorch, CUDA) and exit");
 
   try {
     app.parse(argc, argv);
@@ -314,42 +317,29 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : wm::kExitUsage;
   }
   if (version) {
-    std::printf("wmbatch 0.1.0 (%s)\n", wm::io::libav_versions().c_str());
+    std::fputs(wm::tools::version_text().c_str(), stdout);
     return 0;
   }
   if (job_files.empty()) {
-    std::fprintf(stderr, "wmbatch: no job file given (try --help)\n");
+    std::fprintf(stderr,
+                 "wmbatch: no job file given (wmbatch JOB.yaml..., or wmbatch upscale IN -o OUT; "
+                 "try --help)\n");
     return wm::kExitUsage;
   }
-  wm::log::set_level(log_level);
-  wm::io::install_av_log();
-  install_signals();
-
-  wm::sched::RunOptions options;
-  options.progress = parse_style(progress);
-  options.keep_going = keep_going;
-  options.report_path = report;
-  options.cancel = &g_cancel;
-  options.devices = devices;
+  // A video where a job file is expected: the one-line command that does what was meant.
+  for (const std::string& file : job_files) {
+    const std::string hint = wm::tools::media_hint(file);
+    if (!hint.empty()) {
+      std::fprintf(stderr, "wmbatch: %s\n", hint.c_str());
+      return wm::kExitUsage;
+    }
+  }
+  wm::set_models_dir(flags.models_dir);
+  start(flags.log_level);
   try {
     std::vector<wm::sched::JobOutcome> outcomes;
-    const int rc = wm::sched::run_job_files(job_files, options, &outcomes);
-    int done = 0, skipped = 0, failed = 0;
-    for (const auto& job : outcomes) {
-      for (const auto& in : job.inputs) {
-        done += in.state == wm::sched::InputState::kDone;
-        skipped += in.state == wm::sched::InputState::kSkipped;
-        failed += in.state == wm::sched::InputState::kFailed;
-      }
-    }
-    std::fprintf(stderr, "wmbatch: %d done, %d skipped, %d failed\n", done, skipped, failed);
-    for (const auto& job : outcomes) {
-      for (const auto& in : job.inputs) {
-        if (in.state == wm::sched::InputState::kFailed) {
-          std::fprintf(stderr, "  failed: %s\n", in.error.c_str());
-        }
-      }
-    }
+    const int rc = wm::sched::run_job_files(job_files, flags.run_options(&g_cancel), &outcomes);
+    wm::tools::print_summary(outcomes);
     return rc;
   } catch (const wm::Error& e) {
     std::fprintf(stderr, "wmbatch: %s\n", e.what());

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -138,6 +139,46 @@ class QueueLock {
   std::string path_;
   int fd_ = -1;
 };
+
+// The pid of the daemon (of this host) that holds the queue's lock, 0 when none does, -1 when
+// one does whose pid is unknown. Read from the kernel's table of locks (/proc/locks), not by
+// taking the lock: even a brief shared lock taken here would make a daemon starting at that
+// moment exit 69. A lock line names the device and inode (the
+// device as the file system's, which may differ from stat's on btrfs or overlayfs: there the
+// pid written in the lock file must match too).
+long lock_holder(const std::string& queue) {
+  const std::string path = queue + ".lock";
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+  long written = 0;
+  if (std::FILE* f = std::fopen(path.c_str(), "re")) {
+    if (std::fscanf(f, "%ld", &written) != 1) written = 0;
+    std::fclose(f);
+  }
+  std::FILE* locks = std::fopen("/proc/locks", "re");
+  if (!locks) return 0;
+  char line[512];
+  long holder = 0;
+  while (!holder && std::fgets(line, sizeof line, locks)) {
+    char kind[32] = {0}, access[32] = {0};
+    long pid = 0;
+    unsigned dev_major = 0, dev_minor = 0;
+    unsigned long long inode = 0;
+    // "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF" ("->" marks a blocked waiter: skipped)
+    if (std::sscanf(line, "%*d: %31s %*s %31s %ld %x:%x:%llu", kind, access, &pid, &dev_major,
+                    &dev_minor, &inode) != 6) {
+      continue;
+    }
+    if (std::strcmp(kind, "FLOCK") != 0 || std::strcmp(access, "WRITE") != 0) continue;
+    if (inode != st.st_ino) continue;
+    const bool same_device = dev_major == major(st.st_dev) && dev_minor == minor(st.st_dev);
+    // A holder in another pid namespace is listed as pid 0: the pid it wrote stands in.
+    if (same_device || (written > 0 && pid == written)) holder = pid > 0 ? pid : written;
+    if (same_device && holder <= 0) holder = -1;
+  }
+  std::fclose(locks);
+  return holder;
+}
 
 const WatchEntry* entry_of(const WatchSpec& spec, const Item& item) {
   for (const WatchEntry& e : spec.entries) {
@@ -421,8 +462,8 @@ int print_status(const std::string& watch_file, bool json) {
     struct stat st {};
     if (::stat(spec.queue.c_str(), &st) != 0) {
       if (json) {
-        const nlohmann::json none = {{"queue_file", spec.queue},
-                                     {"counts", nlohmann::json::object()}};
+        const nlohmann::json none = {
+            {"queue_file", spec.queue}, {"daemon", false}, {"counts", nlohmann::json::object()}};
         std::fputs(status_json_text(none).c_str(), stdout);
       } else {
         std::printf("queue %s: none yet (the daemon has not run)\n", spec.queue.c_str());
@@ -430,7 +471,11 @@ int print_status(const std::string& watch_file, bool json) {
       return kExitOk;
     }
     Queue queue(spec.queue);
-    const nlohmann::json s = status_json(queue, {}, spec.file, false);
+    nlohmann::json s = status_json(queue, {}, spec.file, false);
+    // Whether a daemon runs on this queue (it holds the queue's lock), and which.
+    const long pid = lock_holder(spec.queue);
+    s["daemon"] = pid != 0;
+    if (pid > 0) s["daemon_pid"] = pid;
     std::fputs(json ? status_json_text(s).c_str() : status_text(s).c_str(), stdout);
     return kExitOk;
   } catch (const Error& e) {

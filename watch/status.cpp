@@ -1,6 +1,9 @@
 #include "watch/status.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 #include <sstream>
 
@@ -44,7 +47,8 @@ json item_json(const Item& it) {
             {"attempts", it.attempts},
             {"failures", it.failures},
             {"interrupted", it.interrupted},
-            {"queued_at", it.queued_at}};
+            {"queued_at", it.queued_at},
+            {"folder", it.folder}};
   if (!it.output.empty()) j["output"] = it.output;
   if (it.state == ItemState::kDone || it.state == ItemState::kFailed) {
     j["finished_at"] = it.finished_at;
@@ -101,6 +105,27 @@ std::string str(const json& j, const char* key) {
   return it->is_string() ? shown_bytes(it->get<std::string>()) : json_dump(*it);
 }
 
+// A duration as people read it: "4.2 s", "3 min 05 s", "2 h 07 min".
+std::string duration_text(double seconds) {
+  if (!(seconds >= 0)) return "";
+  if (seconds < 60) return fixed(seconds, 1) + " s";
+  const auto whole = int64_t(seconds);
+  char buf[64];
+  if (whole < 3600) {
+    std::snprintf(buf, sizeof buf, "%d min %02d s", int(whole / 60), int(whole % 60));
+  } else {
+    std::snprintf(buf, sizeof buf, "%lld h %02d min", static_cast<long long>(whole / 3600),
+                  int(whole % 3600 / 60));
+  }
+  return buf;
+}
+
+// A time on the page, with its time zone ("" for none).
+std::string when_text(double unix_seconds) {
+  const std::string t = utc_text(unix_seconds);
+  return t.empty() ? t : t + " UTC";
+}
+
 // Prometheus label values: backslash, double quote and newline escaped.
 std::string label(const std::string& v) {
   std::string out;
@@ -150,6 +175,7 @@ json status_json(Queue& queue, const std::vector<LiveItem>& live, const std::str
   j["watch_file"] = watch_file;
   j["queue_file"] = queue.path();
   j["daemon"] = daemon;
+  if (daemon) j["daemon_pid"] = int64_t(::getpid());
   j["time"] = unix_now();
   const auto counts = queue.counts();
   j["counts"] = json::object();
@@ -226,17 +252,19 @@ std::string status_html(const json& s) {
     << c.value("running", 0) << "</b> · done <b>" << c.value("done", 0) << "</b> · failed <b>"
     << c.value("failed", 0) << "</b></p>\n";
 
-  h << "<h2>Running</h2>\n<table id=\"running\"><tr><th>file</th><th>output</th><th>progress</th>"
-       "<th>fps</th><th>ETA</th></tr>\n";
+  h << "<h2>Running</h2>\n<table id=\"running\"><tr><th>file</th><th>output</th><th>started</th>"
+       "<th>attempt</th><th>progress</th><th>chunks done</th><th>fps</th><th>ETA</th></tr>\n";
   for (const json& r : s["running"]) {
     const int64_t frames = r.value("frames", int64_t(0));
     const int64_t total = r.value("frames_total", int64_t(0));
     h << "<tr><td>" << html_escape(str(r, "input")) << "</td><td>" << html_escape(str(r, "output"))
-      << "</td><td>";
+      << "</td><td>" << when_text(s.value("time", 0.0) - r.value("seconds", 0.0)) << "</td><td>"
+      << r.value("attempts", 0) << "</td><td>";
     if (total > 0) h << "<progress max=\"" << total << "\" value=\"" << frames << "\"></progress> ";
     h << frames << (total > 0 ? " / " + std::to_string(total) : "") << "</td><td>"
-      << fixed(r.value("fps", 0.0), 1) << "</td><td>"
-      << (r["eta_seconds"].is_null() ? "" : fixed(r["eta_seconds"].get<double>(), 0) + " s")
+      << r.value("chunks_done", int64_t(0)) << "</td><td>" << fixed(r.value("fps", 0.0), 1)
+      << "</td><td>"
+      << (r["eta_seconds"].is_null() ? "" : duration_text(r["eta_seconds"].get<double>()))
       << "</td></tr>\n";
   }
   h << "</table>\n";
@@ -245,22 +273,36 @@ std::string status_html(const json& s) {
        "<th>attempts</th><th>next attempt</th><th>last error</th></tr>\n";
   for (const json& q : s["queue"]) {
     h << "<tr><td>" << q.value("id", int64_t(0)) << "</td><td>" << html_escape(str(q, "input"))
-      << "</td><td>" << utc_text(q.value("queued_at", 0.0)) << "</td><td>" << q.value("attempts", 0)
-      << "</td><td>" << utc_text(q.value("next_attempt_at", 0.0)) << "</td><td>"
-      << html_escape(str(q, "error")) << "</td></tr>\n";
+      << "</td><td>" << when_text(q.value("queued_at", 0.0)) << "</td><td>"
+      << q.value("attempts", 0) << "</td><td>" << when_text(q.value("next_attempt_at", 0.0))
+      << "</td><td>" << html_escape(str(q, "error")) << "</td></tr>\n";
   }
   h << "</table>\n";
 
-  h << "<h2>Recent</h2>\n<table id=\"history\"><tr><th>#</th><th>file</th><th>state</th>"
-       "<th>finished</th><th>frames</th><th>seconds</th><th>output or error</th></tr>\n";
+  // The file where it is now (moved to the done or failed folder, or deleted), the folder it
+  // was taken from, and for failures the attempts and the exit code.
+  h << "<h2>Recent</h2>\n<table id=\"history\"><tr><th>#</th><th>file</th><th>folder</th>"
+       "<th>state</th><th>finished</th><th>frames</th><th>took</th><th>attempts</th>"
+       "<th>exit</th><th>output or error</th></tr>\n";
   for (const json& r : s["history"]) {
     const std::string state = str(r, "state");
+    const std::string input = str(r, "input");
+    std::string file = html_escape(input);
+    if (r.contains("source_now")) {
+      const std::string now = str(r, "source_now");
+      if (now.empty()) {
+        file += " (deleted)";
+      } else if (now != input) {
+        file = html_escape(now) + "<br><small>taken as " + html_escape(input) + "</small>";
+      }
+    }
     h << "<tr class=\"" << html_escape(state) << "\"><td>" << r.value("id", int64_t(0))
-      << "</td><td>" << html_escape(str(r, "input")) << "</td><td>" << html_escape(state)
-      << "</td><td>" << utc_text(r.value("finished_at", 0.0)) << "</td><td>"
-      << r.value("frames", int64_t(0)) << "</td><td>" << fixed(r.value("seconds", 0.0), 2)
-      << "</td><td>" << html_escape(state == "failed" ? str(r, "error") : str(r, "output"))
-      << "</td></tr>\n";
+      << "</td><td>" << file << "</td><td>" << html_escape(str(r, "folder")) << "</td><td>"
+      << html_escape(state) << "</td><td>" << when_text(r.value("finished_at", 0.0)) << "</td><td>"
+      << r.value("frames", int64_t(0)) << "</td><td>" << duration_text(r.value("seconds", 0.0))
+      << "</td><td>" << r.value("attempts", 0) << "</td><td>"
+      << (state == "failed" ? std::to_string(r.value("exit_code", 0)) : "") << "</td><td>"
+      << html_escape(state == "failed" ? str(r, "error") : str(r, "output")) << "</td></tr>\n";
   }
   h << "</table>\n<p><a href=\"/api/status\">JSON</a> · <a href=\"/metrics\">metrics</a></p>\n"
        "</body></html>\n";
@@ -287,6 +329,18 @@ std::string status_metrics(const json& s) {
          s["counts"].value("queued", int64_t(0)));
   metric("wmbatch_watch_running", "gauge", "Files being processed now.",
          s["counts"].value("running", int64_t(0)));
+  // The files in progress, summed: frames written so far and their speed (per-file labels would
+  // put file names into the metrics' series).
+  int64_t frames_in_progress = 0;
+  double fps = 0;
+  for (const json& r : s["running"]) {
+    frames_in_progress += r.value("frames", int64_t(0));
+    fps += r.value("fps", 0.0);
+  }
+  metric("wmbatch_watch_frames_in_progress", "gauge",
+         "Frames written so far of the files being processed.", frames_in_progress);
+  metric("wmbatch_watch_fps", "gauge", "Frames per second of the files being processed, summed.",
+         fps);
   m << "# HELP wmbatch_watch_items Queue items by state.\n# TYPE wmbatch_watch_items gauge\n";
   for (const auto& [state, n] : s["counts"].items()) {
     m << "wmbatch_watch_items{state=\"" << label(shown_bytes(state)) << "\"} " << n.get<int64_t>()
@@ -310,8 +364,13 @@ std::string status_metrics(const json& s) {
 std::string status_text(const json& s) {
   std::ostringstream o;
   const json& c = s["counts"];
-  o << "queue " << str(s, "queue_file") << "\n"
-    << "queued " << c.value("queued", 0) << ", running " << c.value("running", 0) << ", done "
+  o << "queue " << str(s, "queue_file") << "\n";
+  if (s.value("daemon", false)) {
+    o << "daemon running (pid " << s.value("daemon_pid", int64_t(0)) << ")\n";
+  } else {
+    o << "daemon not running\n";
+  }
+  o << "queued " << c.value("queued", 0) << ", running " << c.value("running", 0) << ", done "
     << c.value("done", 0) << ", failed " << c.value("failed", 0) << "\n";
   if (!s["running"].empty()) o << "\nrunning:\n";
   for (const json& r : s["running"]) {

@@ -453,16 +453,23 @@ class EntryParser {
     }
     // {subdir} is the daemon's own: the job parser checks the template without it. (A new node:
     // assigning to a YAML::Node would change the document's.)
+    // An entry's own relative template resolves against WATCH.yaml's folder, a job file's against
+    // the job file's (where each was written); the job parser sees it absolute.
+    const bool own_output = map_.find("output") != nullptr;
     std::set<std::string> used;
     YAML::Node value = output->second;
     if (value.IsScalar()) {
       entry_.output = value.Scalar();
-      const std::string checked = substitute(entry_.output, {{"subdir", ""}}, &used);
+      std::string checked = substitute(entry_.output, {{"subdir", ""}}, &used);
+      if (own_output && !checked.empty() && checked[0] != '/' && checked.rfind("{dir}", 0) != 0) {
+        checked = braces_escaped(base_dir_) + "/" + checked;
+      }
       if (checked != entry_.output) value.reset(YAML::Node(checked));
     }
     job_node_.remove("output");
     job_node_.force_insert(output->first, value);
     entry_.job = parse_job_node(job_node_, job_file_, job_name_);
+    entry_.output_dir = own_output ? base_dir_ : entry_.job.dir;
     entry_.job.inputs.clear();
     entry_.job.input_lines.clear();
     // Files of every sub-folder, one template: two files of one name (cam1/clip.mp4,
@@ -627,7 +634,7 @@ std::string output_for(const WatchEntry& entry, const std::string& input) {
   // {stem} as it is: expand_output would read "pct%03d" as an image sequence's "pct".
   const std::string tmpl = substitute(entry.output, {{"stem", braces_escaped(file.stem().string())},
                                                      {"subdir", braces_escaped(subdir)}});
-  return fs::path(expand_output(tmpl, input, entry.job.name, entry.job.dir))
+  return fs::path(expand_output(tmpl, input, entry.job.name, entry.output_dir))
       .lexically_normal()
       .string();
 }

@@ -31,9 +31,13 @@ struct WatchEntry {
   // output_for() expands.
   JobSpec job;
   // The output template as written (the entry's `output:`, else the job's), with the daemon's
-  // own placeholder {subdir}; output_for() expands it. `job.output` is the same without {subdir}.
+  // own placeholder {subdir}; output_for() expands it. `job.output` is the same without {subdir}
+  // (an entry's relative template made absolute against WATCH.yaml's folder).
   std::string output;
   int output_line = 0;  // of the template's key in WATCH.yaml (the entry's line for a job's)
+  // Where a relative `output` resolves: WATCH.yaml's folder for the entry's own `output:`, the
+  // job file's folder for the job's (absolute).
+  std::string output_dir;
   // Hash of every setting that changes what is made of a file (the job's settings, the output
   // template): part of a queue item's fingerprint.
   std::string settings;

@@ -66,14 +66,13 @@ class AvError : public Error {
   std::string call_;
 };
 
-// A job file or option is invalid. what() is "FILE:LINE: KEY: problem".
+// A job file or option is invalid. what() is "FILE:LINE: KEY: problem". Exit 65, or the code
+// given (66 for a file the key names that is missing, such as model.weights).
 class ConfigError : public Error {
  public:
-  ConfigError(const std::string& file, int line, const std::string& key, const std::string& problem)
-      : Error(format(file, line, key, problem), kExitDataErr),
-        file_(file),
-        line_(line),
-        key_(key) {}
+  ConfigError(const std::string& file, int line, const std::string& key, const std::string& problem,
+              int exit_code = kExitDataErr)
+      : Error(format(file, line, key, problem), exit_code), file_(file), line_(line), key_(key) {}
   const std::string& file() const { return file_; }
   int line() const { return line_; }
   const std::string& key() const { return key_; }

@@ -51,6 +51,23 @@ const TorchModels* find_table() {
 
 }  // namespace
 
+TorchBuildInfo torch_build_info() {
+  TorchBuildInfo info;
+#ifdef WM_TORCH_VERSION
+  info.torch_version = WM_TORCH_VERSION;
+#endif
+#ifdef WMBATCH_WITH_CUDA
+  info.cuda = true;
+#endif
+#ifdef WM_CUDA_VERSION
+  info.cuda_version = WM_CUDA_VERSION;
+#endif
+  info.module = module_path();
+  info.module_present = wm_torch_models != nullptr || ::access(info.module.c_str(), R_OK) == 0;
+  if (wm_torch_models) info.module = "linked in";
+  return info;
+}
+
 void* torch_side_symbol(const char* name) {
   std::lock_guard<std::mutex> lock(g_mutex);
   const std::string path = module_path();

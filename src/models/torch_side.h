@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "src/base/planar.h"
 #include "src/model.h"
@@ -52,6 +53,19 @@ const TorchModels& torch_models();
 // True once LibTorch is in this process (always, where the LibTorch side is linked in). Whatever
 // LibTorch throws can only exist when this is true.
 bool torch_side_loaded();
+
+// What this build's LibTorch side is, read without loading it (wmbatch --version): LibTorch's
+// version as built against, whether the build has CUDA code and the CUDA toolkit's version
+// (empty without), and the module a run loads (wmbatch-torch.so beside the executable) and
+// whether it is there.
+struct TorchBuildInfo {
+  std::string torch_version;
+  bool cuda = false;
+  std::string cuda_version;
+  std::string module;
+  bool module_present = false;
+};
+TorchBuildInfo torch_build_info();
 
 // The extern "C" entry `name` of the LibTorch side, loading wmbatch-torch.so on first use; for
 // parallel/torch_side.cpp. Throws as torch_models() does. Not for programs that link the side in.

@@ -405,8 +405,9 @@ TEST(Farm, FinishedChunkRerunsFastAndChangedInputIsRedone) {
   EXPECT_NE(r.output.find("already done"), std::string::npos) << r.output;
   EXPECT_EQ(stamp(segs[0]), segment_before) << "the finished chunk was written again";
 
-  // Assembled: a chunk rerun is still a no-op.
-  ASSERT_EQ(wm({"run", dir.file("job.yaml"), "--chunk-frames", "10"}).exit_code, 0);
+  // Assembled, the journal kept: a chunk rerun is still a no-op.
+  ASSERT_EQ(wm({"run", dir.file("job.yaml"), "--chunk-frames", "10", "--keep-journal"}).exit_code,
+            0);
   ASSERT_TRUE(exists(dir.file("out.mp4")));
   const std::string before = read_text(dir.file("out.mp4"));
   r = run_command(chunk0);
@@ -483,7 +484,7 @@ TEST(Farm, AssembleKilledAfterItsRenameIsDoneOnRerun) {
   spec.audio = false;
   make_clip(dir.file("in.mp4"), spec);
   write_text(dir.file("job.yaml"), job_text("in.mp4", "out.mp4"));
-  CommandResult r = wm({"run", dir.file("job.yaml"), "--chunk-frames", "4"});
+  CommandResult r = wm({"run", dir.file("job.yaml"), "--chunk-frames", "4", "--keep-journal"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string assembled = read_text(dir.file("out.mp4"));
   {
@@ -491,8 +492,9 @@ TEST(Farm, AssembleKilledAfterItsRenameIsDoneOnRerun) {
     journal.clear_output();
   }
   for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"assemble", dir.file("job.yaml")},
-        std::vector<std::string>{"run", dir.file("job.yaml"), "--chunk-frames", "4"}}) {
+       {std::vector<std::string>{"assemble", dir.file("job.yaml"), "--keep-journal"},
+        std::vector<std::string>{"run", dir.file("job.yaml"), "--chunk-frames", "4",
+                                 "--keep-journal"}}) {
     SCOPED_TRACE(args[0]);
     r = wm(args);
     EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -574,7 +576,7 @@ TEST(Farm, LatentTasksRunOneChunkPerInput) {
   EXPECT_FALSE(exists(dir.file("lat/a.safetensors")));
   EXPECT_EQ(wm({"assemble", dir.file("job.yaml")}).exit_code, 1) << "chunk 0 is missing";
   ASSERT_EQ(wm({"run", dir.file("job.yaml"), "--chunk", "0"}).exit_code, 0);
-  r = wm({"assemble", dir.file("job.yaml")});
+  r = wm({"assemble", dir.file("job.yaml"), "--keep-journal"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(exists(dir.file("lat/a.safetensors")));
   EXPECT_TRUE(exists(dir.file("lat/b.safetensors")));

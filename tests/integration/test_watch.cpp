@@ -593,18 +593,6 @@ TEST(Watch, SighupWithABadWatchFileKeepsTheOldOne) {
   EXPECT_EQ(s.queue().size(), 3u);
 }
 
-std::map<std::string, double> parse_metrics(const std::string& text) {
-  std::map<std::string, double> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    const auto space = line.rfind(' ');
-    out[line.substr(0, space)] = std::stod(line.substr(space + 1));
-  }
-  return out;
-}
-
 TEST(Watch, StatusPageServesJsonMetricsAndEscapedHtml) {
   WatchSetup s("http");
   s.write_config("http: {listen: 127.0.0.1:0}\n");

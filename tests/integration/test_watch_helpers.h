@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -181,6 +182,19 @@ inline std::pair<int, std::string> http_get(int port, const std::string& path) {
   const size_t head_end = response.find("\r\n\r\n");
   if (response.compare(0, 9, "HTTP/1.1 ") != 0 || head_end == std::string::npos) return {-1, ""};
   return {std::stoi(response.substr(9, 3)), response.substr(head_end + 4)};
+}
+
+// Prometheus text as {series: value} ("name" or "name{labels}").
+inline std::map<std::string, double> parse_metrics(const std::string& text) {
+  std::map<std::string, double> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto space = line.rfind(' ');
+    out[line.substr(0, space)] = std::stod(line.substr(space + 1));
+  }
+  return out;
 }
 
 // A watched folder set-up in a temp dir: in/ (watched), out/, done/, failed/, WATCH.yaml
