@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace wm::exec {
 class HaloExchange;
@@ -12,11 +13,20 @@ class HaloExchange;
 
 namespace wm::parallel {
 
+// What one rank of a group sent and waited for (over the group's life).
+struct RankExchange {
+  int64_t messages = 0;     // sent
+  int64_t bytes = 0;        // sent
+  double wait_seconds = 0;  // in recv, until its message was there (in-process; NCCL: 0, the
+                            // device waits, not the host)
+};
+
 // What a group's exchange moved (over its life).
 struct ExchangeStats {
   int64_t messages = 0;
   int64_t bytes = 0;
-  double wait_seconds = 0;  // ranks waiting in recv for their messages, summed (in-process)
+  double wait_seconds = 0;          // ranks waiting in recv for their messages, summed (in-process)
+  std::vector<RankExchange> ranks;  // per rank
 };
 
 class ExchangeGroup {
@@ -27,6 +37,12 @@ class ExchangeGroup {
   virtual void begin(int active) = 0;
   // Rank r's view, valid as long as the group.
   virtual exec::HaloExchange& rank(int r) = 0;
+  // Rank r's view for the time split's messages, which go one way around the ranks (r to r + 1,
+  // the last rank to rank 0 for the next slice): a send there never holds the sender (NCCL: a
+  // communicator per pair of ranks and a stream of its own for the sends; in-process sends never
+  // wait anyway), so a rank goes on while its receiver is a layer or a slice behind. Messages
+  // between two ranks keep their order within each view. Default: rank(r).
+  virtual exec::HaloExchange& pipelined(int r) { return rank(r); }
   // Fails the run: every waiting and later send/recv throws (NCCL: the communicators are
   // aborted, so device work waiting on a peer ends).
   virtual void abort(const std::string& why) = 0;

@@ -47,6 +47,7 @@ struct InProcessGroup::Impl {
 
   Impl(int n, std::chrono::milliseconds t) : timeout(t) {
     for (int r = 0; r < n; ++r) ranks.push_back(std::make_unique<Rank>(*this, r));
+    stats.ranks.resize(size_t(n));
   }
 
   void check_peer(int from, int to) const {
@@ -72,6 +73,8 @@ struct InProcessGroup::Impl {
     check_peer(from, to);
     stats.messages += 1;
     stats.bytes += int64_t(m.data.nbytes());
+    stats.ranks[size_t(from)].messages += 1;
+    stats.ranks[size_t(from)].bytes += int64_t(m.data.nbytes());
     queues[{from, to}].push_back(std::move(m));
     arrived.notify_all();
   }
@@ -96,9 +99,19 @@ struct InProcessGroup::Impl {
       }
       m = std::move(q.front());
       q.pop_front();
-      stats.wait_seconds +=
+      const double waited =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      stats.wait_seconds += waited;
+      stats.ranks[size_t(to)].wait_seconds += waited;
     }
+    // The message is a copy nobody else holds: when `into` is the only handle on memory of the
+    // same layout, it becomes the message (no copy; the causal histories of a time split are
+    // whole frames of a layer, up to 0.8 GB each at 1080p).
+    const bool adopt =
+        into.defined() && into.use_count() == 1 && into.storage().use_count() == 1 &&
+        into.storage_offset() == 0 && int64_t(into.storage().nbytes()) == int64_t(into.nbytes()) &&
+        m.data.sizes() == into.sizes() && m.data.strides() == into.strides() &&
+        m.data.scalar_type() == into.scalar_type() && m.data.device() == into.device();
     if (m.data.sizes() != into.sizes() || m.data.scalar_type() != into.scalar_type()) {
       const std::string why = "rank " + std::to_string(to) + " expected a message of " +
                               std::to_string(into.numel()) + " values from rank " +
@@ -110,14 +123,23 @@ struct InProcessGroup::Impl {
     if (m.ready && into.is_cuda()) {
       const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(into.device().index());
       m.ready->block(stream);
-      into.copy_(m.data, /*non_blocking=*/true);
-      // The message's memory belongs to the sender's stream: keep it until this copy is done.
+      // The message's memory belongs to the sender's stream: its allocator block must not be
+      // reused before this stream's work on it is done.
       m.data.record_stream(stream);
+      if (adopt) {
+        into = m.data;
+      } else {
+        into.copy_(m.data, /*non_blocking=*/true);
+      }
       return;
     }
     if (m.ready) m.ready->synchronize();
 #endif
-    into.copy_(m.data);
+    if (adopt) {
+      into = m.data;
+    } else {
+      into.copy_(m.data);
+    }
   }
 
   void abort(const std::string& why) {

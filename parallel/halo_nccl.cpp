@@ -4,6 +4,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <string>
@@ -14,6 +15,7 @@
 
 #ifdef WMBATCH_WITH_NCCL
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <nccl.h>
@@ -144,11 +146,15 @@ std::map<std::vector<int>, std::shared_ptr<Communicators> >& registry() {
   return *r;
 }
 
-// The set's communicators: made on first use and after an abort, else the kept ones.
+// The set's communicators: made on first use and after an abort, else the kept ones. `pair`:
+// the two-rank communicators of one direction between two GPUs (devices = {from, to}), apart
+// from those of the same two GPUs as a group.
 std::shared_ptr<Communicators> communicators(const std::vector<int>& devices,
-                                             std::chrono::milliseconds timeout) {
+                                             std::chrono::milliseconds timeout, bool pair = false) {
+  std::vector<int> key = devices;
+  if (pair) key.insert(key.begin(), -1);
   std::lock_guard<std::mutex> lock(g_mutex);
-  std::shared_ptr<Communicators>& c = registry()[devices];
+  std::shared_ptr<Communicators>& c = registry()[key];
   bool usable = false;
   if (c) {
     std::shared_lock<std::shared_mutex> use(c->use);
@@ -162,8 +168,11 @@ class NcclGroup final : public ExchangeGroup {
  public:
   NcclGroup(std::vector<int> devices, std::chrono::milliseconds timeout)
       : devices_(std::move(devices)), timeout_(timeout) {
-    for (size_t r = 0; r < devices_.size(); ++r)
+    for (size_t r = 0; r < devices_.size(); ++r) {
       ranks_.push_back(std::make_unique<Rank>(*this, int(r)));
+      pipes_.push_back(std::make_unique<Pipe>(*this, int(r)));
+    }
+    stats_.ranks.resize(devices_.size());
   }
   int size() const override { return int(devices_.size()); }
   void begin(int active) override {
@@ -172,37 +181,51 @@ class NcclGroup final : public ExchangeGroup {
     active_ = std::min(active, size());
     failure_.clear();
     comms_ = std::move(comms);
+    // Pairs aborted with the last run's failure are made again when next used.
+    for (auto it = links_.begin(); it != links_.end();) {
+      std::shared_lock<std::shared_mutex> use(it->second->comms->use);
+      it = it->second->comms->aborted ? links_.erase(it) : std::next(it);
+    }
     deadline_ = Clock::now() + timeout_;
   }
   exec::HaloExchange& rank(int r) override { return *ranks_.at(size_t(r)); }
+  exec::HaloExchange& pipelined(int r) override { return *pipes_.at(size_t(r)); }
   void abort(const std::string& why) override {
-    std::shared_ptr<Communicators> c;
+    std::vector<std::shared_ptr<Communicators> > all;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (failure_.empty()) failure_ = why;
-      c = comms_;
+      all.push_back(comms_);
+      for (const auto& [edge, link] : links_) all.push_back(link->comms);
     }
-    if (c) abort_all(*c);
+    for (const auto& c : all) {
+      if (c) abort_all(*c);
+    }
   }
   bool failed() const override {
     std::lock_guard<std::mutex> lock(mutex_);
     return !failure_.empty();
   }
   std::string health() override {
-    std::shared_ptr<Communicators> c;
+    std::vector<std::pair<std::shared_ptr<Communicators>, std::vector<int> > > all;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      c = comms_;
+      all.emplace_back(comms_, devices_);
+      for (const auto& [edge, link] : links_) {
+        all.emplace_back(link->comms, std::vector<int>{devices_[size_t(edge.first)],
+                                                       devices_[size_t(edge.second)]});
+      }
     }
-    if (!c) return {};
-    std::shared_lock<std::shared_mutex> use(c->use);
-    if (c->aborted) return {};
-    for (size_t r = 0; r < c->comms.size(); ++r) {
-      ncclResult_t state = ncclSuccess;
-      if (ncclCommGetAsyncError(c->comms[r], &state) != ncclSuccess) continue;
-      if (state != ncclSuccess && state != ncclInProgress) {
-        return "NCCL error on rank " + std::to_string(r) + " (cuda:" + std::to_string(devices_[r]) +
-               "): " + nccl_text(state);
+    for (const auto& [c, devices] : all) {
+      if (!c) continue;
+      std::shared_lock<std::shared_mutex> use(c->use);
+      if (c->aborted) continue;
+      for (size_t r = 0; r < c->comms.size(); ++r) {
+        ncclResult_t state = ncclSuccess;
+        if (ncclCommGetAsyncError(c->comms[r], &state) != ncclSuccess) continue;
+        if (state != ncclSuccess && state != ncclInProgress) {
+          return "NCCL error on cuda:" + std::to_string(devices[r]) + ": " + nccl_text(state);
+        }
       }
     }
     return {};
@@ -213,6 +236,72 @@ class NcclGroup final : public ExchangeGroup {
   }
 
  private:
+  // One direction between two ranks for pipelined messages: a two-rank communicator (the
+  // sender rank 0, the receiver rank 1) of its own, so a rank's sends and receives never
+  // queue behind each other inside NCCL, and a stream on the sender's GPU for the sends, so a
+  // send waiting for a receiver a layer or a slice behind holds neither the sender's compute
+  // nor its other messages.
+  struct Link {
+    std::shared_ptr<Communicators> comms;
+    std::optional<c10::cuda::CUDAStream> sends;
+  };
+  std::shared_ptr<Link> link(int from, int to) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = links_.find({from, to});
+      if (it != links_.end()) return it->second;
+    }
+    auto made = std::make_shared<Link>();
+    made->comms = communicators({devices_[size_t(from)], devices_[size_t(to)]}, timeout_, true);
+    made->sends = c10::cuda::getStreamFromPool(/*isHighPriority=*/true,
+                                               c10::DeviceIndex(devices_[size_t(from)]));
+    std::lock_guard<std::mutex> lock(mutex_);
+    return links_.emplace(std::make_pair(from, to), std::move(made)).first->second;
+  }
+
+  // Rank r's pipelined view: sends on the link's stream (after the work queued so far on the
+  // sender's current stream), receives on the current stream (later work waits for them).
+  class Pipe final : public exec::HaloExchange {
+   public:
+    Pipe(NcclGroup& group, int rank) : group_(group), rank_(rank) {}
+    int rank() const override { return rank_; }
+    int ranks() const override {
+      std::lock_guard<std::mutex> lock(group_.mutex_);
+      return group_.active_;
+    }
+    void send(int to, const at::Tensor& t) override {
+      group_.check(rank_, to);
+      const at::Tensor data = t.is_non_overlapping_and_dense() ? t : t.contiguous();
+      const std::shared_ptr<Link> link = group_.link(rank_, to);
+      const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(data.device().index());
+      at::cuda::CUDAEvent ready;
+      ready.record(current);
+      ready.block(*link->sends);
+      group_.call(*link->comms, 0, rank_, to, "ncclSend", [&](ncclComm_t comm) {
+        return ncclSend(data.data_ptr(), size_t(data.nbytes()), ncclUint8, 1, comm,
+                        link->sends->stream());
+      });
+      data.record_stream(*link->sends);  // kept until the send has run
+      group_.count(rank_, int64_t(data.nbytes()));
+    }
+    void recv(int from, at::Tensor& into) override {
+      group_.check(rank_, from);
+      if (!into.is_non_overlapping_and_dense()) {
+        throw Error("NCCL recv: the destination is not dense", kExitSoftware);
+      }
+      const std::shared_ptr<Link> link = group_.link(from, rank_);
+      const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(into.device().index());
+      group_.call(*link->comms, 1, rank_, from, "ncclRecv", [&](ncclComm_t comm) {
+        return ncclRecv(into.data_ptr(), size_t(into.nbytes()), ncclUint8, 0, comm,
+                        stream.stream());
+      });
+    }
+
+   private:
+    NcclGroup& group_;
+    int rank_;
+  };
+
   class Rank final : public exec::HaloExchange {
    public:
     Rank(NcclGroup& group, int rank) : group_(group), rank_(rank) {}
@@ -222,21 +311,23 @@ class NcclGroup final : public ExchangeGroup {
       return group_.active_;
     }
     void send(int to, const at::Tensor& t) override {
+      group_.check(rank_, to);
       const at::Tensor data = t.is_non_overlapping_and_dense() ? t : t.contiguous();
       const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(data.device().index());
-      group_.call(rank_, to, "ncclSend", [&](ncclComm_t comm) {
+      group_.call(*group_.main(), size_t(rank_), rank_, to, "ncclSend", [&](ncclComm_t comm) {
         return ncclSend(data.data_ptr(), size_t(data.nbytes()), ncclUint8, to, comm,
                         stream.stream());
       });
       data.record_stream(stream);  // kept until the send has run
-      group_.count(int64_t(data.nbytes()));
+      group_.count(rank_, int64_t(data.nbytes()));
     }
     void recv(int from, at::Tensor& into) override {
+      group_.check(rank_, from);
       if (!into.is_non_overlapping_and_dense()) {
         throw Error("NCCL recv: the destination is not dense", kExitSoftware);
       }
       const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(into.device().index());
-      group_.call(rank_, from, "ncclRecv", [&](ncclComm_t comm) {
+      group_.call(*group_.main(), size_t(rank_), rank_, from, "ncclRecv", [&](ncclComm_t comm) {
         return ncclRecv(into.data_ptr(), size_t(into.nbytes()), ncclUint8, from, comm,
                         stream.stream());
       });
@@ -247,39 +338,48 @@ class NcclGroup final : public ExchangeGroup {
     int rank_;
   };
 
-  // Issues one NCCL operation of `rank` with `peer` and waits until it is enqueued on the stream
-  // (not until it ran: the peer may still be a layer behind). An error, an abort or the run's
-  // deadline aborts the group and throws.
+  // Throws when the run failed or `peer` is no peer of `rank`.
+  void check(int rank, int peer) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!failure_.empty()) {
+      throw Error("halo exchange (rank " + std::to_string(rank) + "): " + failure_, kExitFailure);
+    }
+    if (peer < 0 || peer >= active_ || peer == rank) {
+      throw Error("halo exchange: no link from rank " + std::to_string(rank) + " to rank " +
+                      std::to_string(peer),
+                  kExitFailure);
+    }
+  }
+  std::shared_ptr<Communicators> main() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return comms_;
+  }
+  // Issues one NCCL operation of `rank` (its communicator `index` of `c`) with `peer` and waits
+  // until it is enqueued on the stream (not until it ran: the peer may still be a layer
+  // behind). An error, an abort or the run's deadline aborts the group and throws.
   template <typename F>
-  void call(int rank, int peer, const char* what, F&& op) {
-    std::shared_ptr<Communicators> c;
+  void call(Communicators& c, size_t index, int rank, int peer, const char* what, F&& op) {
     Clock::time_point deadline;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!failure_.empty()) {
         throw Error("halo exchange (rank " + std::to_string(rank) + "): " + failure_, kExitFailure);
       }
-      if (peer < 0 || peer >= active_ || peer == rank) {
-        throw Error("halo exchange: no link from rank " + std::to_string(rank) + " to rank " +
-                        std::to_string(peer),
-                    kExitFailure);
-      }
-      c = comms_;
       deadline = deadline_;
     }
     std::string error;
     bool ok = false;
     {
-      std::shared_lock<std::shared_mutex> use(c->use);
-      if (c->aborted) {
+      std::shared_lock<std::shared_mutex> use(c.use);
+      if (c.aborted) {
         error = "the communicator was aborted";
       } else {
-        const ncclResult_t r = op(c->comms[size_t(rank)]);
+        const ncclResult_t r = op(c.comms[index]);
         ok = r == ncclSuccess || r == ncclInProgress;
         if (!ok) error = nccl_text(r);
       }
     }
-    if (ok) ok = settle(*c, size_t(rank), deadline, error);
+    if (ok) ok = settle(c, index, deadline, error);
     if (!ok) {
       const std::string why = std::string(what) + " from rank " + std::to_string(rank) +
                               " (cuda:" + std::to_string(devices_[size_t(rank)]) + ") to rank " +
@@ -288,15 +388,19 @@ class NcclGroup final : public ExchangeGroup {
       throw Error("halo exchange: NCCL " + why, kExitFailure);
     }
   }
-  void count(int64_t bytes) {
+  void count(int rank, int64_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.messages += 1;
     stats_.bytes += bytes;
+    stats_.ranks[size_t(rank)].messages += 1;
+    stats_.ranks[size_t(rank)].bytes += bytes;
   }
 
   std::vector<int> devices_;
   std::chrono::milliseconds timeout_;
   std::vector<std::unique_ptr<Rank> > ranks_;
+  std::vector<std::unique_ptr<Pipe> > pipes_;
+  std::map<std::pair<int, int>, std::shared_ptr<Link> > links_;  // by (from, to) rank
   mutable std::mutex mutex_;
   int active_ = 0;
   std::string failure_;

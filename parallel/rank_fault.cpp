@@ -43,6 +43,8 @@ class FaultyExchange final : public exec::HaloExchange {
         timeout_(timeout) {}
   int rank() const override { return inner_.rank(); }
   int ranks() const override { return inner_.ranks(); }
+  int history_from() const override { return inner_.history_from(); }
+  int history_to() const override { return inner_.history_to(); }
   void send(int to, const at::Tensor& t) override {
     check();
     inner_.send(to, t);

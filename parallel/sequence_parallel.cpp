@@ -1,10 +1,12 @@
 #include "parallel/sequence_parallel.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <future>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -12,6 +14,7 @@
 #include "parallel/rank_fault.h"
 #include "parallel/torch_side.h"
 #include "src/base/error.h"
+#include "src/base/log_text.h"
 #include "src/exec/halo_exchange.h"
 
 namespace wm::parallel {
@@ -28,7 +31,27 @@ SplitBy choose_split(int frames, int rows, int ranks, Device::Kind kind) {
   return frames < ranks || kind == Device::Kind::kCpu ? SplitBy::kRows : SplitBy::kTime;
 }
 
+void fit_to_model(SequenceParallelOptions& options, std::shared_ptr<const Model> model) {
+  const ModelTraits& t = model->traits();
+  options.costs = t.split_costs;
+  options.frame_group = std::max(1, t.frame_group);
+  options.frame_offset = t.frame_group > 1 ? t.frame_offset : 0;
+  options.output_shape = [model](int frames, int height, int width, bool first) {
+    const ModelTraits& traits = model->traits();
+    SliceShape s;
+    s.channels = traits.out_channels;
+    // A later slice yields what its frames add to a sequence that already holds one frame.
+    s.frames = int(first ? model->output_frames(frames)
+                         : model->output_frames(frames + 1) - model->output_frames(1));
+    s.height = int(int64_t(height) * traits.scale_num / traits.scale_den);
+    s.width = int(int64_t(width) * traits.scale_num / traits.scale_den);
+    return s;
+  };
+}
+
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 std::vector<int> fit_split(const std::vector<int>& asked, int frames) {
   std::vector<int> out;
@@ -73,37 +96,53 @@ Planar rows_of(const Planar& in, int top, int n) {
   return out;
 }
 
-// The ranks' bands (every frame each), top to bottom, as whole frames.
-Planar gather_rows(const std::vector<Planar>& bands) {
-  const Planar& head = bands.front();
-  int height = 0;
-  for (const Planar& p : bands) {
-    if (p.channels != head.channels || p.frames != head.frames || p.width != head.width) {
-      throw ModelError("spatial parallel: the ranks' outputs differ in shape");
-    }
-    height += p.height;
+// `part` into `whole` (Planar's place()), or the error.
+void place_part(const Planar& part, Planar& whole, int frame, int row) {
+  if (!place(part, whole, frame, row)) {
+    throw ModelError("sequence parallel: the ranks' outputs differ in shape");
   }
-  Planar out(head.channels, head.frames, height, head.width);
-  const size_t row = size_t(head.width);
-  int top = 0;
-  for (const Planar& p : bands) {
-    for (int c = 0; c < p.channels; ++c) {
-      for (int t = 0; t < p.frames; ++t) {
-        std::memcpy(out.plane(c, t) + size_t(top) * row, p.plane(c, t),
-                    size_t(p.height) * row * sizeof(float));
-      }
-    }
-    top += p.height;
-  }
-  return out;
 }
 
 }  // namespace
 
+struct SequenceParallelSession::Clocks {
+  std::mutex mutex;
+  std::vector<double> seconds;
+};
+
+// What a rank's call gave: its part (empty when it wrote into the slice's output) and, when it
+// returned before its last copies landed, the function that waits for them.
+struct SequenceParallelSession::RankPart {
+  Planar part;
+  std::function<Planar()> deferred;
+};
+
+// One slice (of one tile) queued on the ranks.
+struct SequenceParallelSession::SliceRun {
+  int64_t slice = 0;
+  bool rows = false;
+  std::vector<int> offsets;     // per rank: output frame (time) or row (rows) where its part starts
+  std::shared_ptr<Planar> out;  // the slice's output, when the ranks write into it
+  std::shared_ptr<ExchangeGroup> group;
+  std::vector<Device> devices;
+  int first_rank = 0;
+  std::chrono::milliseconds timeout{0};
+  Clock::time_point deadline;
+  std::vector<std::unique_ptr<exec::HaloExchange>> views;  // live until the ranks are done
+  std::vector<std::unique_ptr<exec::HaloExchange>> faulty;
+  std::vector<std::shared_future<std::shared_ptr<RankPart>>> parts;
+  std::shared_ptr<std::atomic<int>> first_failure = std::make_shared<std::atomic<int>>(-1);
+  std::mutex mutex;
+  std::exception_ptr group_failure;  // the timeout's or the exchange's own error
+};
+
 SequenceParallelSession::SequenceParallelSession(std::vector<std::unique_ptr<ModelSession>> ranks,
                                                  std::vector<DeviceWorker*> workers,
                                                  SequenceParallelOptions options)
-    : ranks_(std::move(ranks)), workers_(std::move(workers)), options_(std::move(options)) {
+    : ranks_(std::move(ranks)),
+      workers_(std::move(workers)),
+      options_(std::move(options)),
+      clocks_(std::make_shared<Clocks>()) {
   if (ranks_.empty() || ranks_.size() != workers_.size()) {
     throw Error("sequence parallel: " + std::to_string(ranks_.size()) + " sessions for " +
                     std::to_string(workers_.size()) + " workers",
@@ -121,9 +160,135 @@ SequenceParallelSession::SequenceParallelSession(std::vector<std::unique_ptr<Mod
   } else {
     group_ = torch_devices().inprocess_group(int(ranks_.size()), options_.timeout);
   }
+  clocks_->seconds.assign(ranks_.size(), 0.0);
 }
 
-SequenceParallelSession::~SequenceParallelSession() = default;
+SequenceParallelSession::~SequenceParallelSession() { drain(); }
+
+std::vector<double> SequenceParallelSession::rank_seconds() const {
+  std::lock_guard<std::mutex> lock(clocks_->mutex);
+  return clocks_->seconds;
+}
+
+void SequenceParallelSession::wait_ranks(SliceRun& run) {
+  // A rank that does not finish in time (a peer's device work hung) aborts the exchange, which
+  // ends the waits, so the others return too; the slice fails with the timeout's error. So does
+  // an error the exchange reports while the ranks compute (NCCL: a communicator's async error).
+  for (size_t r = 0; r < run.parts.size(); ++r) {
+    bool aborted = false;
+    while (!aborted &&
+           run.parts[r].wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+      {
+        std::lock_guard<std::mutex> lock(run.mutex);
+        if (run.group_failure) break;
+      }
+      const std::string sick = run.group->health();
+      const bool late = Clock::now() >= run.deadline;
+      if (sick.empty() && !late) continue;
+      int none = -1;
+      run.first_failure->compare_exchange_strong(none, int(r));
+      // Which rank hung cannot be told from here (its peers wait on it): name the first one
+      // still running and the group.
+      const int r0 = run.first_rank;
+      const int active = int(run.parts.size());
+      const std::string why =
+          "sequence-parallel slice " + std::to_string(run.slice) + ": " +
+          (!sick.empty() ? sick
+                         : "ranks " + std::to_string(r0) + "-" + std::to_string(r0 + active - 1) +
+                               " did not finish within " + seconds_text(run.timeout) + " (rank " +
+                               std::to_string(r0 + int(r)) + " on " + run.devices[r].str() +
+                               " still running)") +
+          "; the exchange was aborted";
+      {
+        std::lock_guard<std::mutex> lock(run.mutex);
+        if (!run.group_failure)
+          run.group_failure = std::make_exception_ptr(Error(why, kExitFailure));
+      }
+      run.group->abort(why);
+      aborted = true;
+    }
+    // After an abort the ranks' exchange calls fail; a rank stuck outside the exchange (a hung
+    // CUDA call) cannot be freed, and this waits for it.
+    run.parts[r].wait();
+  }
+}
+
+std::exception_ptr SequenceParallelSession::failure_of(SliceRun& run) {
+  wait_ranks(run);
+  {
+    std::lock_guard<std::mutex> lock(run.mutex);
+    if (run.group_failure) return run.group_failure;
+  }
+  const size_t n = run.parts.size();
+  std::vector<std::exception_ptr> failures(n);
+  for (size_t r = 0; r < n; ++r) {
+    try {
+      run.parts[r].get();
+    } catch (...) {
+      failures[r] = std::current_exception();
+    }
+  }
+  // The rank that failed first (the others' errors are the abort's echo).
+  const int cause = run.first_failure->load();
+  if (cause >= 0 && size_t(cause) < n && failures[size_t(cause)]) return failures[size_t(cause)];
+  for (const std::exception_ptr& f : failures) {
+    if (f) return f;
+  }
+  return nullptr;
+}
+
+Planar SequenceParallelSession::take(SliceRun& run) {
+  if (std::exception_ptr failure = failure_of(run)) std::rethrow_exception(failure);
+  const size_t n = run.parts.size();
+  std::vector<std::shared_ptr<RankPart>> parts(n);
+  for (size_t r = 0; r < n; ++r) {
+    parts[r] = run.parts[r].get();
+    // Its last copies (it returned before they landed).
+    if (parts[r]->deferred) {
+      try {
+        parts[r]->part = std::exchange(parts[r]->deferred, nullptr)();
+      } catch (...) {
+        rethrow_rank_failure(std::current_exception(), run.first_rank + int(r), run.devices[r],
+                             run.slice);
+      }
+    }
+  }
+  if (run.out) {
+    // The ranks wrote into it; one that could not returned its part.
+    for (size_t r = 0; r < n; ++r) {
+      if (parts[r]->part.empty()) continue;
+      place_part(parts[r]->part, *run.out, run.rows ? 0 : run.offsets[r],
+                 run.rows ? run.offsets[r] : 0);
+      parts[r]->part = Planar();
+    }
+    Planar out = std::move(*run.out);
+    return out;
+  }
+  if (n == 1) return std::move(parts[0]->part);
+  const Planar& head = parts[0]->part;
+  int frames = 0, height = 0;
+  for (const auto& p : parts) {
+    if (p->part.channels != head.channels || p->part.width != head.width ||
+        (run.rows ? p->part.frames != head.frames : p->part.height != head.height)) {
+      throw ModelError("sequence parallel: the ranks' outputs differ in shape");
+    }
+    frames += p->part.frames;
+    height += p->part.height;
+  }
+  Planar out(head.channels, run.rows ? head.frames : frames, run.rows ? height : head.height,
+             head.width);
+  int at = 0;
+  for (const auto& p : parts) {
+    place_part(p->part, out, run.rows ? 0 : at, run.rows ? at : 0);
+    at += run.rows ? p->part.height : p->part.frames;
+  }
+  return out;
+}
+
+void SequenceParallelSession::drain() {
+  for (const std::shared_ptr<SliceRun>& run : in_flight_) wait_ranks(*run);
+  in_flight_.clear();
+}
 
 Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
   // Time (frames) or rows; auto: chosen at the sequence's (tile's) first slice, kept after.
@@ -131,48 +296,199 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
   if (by == SplitBy::kAuto) {
     auto it = chosen_.find(ctx.tile_index);
     if (ctx.first_slice || it == chosen_.end()) {
+      SliceFacts facts;
+      facts.frames = input.frames;
+      facts.rows = input.height;
+      facts.cols = input.width;
+      facts.first = ctx.first_slice;
+      facts.last = ctx.last_slice;
+      facts.ranks = ranks();
+      facts.kind = workers_.front()->device().kind;
+      facts.shared_device = true;
+      for (const DeviceWorker* w : workers_) {
+        facts.shared_device =
+            facts.shared_device && w->device().str() == workers_[0]->device().str();
+      }
+      prediction_ = predict_split(facts, options_.costs);
+      predicted_ = true;
+      if (ctx.tile_index == 0) log::info("parallel", "auto split: " + prediction_.why);
       it = chosen_
-               .insert_or_assign(ctx.tile_index, choose_split(input.frames, input.height, ranks(),
-                                                              workers_.front()->device().kind))
+               .insert_or_assign(ctx.tile_index, prediction_.rows ? SplitBy::kRows : SplitBy::kTime)
                .first;
     }
     by = it->second;
   }
-  last_split_ = by;
   const bool rows = by == SplitBy::kRows;
-  (rows ? row_slices_ : time_slices_) += 1;
-  const int length = rows ? input.height : input.frames;
-  const std::vector<int>& asked = rows ? options_.bands : options_.split;
-  const std::vector<int> counts =
-      asked.empty() ? split_frames(length, ranks()) : fit_split(asked, length);
-  const int active = std::min(int(counts.size()), ranks());
-  std::vector<int> runs(counts.begin(), counts.begin() + active);
-  int assigned = 0;
-  for (int n : runs) assigned += n;
-  runs.back() += length - assigned;  // more runs asked for than ranks: the rest to the last
 
-  group_->begin(active);
-  // The rank that failed first (the others' errors are the abort's echo).
-  auto first_failure = std::make_shared<std::atomic<int>>(-1);
-  std::vector<std::future<Planar>> results;
-  int first = 0;
+  // A failed exchange broke the sequence it served: it cannot go on, a new one starts afresh.
+  // So does a sequence that stopped without its last slice (its last rank's history may wait
+  // for a rank 0 that will never take it).
+  bool fresh = !begun_;
+  if (begun_ && group_->failed()) {
+    // The failing slice's own error, when it is still in flight (its caller may not have taken
+    // it yet): a later slice must not report the abort's echo instead.
+    std::exception_ptr failure;
+    for (const std::shared_ptr<SliceRun>& r : in_flight_) {
+      if (!failure) failure = failure_of(*r);
+    }
+    drain();
+    if (!ctx.first_slice) {
+      if (failure) std::rethrow_exception(failure);
+      throw ModelError("sequence parallel: slice " + std::to_string(ctx.slice_index) +
+                           " follows a slice of its sequence that failed",
+                       kExitFailure);
+    }
+    fresh = true;
+  }
+  if (ctx.first_slice && ctx.tile_index == 0) {
+    for (const auto& [tile, ring] : ring_) fresh = fresh || (!ring.ended && ring.last >= 0);
+  }
+  if (fresh) {
+    drain();
+    group_->begin(ranks());
+    ring_.clear();
+    begun_ = true;
+  }
+
+  last_split_ = by;
+  (rows ? row_slices_ : time_slices_) += 1;
+
+  // The runs: latent rows per band, or input frames per rank (whole groups of frame_group).
+  std::vector<int> runs;
+  if (rows) {
+    runs = options_.bands.empty() ? split_frames(input.height, ranks())
+                                  : fit_split(options_.bands, input.height);
+  } else {
+    const int g = std::max(1, options_.frame_group);
+    const int head = ctx.first_slice ? std::min(options_.frame_offset, input.frames) : 0;
+    const int units = g > 1 ? (input.frames - head) / g : input.frames;
+    if (g > 1 && head + units * g != input.frames) {
+      throw ModelError("sequence parallel: slice " + std::to_string(ctx.slice_index) + " has " +
+                       std::to_string(input.frames) + " frames, not " +
+                       (head ? std::to_string(head) + " + " : std::string()) + "a multiple of " +
+                       std::to_string(g));
+    }
+    if (units == 0) {
+      runs = {input.frames};
+    } else {
+      runs =
+          options_.split.empty() ? split_frames(units, ranks()) : fit_split(options_.split, units);
+      for (int& n : runs) n *= g;
+      runs.front() += head;
+    }
+  }
+  if (int(runs.size()) > ranks()) {
+    // More runs asked for than ranks: the rest to the last.
+    for (size_t i = size_t(ranks()); i < runs.size(); ++i) runs[size_t(ranks()) - 1] += runs[i];
+    runs.resize(size_t(ranks()));
+  }
+  const int active = int(runs.size());
+
+  // The ring (time split): rank 0 takes its history from the last rank of the previous slice;
+  // this slice's last rank hands its own to rank 0 when another slice follows.
+  const bool follows = !ctx.last_slice;
+  int from0 = -1;
+  if (!rows) {
+    Ring& ring = ring_[ctx.tile_index];
+    if (ctx.first_slice) {
+      ring = Ring{};
+    } else if (ring.ended) {
+      throw ModelError("sequence parallel: slice " + std::to_string(ctx.slice_index) + " of tile " +
+                           std::to_string(ctx.tile_index) + " follows its sequence's last slice",
+                       kExitSoftware);
+    }
+    from0 = ring.last;
+    ring.last = active > 1 && follows ? active - 1 : -1;
+    ring.ended = ctx.last_slice;
+  }
+
+  // At most two slices of each tile in flight: a rank starts slice k + 1 while later ranks still
+  // finish slice k, and no further ahead.
+  const size_t limit = 2 * size_t(std::max(1, ctx.tiles));
+  while (!in_flight_.empty() && in_flight_.size() >= limit) {
+    wait_ranks(*in_flight_.front());
+    in_flight_.pop_front();
+  }
+
+  auto run = std::make_shared<SliceRun>();
+  run->slice = ctx.slice_index;
+  run->rows = rows;
+  run->group = group_;
+  run->first_rank = options_.first_rank;
+  run->timeout = options_.timeout;
+  run->deadline = Clock::now() + options_.timeout;
+  const bool exchange = ranks() > 1 && (!rows || active > 1);
+  // Where each part's output starts, in output frames (time) or rows.
+  run->offsets.assign(size_t(active), 0);
+  std::vector<int> part_frames(size_t(active), -1);  // output frames per part, when known
+  if (options_.output_shape) {
+    int start = 0;
+    for (int r = 0; r < active; ++r) {
+      const int n = runs[size_t(r)];
+      if (rows) {
+        run->offsets[size_t(r)] =
+            start == 0
+                ? 0
+                : options_.output_shape(input.frames, start, input.width, ctx.first_slice).height;
+        part_frames[size_t(r)] =
+            options_.output_shape(input.frames, n, input.width, ctx.first_slice).frames;
+      } else {
+        const bool head = ctx.first_slice && r == 0;
+        run->offsets[size_t(r)] =
+            start == 0
+                ? 0
+                : options_.output_shape(start, input.height, input.width, ctx.first_slice).frames;
+        part_frames[size_t(r)] = options_.output_shape(n, input.height, input.width, head).frames;
+      }
+      start += n;
+    }
+    if (exchange) {
+      const SliceShape s =
+          options_.output_shape(input.frames, input.height, input.width, ctx.first_slice);
+      run->out = std::make_shared<Planar>(s.channels, s.frames, s.height, s.width);
+    }
+  }
+
   const std::chrono::milliseconds timeout = options_.timeout;
   Fault* fault = options_.fault && options_.fault->spec().armed() ? options_.fault : nullptr;
+  const bool serial = options_.serial;
+  int first = 0;
   for (int r = 0; r < active; ++r) {
     const int job_rank = options_.first_rank + r;
+    DeviceWorker* worker = workers_[size_t(r)];
+    const Device device = worker->device();
+    run->devices.push_back(device);
     RunContext rc = ctx;
-    rc.deferred = nullptr;  // the ranks' parts are gathered here
+    rc.deferred = nullptr;  // the ranks' parts are taken here
     // A band holds every frame of the slice; a run of frames, its part of them.
     rc.first_slice = ctx.first_slice && (rows || r == 0);
     rc.padded_frames = rows || r == active - 1 ? ctx.padded_frames : 0;
-    rc.device = workers_[size_t(r)]->context();
-    rc.halo = active > 1 ? &group_->rank(r) : nullptr;
-    rc.halo_rows = rows && rc.halo;
-    // The fault (tests) fires inside the model, at the rank's first exchange of the slice.
-    std::shared_ptr<exec::HaloExchange> faulty;
-    if (fault && rc.halo) {
-      faulty = faulty_exchange(*rc.halo, *fault, job_rank, ctx.slice_index, *group_, timeout);
-      rc.halo = faulty.get();
+    rc.device = worker->context();
+    rc.halo = nullptr;
+    rc.halo_rows = false;
+    rc.into = nullptr;
+    rc.device_ranks = 0;
+    for (int q = 0; q < active; ++q) {
+      rc.device_ranks += workers_[size_t(q)]->device().str() == device.str() ? 1 : 0;
+    }
+    if (exchange) {
+      exec::HaloExchange& inner = rows ? group_->rank(r) : group_->pipelined(r);
+      const int from = rows ? -1 : r > 0 ? r - 1 : from0;
+      const int to = rows ? -1 : r + 1 < active ? r + 1 : follows && r > 0 ? 0 : -1;
+      run->views.push_back(std::make_unique<exec::SliceExchange>(inner, r, active, from, to));
+      rc.halo = run->views.back().get();
+      rc.halo_rows = rows;
+      // The fault (tests) fires inside the model, at the rank's first exchange of the slice.
+      if (fault) {
+        run->faulty.push_back(
+            faulty_exchange(*rc.halo, *fault, job_rank, ctx.slice_index, *group_, timeout));
+        rc.halo = run->faulty.back().get();
+      }
+      if (run->out) {
+        rc.into = run->out.get();
+        rc.into_frame = rows ? 0 : run->offsets[size_t(r)];
+        rc.into_row = rows ? run->offsets[size_t(r)] : 0;
+      }
     }
     Planar part = active == 1 ? std::move(input)
                   : rows      ? rows_of(input, first, runs[size_t(r)])
@@ -180,101 +496,60 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
     first += runs[size_t(r)];
     ModelSession* session = ranks_[size_t(r)].get();
     ExchangeGroup* group = group_.get();
-    const Device device = workers_[size_t(r)]->device();
     const bool solo_fault = fault && !rc.halo;
-    results.push_back(
-        workers_[size_t(r)]->submit([session, group, r, job_rank, device, rc, first_failure, faulty,
-                                     fault, solo_fault, timeout, worker = workers_[size_t(r)],
-                                     part = std::make_shared<Planar>(std::move(part))]() -> Planar {
-          try {
-            if (solo_fault && fault->fires(job_rank, rc.slice_index)) {
-              fault->raise(job_rank, rc.slice_index, group, timeout);
-            }
-            Planar out = session->run(std::move(*part), rc);
-            if (rc.tile_index == 0) worker->add_frames(out.frames);
-            return out;
-          } catch (...) {
-            std::exception_ptr failure;
-            std::string what = "failed";
-            try {
-              rethrow_rank_failure(std::current_exception(), job_rank, device, rc.slice_index);
-            } catch (const std::exception& e) {
-              failure = std::current_exception();
-              what = e.what();
-            }
-            int none = -1;
-            first_failure->compare_exchange_strong(none, r);
-            // The other ranks may wait for this one's messages: let them fail now.
-            group->abort("rank " + std::to_string(job_rank) + " failed: " + what);
-            std::rethrow_exception(failure);
-          }
-        }));
+    const int counted = part_frames[size_t(r)];
+    run->parts.push_back(
+        worker
+            ->submit([session, group, r, job_rank, device, rc, first_failure = run->first_failure,
+                      fault, solo_fault, timeout, worker, serial, counted, clocks = clocks_,
+                      part = std::make_shared<Planar>(
+                          std::move(part))]() -> std::shared_ptr<RankPart> {
+              const Clock::time_point start = Clock::now();
+              try {
+                if (solo_fault && fault->fires(job_rank, rc.slice_index)) {
+                  fault->raise(job_rank, rc.slice_index, group, timeout);
+                }
+                auto result = std::make_shared<RankPart>();
+                RunContext call = rc;
+                // A rank that writes into the slice's output may return before its last
+                // copies land (its worker goes on to the next slice); not when measuring.
+                call.deferred = rc.into && !serial ? &result->deferred : nullptr;
+                result->part = session->run(std::move(*part), call);
+                if (rc.tile_index == 0) {
+                  worker->add_frames(counted >= 0 ? counted : result->part.frames);
+                }
+                const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+                std::lock_guard<std::mutex> lock(clocks->mutex);
+                clocks->seconds[size_t(r)] += seconds;
+                return result;
+              } catch (...) {
+                std::exception_ptr failure;
+                std::string what = "failed";
+                try {
+                  rethrow_rank_failure(std::current_exception(), job_rank, device, rc.slice_index);
+                } catch (const std::exception& e) {
+                  failure = std::current_exception();
+                  what = e.what();
+                }
+                int none = -1;
+                first_failure->compare_exchange_strong(none, r);
+                // The other ranks may wait for this one's messages: let them fail now.
+                group->abort("rank " + std::to_string(job_rank) + " failed: " + what);
+                std::rethrow_exception(failure);
+              }
+            })
+            .share());
+    // Measuring: each rank alone on its device (the ones before it are done, so whatever it
+    // receives is there).
+    if (serial) run->parts.back().wait();
   }
   input = Planar();
-
-  // A rank that does not finish in time (a peer's device work hung) aborts the exchange, which
-  // ends the waits, so the others return too; the slice fails with the timeout's error. So does
-  // an error the exchange reports while the ranks compute (NCCL: a communicator's async error).
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::exception_ptr group_failure;
-  for (size_t r = 0; r < results.size() && !group_failure; ++r) {
-    while (results[r].wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
-      const std::string sick = group_->health();
-      const bool late = std::chrono::steady_clock::now() >= deadline;
-      if (sick.empty() && !late) continue;
-      int none = -1;
-      first_failure->compare_exchange_strong(none, int(r));
-      // Which rank hung cannot be told from here (its peers wait on it): name the first one
-      // still running and the group.
-      const int r0 = options_.first_rank;
-      const std::string why =
-          "sequence-parallel slice " + std::to_string(ctx.slice_index) + ": " +
-          (!sick.empty() ? sick
-                         : "ranks " + std::to_string(r0) + "-" + std::to_string(r0 + active - 1) +
-                               " did not finish within " + seconds_text(timeout) + " (rank " +
-                               std::to_string(r0 + int(r)) + " on " + workers_[r]->device().str() +
-                               " still running)") +
-          "; the exchange was aborted";
-      group_failure = std::make_exception_ptr(Error(why, kExitFailure));
-      group_->abort(why);
-      break;
-    }
+  in_flight_.push_back(run);
+  if (ctx.deferred && !serial) {
+    *ctx.deferred = [run] { return take(*run); };
+    return Planar();
   }
-  std::vector<Planar> outputs;
-  std::vector<std::exception_ptr> failures(results.size());
-  for (size_t r = 0; r < results.size(); ++r) {
-    try {
-      outputs.push_back(results[r].get());
-    } catch (...) {
-      failures[r] = std::current_exception();
-      outputs.emplace_back();
-    }
-  }
-  if (group_failure) std::rethrow_exception(group_failure);
-  const int cause = first_failure->load();
-  if (cause >= 0 && failures[size_t(cause)]) std::rethrow_exception(failures[size_t(cause)]);
-  for (const std::exception_ptr& f : failures) {
-    if (f) std::rethrow_exception(f);
-  }
-  if (active == 1) return std::move(outputs.front());
-  if (rows) return gather_rows(outputs);
-
-  int total = 0;
-  for (const Planar& p : outputs) total += p.frames;
-  const Planar& head = outputs.front();
-  Planar out(head.channels, total, head.height, head.width);
-  int at = 0;
-  for (const Planar& p : outputs) {
-    if (p.channels != out.channels || p.height != out.height || p.width != out.width) {
-      throw ModelError("sequence parallel: the ranks' outputs differ in shape");
-    }
-    for (int c = 0; c < p.channels; ++c) {
-      std::memcpy(out.plane(c, at), p.plane(c, 0),
-                  size_t(p.frames) * p.plane_size() * sizeof(float));
-    }
-    at += p.frames;
-  }
-  return out;
+  return take(*run);
 }
 
 }  // namespace wm::parallel

@@ -1,28 +1,38 @@
 // Sequence-parallel execution of one causal model over several ranks (device workers): each
-// slice's frames are split in time, rank r takes the r-th run of them, all ranks compute at
-// once, and before each causal temporal convolution a rank receives from the rank before it the
-// history that convolution needs (the halo exchange, src/exec/halo_exchange.h). The state at a
-// slice's end passes from the last rank to rank 0 for the next slice; outputs are gathered in
-// frame order. The result equals one session's (to rounding): the model does the exchange
-// (ModelTraits::sequence_parallel), this session splits, runs and gathers.
+// slice's frames are split in time, rank r takes the r-th run of them, and the ranks form a
+// ring (exec::HaloExchange::history_from/history_to): before each causal temporal convolution a
+// rank receives from the rank before it the history that convolution needs, and hands its own
+// new history on as soon as it exists; the last rank hands it to rank 0 for the sequence's next
+// slice, layer by layer. There is no barrier at a slice's end: run() returns once the slice is
+// queued on the ranks (the output comes through RunContext::deferred when the caller takes it
+// that way), so rank 0 starts slice k + 1 while later ranks still finish slice k. At most two
+// slices per tile are in flight. The ranks write their parts straight into the slice's output
+// (RunContext::into), which the caller takes in slice order. The result equals one session's
+// (to rounding): the model does the exchange (ModelTraits::sequence_parallel), this session
+// splits, runs and gathers.
 //
 // Split by rows instead (spatial parallelism, SequenceParallelOptions::by): rank r takes a band
 // of the slice's rows, every frame; before each spatial convolution the model exchanges its
 // bands' boundary rows with the ranks above and below, and its attention gathers every band's
 // tokens (RunContext::halo_rows, ModelTraits::spatial_parallel). Each rank keeps its band's
-// causal state, so slices chain with no hand-off; outputs are gathered top to bottom. Auto
-// chooses per sequence (per tile), at its first slice (choose_split).
+// causal state, so slices chain with no hand-off; outputs land top to bottom. Auto chooses per
+// sequence (per tile), at its first slice (choose_split).
 //
 // Ranks with no frames of a slice (a slice shorter than the group) sit it out. A rank's failure
-// aborts the exchange, so the others stop waiting, and run() rethrows the failing rank's error:
-// the slice (and its input) fails; the state is dropped with it. A rank still running after
-// SequenceParallelOptions::timeout aborts the exchange too (the error says which rank did not
-// finish). Errors name the rank, its device and the slice on one line (rank_fault.h).
+// aborts the exchange, so the others stop waiting, and taking that slice's output rethrows the
+// failing rank's error: the slice (and its input) fails; the sequence cannot go on (a later
+// slice of it fails at once; a sequence's first slice starts a fresh exchange). A rank still
+// running after SequenceParallelOptions::timeout aborts the exchange too (the error says which
+// rank did not finish). Errors name the rank, its device and the slice on one line
+// (rank_fault.h).
 // Torch-free header.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -30,6 +40,7 @@
 #include "parallel/device_worker.h"
 #include "parallel/exchange_group.h"
 #include "parallel/placed_session.h"
+#include "parallel/scaling_model.h"
 #include "src/model.h"
 
 namespace wm::parallel {
@@ -41,24 +52,33 @@ enum class SplitBy {
   kAuto,  // choose_split() at each sequence's first slice
 };
 
-// Auto's rule, for a sequence whose first slice has `frames` latent frames of `rows` rows on
-// `ranks` ranks of device kind `kind`: rows when every rank gets at least 2 rows and either the
-// slice has fewer frames than ranks (a time split would leave ranks idle: an image, a clip of a
-// few frames) or the ranks are CPU ranks (measured never slower there); else time.
+// Auto's fixed rule, for a model that gives no split costs (auto otherwise predicts both splits:
+// predict_split in scaling_model.h), for a sequence whose first slice has `frames` latent frames
+// of `rows` rows on `ranks` ranks of device kind `kind`: rows when every rank gets at least 2
+// rows and either the slice has fewer frames than ranks (a time split would leave ranks idle:
+// an image, a clip of a few frames) or the ranks are CPU ranks; else time.
 // docs/gpu.md ("Time split or height split") gives the measurements.
 SplitBy choose_split(int frames, int rows, int ranks, Device::Kind kind);
+
+// The output of a slice of `frames` × `height` × `width` input (`first`: it holds the sequence's
+// frame 0): channels, frames, height, width.
+struct SliceShape {
+  int channels = 0, frames = 0, height = 0, width = 0;
+};
+using OutputShape = std::function<SliceShape(int frames, int height, int width, bool first)>;
 
 struct SequenceParallelOptions {
   // Latent frames per rank of every slice (tests: uneven splits, a rank with only the first
   // frame); a slice with fewer frames fills the ranks in order, one with more gives the rest to
-  // the last rank. Empty: even (split_frames).
+  // the last rank. Empty: even (split_frames). With frame_group g > 1: groups of g input frames
+  // (rank 0 of a sequence's first slice holds frame_offset more).
   std::vector<int> split;
   SplitBy by = SplitBy::kTime;
   // Rows split: latent rows per rank (tests: uneven bands, a band of 1 row), filled like
   // `split`. Empty: nearly even (split_frames over the rows).
   std::vector<int> bands;
-  // The longest a rank may take over its part of a slice (and an in-process recv may wait);
-  // past it the exchange is aborted and the slice fails.
+  // The longest a rank may take over its part of a slice (from the slice's start; and an
+  // in-process recv may wait); past it the exchange is aborted and the slice fails.
   std::chrono::milliseconds timeout = std::chrono::minutes(30);
   // The exchange: NCCL (one rank per GPU, halo_nccl.h; the build needs WMBATCH_WITH_NCCL), or
   // in-process (threads as ranks: CPU, several ranks on one GPU, or several GPUs).
@@ -68,7 +88,25 @@ struct SequenceParallelOptions {
   int first_rank = 0;
   // The job's test-only fault injection (rank_fault.h; not owned, outlives the session), or null.
   Fault* fault = nullptr;
+  // The model's output per slice (fit_to_model sets it): with it the session makes each
+  // slice's output once and the ranks write their parts into it; without it the ranks return
+  // their parts and the session copies them together.
+  OutputShape output_shape;
+  // Input frames come in groups of frame_group (+ frame_offset in a sequence's first slice): a
+  // time split keeps groups whole (an encoder's temporal downsampling windows).
+  int frame_group = 1;
+  int frame_offset = 0;
+  // Measurement (wmbench's scaling model): the ranks of each slice run one after another, each
+  // alone on its device, and run() returns when the slice is done; rank_seconds() then holds
+  // each rank's compute time. Same results.
+  bool serial = false;
+  // The model's split costs (fit_to_model sets them): auto predicts both splits from them.
+  SplitCosts costs;
 };
+
+// Sets options.output_shape, frame_group and frame_offset from the model's traits (the model
+// is kept alive by the options).
+void fit_to_model(SequenceParallelOptions& options, std::shared_ptr<const Model> model);
 
 // `frames` in at most `ranks` runs of nearly equal length, the longer runs last (rank 0 also
 // yields the sequence's first output frame alone). Never a run of 0.
@@ -79,10 +117,14 @@ class SequenceParallelSession final : public PlacedSession {
   // Rank r runs `ranks[r]` on `workers[r]` (not owned; they outlive the session).
   SequenceParallelSession(std::vector<std::unique_ptr<ModelSession>> ranks,
                           std::vector<DeviceWorker*> workers, SequenceParallelOptions options = {});
+  // Waits for the slices in flight.
   ~SequenceParallelSession() override;
 
-  // Runs the slice on the ranks and returns the outputs in frame order. May be called from any
-  // thread (the ranks run on their workers); ctx.device and ctx.halo are filled per rank.
+  // Queues the slice on the ranks. With ctx.deferred: returns an empty Planar at once and puts
+  // there the function that waits for the slice and returns its output (call the slices' in
+  // order, or drop them: dropping waits too); without: waits and returns the output. May be
+  // called from any thread, one call at a time (the ranks run on their workers); ctx.device and
+  // ctx.halo are filled per rank.
   Planar run(Planar&& input, const RunContext& ctx) override;
 
   int ranks() const { return int(ranks_.size()); }
@@ -91,15 +133,44 @@ class SequenceParallelSession final : public PlacedSession {
   int64_t row_slices() const { return row_slices_; }
   int64_t time_slices() const { return time_slices_; }
   ExchangeStats exchange_stats() const { return group_->stats(); }
+  // Auto: the prediction its last choice was made from (null before one).
+  const SplitPrediction* last_prediction() const { return predicted_ ? &prediction_ : nullptr; }
+  // Per rank: seconds of its calls (options.serial: each rank alone, its compute time).
+  std::vector<double> rank_seconds() const;
 
  private:
+  struct SliceRun;
+  struct RankPart;
+  // Waits until every rank of `run` is done (watching the exchange's health and the run's
+  // deadline, aborting the exchange on either), without taking the parts.
+  static void wait_ranks(SliceRun& run);
+  // Waits for `run`; the error taking it throws (the failing rank's, or the timeout's), or null.
+  static std::exception_ptr failure_of(SliceRun& run);
+  // Waits for `run` and returns its output (rethrows the failing rank's error).
+  static Planar take(SliceRun& run);
+  // Waits for every slice in flight, ignoring their errors (whoever takes them sees those).
+  void drain();
+
   std::vector<std::unique_ptr<ModelSession>> ranks_;
   std::vector<DeviceWorker*> workers_;
   SequenceParallelOptions options_;
-  std::unique_ptr<ExchangeGroup> group_;
+  std::shared_ptr<ExchangeGroup> group_;
+  bool begun_ = false;
   std::map<int, SplitBy> chosen_;  // auto: per tile, the split its sequence's first slice chose
+  // Time split, per tile: the last rank of the sequence's previous slice that handed its
+  // history to rank 0 (-1: rank 0 keeps its own), and whether the sequence ended.
+  struct Ring {
+    int last = -1;
+    bool ended = false;
+  };
+  std::map<int, Ring> ring_;
+  std::deque<std::shared_ptr<SliceRun>> in_flight_;
+  struct Clocks;
+  std::shared_ptr<Clocks> clocks_;  // per rank: seconds of its calls
   SplitBy last_split_ = SplitBy::kTime;
   int64_t row_slices_ = 0, time_slices_ = 0;
+  SplitPrediction prediction_;
+  bool predicted_ = false;
 };
 
 }  // namespace wm::parallel

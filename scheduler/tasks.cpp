@@ -149,6 +149,7 @@ std::vector<std::unique_ptr<ModelSession>> ModelSet::open_sessions() const {
     options.first_rank = slots_.front().rank;
     options.by = split_;
     options.fault = fault_.get();
+    parallel::fit_to_model(options, models_[slots_.front().model]);
     sessions.push_back(std::make_unique<parallel::SequenceParallelSession>(
         std::move(ranks), std::move(workers), options));
     return sessions;
@@ -205,6 +206,12 @@ std::map<std::string, double> DeviceMeter::metrics(
       out["exchange_wait_seconds"] += e.wait_seconds;
       out["parallel_sequence_slices"] += double(sp->time_slices());
       out["parallel_spatial_slices"] += double(sp->row_slices());
+      // Auto's choice and the predicted speed-ups it was made from (the log has the sentence).
+      if (const parallel::SplitPrediction* p = sp->last_prediction()) {
+        out["parallel_auto_rows"] = p->rows ? 1 : 0;
+        out["parallel_predicted_time_speedup"] = p->time_speedup;
+        out["parallel_predicted_rows_speedup"] = p->rows_speedup;
+      }
     }
   }
   return out;

@@ -85,6 +85,20 @@ struct ModelConfig {
   std::string tuning;
 };
 
+// What splitting one slice over ranks costs (parallel/scaling_model.h: auto's choice between a
+// time split and a row split), per unit of the slice's input; 0 where a model does not say.
+struct SplitCosts {
+  double flops_per_pixel = 0;  // per output pixel (2 per multiply-add)
+  int temporal_factor = 1;     // output frames per input frame (a sequence's first: 1)
+  int spatial_factor = 1;      // output pixels per input pixel, per side
+  // A time split: bytes of causal history a rank passes on per slice, per input pixel.
+  double state_bytes_per_pixel = 0;
+  // A row split: bytes a band passes to one neighbour per slice, per input column and input
+  // frame; and its messages to one neighbour per slice.
+  double row_bytes_per_column = 0;
+  double row_messages = 0;
+};
+
 // Facts a model declares; the scheduler plans tiles and slices from them.
 struct ModelTraits {
   std::string name;
@@ -129,6 +143,8 @@ struct ModelTraits {
   // (exec::DeviceFrameModel): video jobs on a GPU may then keep frames on the device between
   // decoding and encoding (parallel/frame_path.h).
   bool device_frames = false;
+  // What those splits cost (auto's choice between them).
+  SplitCosts split_costs;
 };
 
 // Where a block sits in its video; stateful sessions key their caches by tile_index.
@@ -157,6 +173,16 @@ struct RunContext {
   // the next slice of the same tile needs it... or never: dropping it waits too). The device
   // then starts the next slice while the last one lands. Sessions that cannot leave it empty.
   std::function<Planar()>* deferred = nullptr;
+  // A rank of a split slice (halo set): where its part of the slice's output goes. The session
+  // that split the slice made the whole output; the rank writes its frames from `into_frame` and
+  // its rows from `into_row` of `*into` (no gather copy) and returns an empty Planar (with
+  // `deferred`, its last copies may still be landing: the function then returns an empty
+  // Planar). Null: the rank returns its part.
+  Planar* into = nullptr;
+  int into_frame = 0;
+  int into_row = 0;
+  // Ranks of this run that share this device: each plans its memory with 1/device_ranks of it.
+  int device_ranks = 1;
 };
 
 // One tensor of a session's causal state, torch-free: its bytes as the session holds them

@@ -6,7 +6,13 @@
 //                   [--dtype fp32|bf16|fp16] [--device cpu|cuda:N] [--warmup N] [--iters N]
 //                   [--slice-frames S] [--threads N] [--seed N] [--max-gpu-gib N]
 //                   [--channels 128,256,512,512] [--norm-groups 32] [--compare-fp32 0|1]
-//                   [--tuning KEY=V,...]
+//                   [--tuning KEY=V,...] [--devices 0,1|cpu] [--ranks N] [--scaling 0|1]
+//                   [--nccl 0|1]
+//
+// --devices/--ranks add "sequence_parallel": the same run as ranks that split each slice in time
+// over the listed devices (several ranks on one device run on streams of their own), its fps and
+// speed-up against the one-device run, per rank its busy, idle and compute seconds and exchange,
+// and the scaling model's speed-up on devices of their own (docs/gpu.md, "The scaling model").
 //
 // H and W are video pixels (multiples of 8); --frames counts video frames (1 + 4k; default 81,
 // i.e. 21 latent frames). --slice-frames S cuts the input as the job runner does: decode S latent
@@ -21,6 +27,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -60,6 +67,12 @@ struct Options {
   std::vector<int64_t> channels = {128, 256, 512, 512};
   int norm_groups = 32;
   bool compare_fp32 = false;
+  // Sequence parallelism (a time split): ranks over these devices, measured after the
+  // one-device run, against it (wm::bench::run_parallel).
+  std::string devices;
+  int ranks = 0;  // 0: one per listed device
+  bool scaling = true;
+  bool nccl = false;  // the NCCL exchange (a GPU per rank)
 };
 
 const char* kUsage =
@@ -67,7 +80,8 @@ const char* kUsage =
     "                       [--dtype fp32|bf16|fp16] [--device cpu|cuda:N] [--warmup N]\n"
     "                       [--iters N] [--slice-frames S] [--threads N] [--seed N]\n"
     "                       [--max-gpu-gib N] [--channels A,B,C,D] [--norm-groups G]\n"
-    "                       [--compare-fp32 0|1] [--tuning KEY=V,...]\n";
+    "                       [--compare-fp32 0|1] [--tuning KEY=V,...]\n"
+    "                       [--devices 0,1|cpu] [--ranks N] [--scaling 0|1] [--nccl 0|1]\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -96,6 +110,14 @@ Options parse(int argc, char** argv) {
       o.norm_groups = integer(flag, v, 1);
     } else if (flag == "--compare-fp32") {
       o.compare_fp32 = integer(flag, v, 0) != 0;
+    } else if (flag == "--devices") {
+      o.devices = v;
+    } else if (flag == "--ranks") {
+      o.ranks = integer(flag, v, 1);
+    } else if (flag == "--scaling") {
+      o.scaling = integer(flag, v, 0) != 0;
+    } else if (flag == "--nccl") {
+      o.nccl = integer(flag, v, 0) != 0;
     } else if (!wm::bench::parse_shared_flag(flag, v, o)) {
       throw std::invalid_argument("unknown option " + flag);
     }
@@ -298,6 +320,22 @@ int bench_seedvr2(int argc, char** argv) {
     if (device.kind == wm::Device::Kind::kCuda) {
       const double peak = wm::models::peak_device_memory_mib(device);
       out["peak_gpu_gib"] = peak / 1024.0;
+    }
+    if (o.ranks > 1 || !o.devices.empty()) {
+      wm::bench::ParallelBench b;
+      b.devices = wm::bench::parse_devices(o.devices, device);
+      b.ranks = o.ranks > 0 ? o.ranks : int(b.devices.size());
+      b.warmup = o.warmup;
+      b.iters = o.iters;
+      b.scaling = o.scaling;
+      b.nccl = o.nccl;
+      b.model = [&](const wm::Device& d) -> std::shared_ptr<const wm::Model> {
+        return wm::models::make_seedvr2_vae_random(config, arch, d, o.seed);
+      };
+      b.slices = [&] { return slices_of(input, decode, o.slice_frames); };
+      b.frames_out = frames_out;
+      b.one_seconds = seconds;
+      out["sequence_parallel"] = wm::bench::run_parallel(b);
     }
     if (o.compare_fp32 && config.precision != wm::Precision::kFloat32) {
       config.precision = wm::Precision::kFloat32;

@@ -6,12 +6,16 @@
 //                      [--slice-frames S] [--threads N] [--seed N] [--profile 0|1]
 //                      [--compare-fp32 0|1] [--tuning KEY=V,...] [--max-gpu-gib N]
 //                      [--pinned-mib N] [--kernels 0|1] [--gpu-activity 0|1]
-//                      [--devices 0,1|cpu] [--ranks N] [--parallel sequence|spatial|...]
+//                      [--devices 0,1|cpu] [--ranks N[,M...]] [--parallel sequence|spatial|...]
+//                      [--scaling 0|1] [--nccl 0|1]
 //
 // --devices/--ranks add "sequence_parallel": the same decode as sequence-parallel ranks over the
 // listed devices (ranks: one per device, or N; several on one device run on streams of their
-// own), its fps, speed-up against the one-device run of the same invocation, each rank's busy
-// seconds and peak memory, and the halo exchange's bytes, messages and wait per decode.
+// own; a list N,M measures each, as "sequence_parallel_N", ...), its fps, speed-up against the
+// one-device run of the same invocation, per rank its busy, idle and (--scaling 1, the default:
+// one more decode with the ranks one after another) compute seconds, peak memory and exchange
+// (bytes, messages, wait), and "scaling": the speed-up predicted on devices of their own over
+// NVLink and PCIe 5 (docs/gpu.md, "The scaling model").
 // --parallel picks the split: sequence (time, the default), spatial (bands of latent rows:
 // "spatial_parallel"), or both ("sequence,spatial": both objects, measured one after the other
 // against the same one-device run).
@@ -40,7 +44,9 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "parallel/device_worker.h"
 #include "parallel/memory_budget.h"
@@ -76,8 +82,10 @@ struct Options {
   // Sequence parallelism: ranks over these devices (empty: --device), measured after the
   // one-device run, against it.
   std::string devices;
-  int ranks = 0;                                     // 0: one per listed device
+  std::vector<int> ranks;  // rank counts to measure, one after another (empty: one per device)
   std::vector<std::string> parallel = {"sequence"};  // splits to measure: sequence, spatial
+  bool scaling = true;  // the scaling model's per-rank compute (one more decode, ranks serial)
+  bool nccl = false;    // the NCCL exchange (a GPU per rank)
 };
 
 const char* kUsage =
@@ -87,7 +95,8 @@ const char* kUsage =
     "                          [--profile 0|1] [--compare-fp32 0|1] [--tuning KEY=V,...]\n"
     "                          [--max-gpu-gib N] [--pinned-mib N] [--kernels 0|1]\n"
     "                          [--gpu-activity 0|1] [--devices 0,1|cpu] [--ranks N]\n"
-    "                          [--parallel sequence|spatial|sequence,spatial]\n";
+    "                          [--parallel sequence|spatial|sequence,spatial]\n"
+    "                          [--scaling 0|1] [--nccl 0|1]\n";
 
 // Throws std::invalid_argument with a one-line reason.
 Options parse(int argc, char** argv) {
@@ -109,8 +118,15 @@ Options parse(int argc, char** argv) {
       o.gpu_activity = integer(flag, v, 0) != 0;
     } else if (flag == "--devices") {
       o.devices = v;
+    } else if (flag == "--scaling") {
+      o.scaling = integer(flag, v, 0) != 0;
+    } else if (flag == "--nccl") {
+      o.nccl = integer(flag, v, 0) != 0;
     } else if (flag == "--ranks") {
-      o.ranks = integer(flag, v, 1);
+      o.ranks.clear();
+      std::stringstream in(v);
+      for (std::string item; std::getline(in, item, ',');)
+        o.ranks.push_back(integer(flag, item, 1));
     } else if (flag == "--parallel") {
       o.parallel.clear();
       size_t at = 0;
@@ -138,86 +154,27 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// The rank devices of --devices ("cpu", "0,1") or, without it, --device.
-std::vector<wm::Device> rank_devices(const Options& o, const wm::Device& device) {
-  if (o.devices.empty()) return {device};
-  if (o.devices == "cpu") return {wm::Device{}};
-  std::vector<wm::Device> out;
-  size_t at = 0;
-  while (at <= o.devices.size()) {
-    const size_t end = std::min(o.devices.find(',', at), o.devices.size());
-    out.push_back(wm::bench::parse_device("cuda:" + o.devices.substr(at, end - at)));
-    at = end + 1;
-  }
-  return out;
-}
-
 // The same decode as parallel ranks (split in time, or by rows when `spatial`): fps, the
-// speed-up against `one_seconds` (one device, this run), each rank worker's busy seconds, the
-// exchange's bytes and wait.
+// speed-up against `one_seconds` (one device, this run), per rank its busy and idle seconds and
+// exchange, and the scaling model (wm::bench::run_parallel).
 nlohmann::ordered_json sequence_parallel(const Options& o, const wm::ModelConfig& config,
                                          const wm::Planar& latents, int slice, int64_t frames_out,
-                                         double one_seconds, bool spatial) {
-  const std::vector<wm::Device> devices = rank_devices(o, wm::bench::parse_device(o.device));
-  const int ranks = o.ranks > 0 ? o.ranks : int(devices.size());
-  std::vector<std::unique_ptr<wm::Model>> models;  // same seed: the same weights on each device
-  for (const wm::Device& d : devices) {
-    models.push_back(wm::models::make_wan21_vae_random(config, d, o.seed));
-  }
-  std::vector<std::unique_ptr<wm::ModelSession>> sessions;
-  std::vector<wm::parallel::DeviceWorker*> workers;
-  for (int r = 0; r < ranks; ++r) {
-    const size_t d = size_t(r) % devices.size();
-    sessions.push_back(models[d]->open_session(devices[d]));
-    // Lane 0 ran the one-device decode; the ranks get lanes of their own.
-    workers.push_back(&wm::parallel::device_worker(devices[d], 1 + r / int(devices.size())));
-  }
-  wm::parallel::SequenceParallelOptions options;
-  options.by = spatial ? wm::parallel::SplitBy::kRows : wm::parallel::SplitBy::kTime;
-  wm::parallel::SequenceParallelSession session(std::move(sessions), workers, options);
-  double total = 0;
-  std::vector<wm::parallel::WorkerStats> before;
-  wm::parallel::ExchangeStats exchange_before;
-  for (int it = 0; it < o.warmup + o.iters; ++it) {
-    std::vector<wm::Planar> slices = wm::bench::make_slices(latents, slice);
-    if (it == o.warmup) {
-      for (auto* w : workers) before.push_back(w->stats());
-      exchange_before = session.exchange_stats();
-    }
-    const auto start = std::chrono::steady_clock::now();
-    const int64_t frames = wm::bench::run_slices(devices[0], session, std::move(slices));
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (frames != frames_out) {
-      throw wm::ModelError("bench: ranks decoded " + std::to_string(frames) + " frames, expected " +
-                           std::to_string(frames_out));
-    }
-    if (it >= o.warmup) total += seconds;
-  }
-  const double seconds = total / o.iters;
-  const wm::parallel::ExchangeStats exchange = session.exchange_stats();
-  nlohmann::ordered_json out;
-  out["split"] = spatial ? "rows" : "time";
-  out["ranks"] = ranks;
-  std::string names;
-  for (const wm::Device& d : devices) names += (names.empty() ? "" : ",") + d.str();
-  out["devices"] = names;
-  out["seconds"] = seconds;
-  out["fps"] = double(frames_out) / seconds;
-  out["speedup"] = one_seconds / seconds;
-  nlohmann::ordered_json busy = nlohmann::ordered_json::array();
-  for (size_t r = 0; r < workers.size(); ++r) {
-    const wm::parallel::WorkerStats s = workers[r]->stats();
-    busy.push_back({{"rank", r},
-                    {"device", workers[r]->device().str()},
-                    {"busy_seconds", (s.busy_seconds - before[r].busy_seconds) / o.iters},
-                    {"peak_gpu_mib", s.peak_memory_mib}});
-  }
-  out["per_rank"] = busy;
-  out["exchange_bytes"] = double(exchange.bytes - exchange_before.bytes) / o.iters;
-  out["exchange_messages"] = double(exchange.messages - exchange_before.messages) / o.iters;
-  out["exchange_wait_seconds"] = (exchange.wait_seconds - exchange_before.wait_seconds) / o.iters;
-  return out;
+                                         double one_seconds, bool spatial, int ranks) {
+  wm::bench::ParallelBench b;
+  b.devices = wm::bench::parse_devices(o.devices, wm::bench::parse_device(o.device));
+  b.ranks = ranks > 0 ? ranks : int(b.devices.size());
+  b.warmup = o.warmup;
+  b.iters = o.iters;
+  b.rows = spatial;
+  b.scaling = o.scaling;
+  b.nccl = o.nccl;
+  b.model = [&](const wm::Device& d) -> std::shared_ptr<const wm::Model> {
+    return wm::models::make_wan21_vae_random(config, d, o.seed);
+  };
+  b.slices = [&] { return wm::bench::make_slices(latents, slice); };
+  b.frames_out = frames_out;
+  b.one_seconds = one_seconds;
+  return wm::bench::run_parallel(b);
 }
 
 }  // namespace
@@ -311,10 +268,15 @@ int bench_vae_decode(int argc, char** argv) {
       out["segments"] = counts.segments;
     }
 
-    if (o.ranks > 1 || !o.devices.empty()) {
-      for (const std::string& mode : o.parallel) {
-        out[mode + "_parallel"] =
-            sequence_parallel(o, config, latents, slice, frames_out, seconds, mode == "spatial");
+    if (!o.ranks.empty() || !o.devices.empty()) {
+      // Several rank counts: one object each ("sequence_parallel_4", ...).
+      const std::vector<int> counts = o.ranks.empty() ? std::vector<int>{0} : o.ranks;
+      for (int ranks : counts) {
+        for (const std::string& mode : o.parallel) {
+          out[mode + "_parallel" + (counts.size() > 1 ? "_" + std::to_string(ranks) : "")] =
+              sequence_parallel(o, config, latents, slice, frames_out, seconds, mode == "spatial",
+                                ranks);
+        }
       }
     }
 

@@ -8,8 +8,12 @@
 #include <stdexcept>
 #include <utility>
 
+#include <chrono>
+#include <memory>
+
 #include "parallel/device_worker.h"
 #include "parallel/sequence_parallel.h"
+#include "src/base/error.h"
 
 namespace wm::bench {
 
@@ -83,6 +87,8 @@ int64_t run_slices(const Device& device, ModelSession& session, std::vector<Plan
     Planar out;
     std::function<Planar()> deferred;
     if (direct) {
+      // It queues the slice on its ranks and returns; the output comes when taken.
+      ctx.deferred = &deferred;
       out = session.run(std::move(slices[i]), ctx);
     } else {
       ctx.device = worker.context();
@@ -98,6 +104,152 @@ int64_t run_slices(const Device& device, ModelSession& session, std::vector<Plan
   }
   if (previous) take(previous());
   return frames;
+}
+
+std::vector<Device> parse_devices(const std::string& devices, const Device& fallback) {
+  if (devices.empty()) return {fallback};
+  if (devices == "cpu") return {Device{}};
+  std::vector<Device> out;
+  size_t at = 0;
+  while (at <= devices.size()) {
+    const size_t end = std::min(devices.find(',', at), devices.size());
+    out.push_back(parse_device("cuda:" + devices.substr(at, end - at)));
+    at = end + 1;
+  }
+  return out;
+}
+
+nlohmann::ordered_json run_parallel(const ParallelBench& b) {
+  const int ranks = std::max(1, b.ranks);
+  const size_t n = b.devices.size();
+  std::vector<std::shared_ptr<const Model>> models;
+  for (const Device& d : b.devices) models.push_back(b.model(d));
+  std::vector<parallel::DeviceWorker*> workers;
+  for (int r = 0; r < ranks; ++r) {
+    // Lane 0 ran the one-device run; the ranks get lanes of their own.
+    workers.push_back(&parallel::device_worker(b.devices[size_t(r) % n], 1 + r / int(n)));
+  }
+  auto open = [&](bool serial) {
+    std::vector<std::unique_ptr<ModelSession>> sessions;
+    for (int r = 0; r < ranks; ++r) {
+      sessions.push_back(models[size_t(r) % n]->open_session(b.devices[size_t(r) % n]));
+    }
+    parallel::SequenceParallelOptions options;
+    options.by = b.rows ? parallel::SplitBy::kRows : parallel::SplitBy::kTime;
+    options.serial = serial;
+    options.nccl = b.nccl;
+    parallel::fit_to_model(options, models.front());
+    return std::make_unique<parallel::SequenceParallelSession>(std::move(sessions), workers,
+                                                               options);
+  };
+  auto session = open(false);
+  double total = 0;
+  std::vector<parallel::WorkerStats> before;
+  parallel::ExchangeStats exchange_before;
+  for (int it = 0; it < b.warmup + b.iters; ++it) {
+    std::vector<Planar> slices = b.slices();
+    if (it == b.warmup) {
+      for (auto* w : workers) before.push_back(w->stats());
+      exchange_before = session->exchange_stats();
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t frames = run_slices(b.devices[0], *session, std::move(slices));
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (frames != b.frames_out) {
+      throw ModelError("bench: ranks made " + std::to_string(frames) + " frames, expected " +
+                       std::to_string(b.frames_out));
+    }
+    if (it >= b.warmup) total += seconds;
+  }
+  const double iters = double(std::max(1, b.iters));
+  const double seconds = total / iters;
+  const parallel::ExchangeStats exchange = session->exchange_stats();
+  std::vector<parallel::WorkerStats> after;
+  for (auto* w : workers) after.push_back(w->stats());
+  session.reset();
+  nlohmann::ordered_json out;
+  out["split"] = b.rows ? "rows" : "time";
+  out["ranks"] = ranks;
+  std::string names;
+  for (const Device& d : b.devices) names += (names.empty() ? "" : ",") + d.str();
+  out["devices"] = names;
+  out["exchange"] = b.nccl ? "nccl" : "in-process";
+  out["seconds"] = seconds;
+  out["fps"] = double(b.frames_out) / seconds;
+  out["speedup"] = b.one_seconds / seconds;
+  out["exchange_bytes"] = double(exchange.bytes - exchange_before.bytes) / iters;
+  out["exchange_messages"] = double(exchange.messages - exchange_before.messages) / iters;
+  out["exchange_wait_seconds"] = (exchange.wait_seconds - exchange_before.wait_seconds) / iters;
+
+  // Compute per rank: a time split's, measured: the same run once more, each rank's part of
+  // every slice alone on its device (the ranks one after another; the shapes are tuned
+  // already). A row split's bands exchange rows both ways in every convolution, so they cannot
+  // run one after another: its compute is modelled as the one-device time shared by the bands.
+  std::vector<double> compute(size_t(ranks), 0.0);
+  if (b.scaling && !b.rows) {
+    auto serial = open(true);
+    run_slices(b.devices[0], *serial, b.slices());
+    compute = serial->rank_seconds();
+  } else if (b.scaling) {
+    const std::vector<Planar> slices = b.slices();
+    const int height = slices.empty() ? 1 : slices.front().height;
+    const std::vector<int> bands = parallel::split_frames(height, ranks);
+    for (size_t r = 0; r < bands.size(); ++r) {
+      compute[r] = b.one_seconds * double(bands[r]) / double(height);
+    }
+  }
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  std::vector<parallel::RankLoad> loads;
+  for (size_t r = 0; r < workers.size(); ++r) {
+    const parallel::WorkerStats& s = after[r];
+    const parallel::RankExchange none;
+    const parallel::RankExchange& now = r < exchange.ranks.size() ? exchange.ranks[r] : none;
+    const parallel::RankExchange& then =
+        r < exchange_before.ranks.size() ? exchange_before.ranks[r] : none;
+    parallel::RankLoad load;
+    load.compute_seconds = compute[r];
+    load.bytes = double(now.bytes - then.bytes) / iters;
+    load.messages = double(now.messages - then.messages) / iters;
+    loads.push_back(load);
+    const double busy = (s.busy_seconds - before[r].busy_seconds) / iters;
+    nlohmann::ordered_json row;
+    row["rank"] = r;
+    row["device"] = workers[r]->device().str();
+    if (b.scaling) {
+      row["compute_seconds"] = compute[r];
+      row["compute"] = b.rows ? "modelled (band share of one device)" : "measured (alone)";
+    }
+    row["busy_seconds"] = busy;
+    row["idle_seconds"] = std::max(0.0, seconds - busy);
+    row["exchange_bytes"] = load.bytes;
+    row["exchange_messages"] = load.messages;
+    row["exchange_wait_seconds"] = (now.wait_seconds - then.wait_seconds) / iters;
+    row["peak_gpu_mib"] = s.peak_memory_mib;
+    rows.push_back(row);
+  }
+  out["per_rank"] = rows;
+  if (b.scaling) out["scaling"] = scaling_model(b.one_seconds, loads, !b.rows);
+  return out;
+}
+
+nlohmann::ordered_json scaling_model(double one_seconds,
+                                     const std::vector<parallel::RankLoad>& loads,
+                                     bool overlapped) {
+  nlohmann::ordered_json out;
+  out["one_device_seconds"] = one_seconds;
+  out["exchange"] = overlapped ? "beside compute (time split)" : "added to compute (row split)";
+  parallel::Link none{"none", 1e300, 0};
+  for (const parallel::Link& link : {parallel::nvlink_link(), parallel::pcie5_link(), none}) {
+    const double seconds = parallel::predicted_seconds(loads, link, overlapped);
+    nlohmann::ordered_json j;
+    j["gb_per_s"] = link.bytes_per_second < 1e299 ? link.bytes_per_second / 1e9 : 0.0;
+    j["latency_us"] = link.latency_seconds * 1e6;
+    j["seconds"] = seconds;
+    j["speedup"] = seconds > 0 ? one_seconds / seconds : 0.0;
+    out[link.name == "none" ? "no_exchange" : link.name] = j;
+  }
+  return out;
 }
 
 double peak_rss_mib() {

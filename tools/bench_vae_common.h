@@ -4,9 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "parallel/scaling_model.h"
 #include "src/base/planar.h"
 #include "src/model.h"
 
@@ -67,6 +72,37 @@ std::vector<Planar> make_slices(const Planar& latents, int slice);
 // freed slice by slice otherwise (as a streaming job holds them).
 int64_t run_slices(const Device& device, ModelSession& session, std::vector<Planar> slices,
                    std::vector<Planar>* outputs = nullptr);
+
+// The rank devices of --devices ("cpu", "0,1"; empty: `fallback`). Throws
+// std::invalid_argument naming a bad one.
+std::vector<Device> parse_devices(const std::string& devices, const Device& fallback);
+
+// A run measured again as sequence-parallel ranks (wmbench vae-decode and seedvr2 --ranks).
+struct ParallelBench {
+  std::vector<Device> devices;  // rank r on devices[r % devices.size()]
+  int ranks = 1;
+  int warmup = 0, iters = 1;
+  bool rows = false;    // split by rows (else in time)
+  bool nccl = false;    // the NCCL exchange (one rank per GPU; else in-process)
+  bool scaling = true;  // one more run with the ranks one after another: the scaling model
+  // The model on a device (the same weights on each), and the input as slices (made per run).
+  std::function<std::shared_ptr<const Model>(const Device&)> model;
+  std::function<std::vector<Planar>()> slices;
+  int64_t frames_out = 0;
+  double one_seconds = 0;  // the one-device run of this invocation
+};
+// Runs `b` (warm-up runs, then timed ones) and returns: split, ranks, devices, seconds, fps,
+// speedup (against one_seconds), the exchange's bytes, messages and wait per run, per rank
+// ("per_rank") its busy and idle seconds, compute seconds (b.scaling), exchange bytes, messages
+// and wait, and "scaling" (scaling_model).
+nlohmann::ordered_json run_parallel(const ParallelBench& b);
+
+// The scaling model's prediction (parallel/scaling_model.h) from measured per-rank loads, as
+// wmbench prints it: per link (NVLink, PCIe 5, and no exchange at all) the seconds the ranks
+// would take on devices of their own and the speed-up against `one_seconds`. `overlapped`: a
+// time split (sends beside compute); else a row split (they add up).
+nlohmann::ordered_json scaling_model(double one_seconds,
+                                     const std::vector<parallel::RankLoad>& loads, bool overlapped);
 
 // Peak resident memory of this process in MiB (VmHWM). reset_peak_rss() restarts it from the
 // current resident size (Linux /proc/self/clear_refs); false when the kernel refused, and the

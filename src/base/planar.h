@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <new>
 #include <utility>
 #include <vector>
@@ -83,5 +84,23 @@ struct Planar {
     return data.data() + (size_t(c) * frames + t) * plane_size();
   }
 };
+
+// Copies `part` into frames [frame, +part.frames) and rows [row, +part.height) of `whole` (a
+// split slice's part into the slice's output). False, and nothing copied, when it does not fit
+// (other channels or width, or past the end).
+inline bool place(const Planar& part, Planar& whole, int frame, int row) {
+  if (part.channels != whole.channels || part.width != whole.width || frame < 0 || row < 0 ||
+      frame + part.frames > whole.frames || row + part.height > whole.height) {
+    return false;
+  }
+  const size_t w = size_t(whole.width);
+  for (int c = 0; c < part.channels; ++c) {
+    for (int t = 0; t < part.frames; ++t) {
+      std::memcpy(whole.plane(c, frame + t) + size_t(row) * w, part.plane(c, t),
+                  size_t(part.height) * w * sizeof(float));
+    }
+  }
+  return true;
+}
 
 }  // namespace wm

@@ -31,7 +31,38 @@ class HaloExchange {
   // Sends `t` (any shape; the receiver's `into` has the same number of bytes) to rank `to`.
   virtual void send(int to, const at::Tensor& t) = 0;
   // Receives the next message from rank `from` into `into` (contiguous in its memory format).
+  // An exchange may instead make `into` the message's own memory when nothing else refers to
+  // `into`'s (same sizes, strides, dtype and device): no copy.
   virtual void recv(int from, at::Tensor& into) = 0;
+
+  // A time split runs as a ring: every causal layer takes its history (the last input frames of
+  // the rank before) from history_from() and hands its new history to history_to(), as soon as
+  // it exists. Rank r > 0 takes it from r − 1; rank 0 from the last rank of the sequence's
+  // previous slice (so rank 0 starts the next slice while later ranks still finish this one), or
+  // -1: it keeps its own (the sequence's first slice, or a previous slice it ran alone). The
+  // last rank hands it to rank 0 when another slice follows, else -1. A layer run in several
+  // calls (frame chunks, tiles run again) takes it before its first call and hands it on after
+  // its last. Defaults: a line of ranks (no ring).
+  virtual int history_from() const { return rank() > 0 ? rank() - 1 : -1; }
+  virtual int history_to() const { return rank() + 1 < ranks() ? rank() + 1 : -1; }
+};
+
+// A rank's view of an exchange for one slice: its rank among the slice's ranks and, for a time
+// split, its place in the ring (the sequence-parallel session makes one per rank and slice).
+class SliceExchange final : public HaloExchange {
+ public:
+  SliceExchange(HaloExchange& inner, int rank, int ranks, int from = -1, int to = -1)
+      : inner_(inner), rank_(rank), ranks_(ranks), from_(from), to_(to) {}
+  int rank() const override { return rank_; }
+  int ranks() const override { return ranks_; }
+  void send(int to, const at::Tensor& t) override { inner_.send(to, t); }
+  void recv(int from, at::Tensor& into) override { inner_.recv(from, into); }
+  int history_from() const override { return from_; }
+  int history_to() const override { return to_; }
+
+ private:
+  HaloExchange& inner_;
+  int rank_, ranks_, from_, to_;
 };
 
 }  // namespace wm::exec

@@ -373,21 +373,33 @@ std::vector<char> Network::stage_slots(size_t begin, size_t end) const {
   return used;
 }
 
-// Sequence parallelism: a rank after the first takes the conv's memory (the last kt − st frames
-// of the previous rank's time-extended input) from the previous rank; `like` has the conv's
-// channels and frame size.
+// Sequence parallelism (a ring): the conv's memory (the last kt − st frames of the previous
+// part's time-extended input) from history_from(), before the conv's first call of this rank's
+// part; `like` has the conv's channels and frame size.
 void Network::receive_memory(const Conv& c, const at::Tensor& like, StreamState& s) const {
-  if (!s.halo || s.halo->rank() == 0 || c.slot < 0) return;
+  if (!s.halo || c.slot < 0) return;
+  const int from = s.halo->history_from();
+  if (from < 0) return;
+  const size_t slot = size_t(c.slot);
+  if (slot < s.received.size()) {
+    if (s.received[slot]) return;  // a later chunk: the memory is this rank's own
+    s.received[slot] = 1;
+  }
   at::Tensor history = at::empty({1, like.size(1), c.kt - c.st, like.size(3), like.size(4)},
                                  like.options().memory_format(format_));
-  s.halo->recv(s.halo->rank() - 1, history);
-  s.memory[size_t(c.slot)] = history;
+  s.halo->recv(from, history);
+  s.memory[slot] = history;
+  if (slot < s.written.size()) s.written[slot].reset();
 }
 
+// The conv's new memory to history_to() after its last call of this rank's part; this rank's
+// next slice takes its memory from the rank before it, so it is dropped here.
 void Network::send_memory(const Conv& c, StreamState& s) const {
-  if (s.halo && c.slot >= 0 && s.halo->rank() + 1 < s.halo->ranks()) {
-    s.halo->send(s.halo->rank() + 1, s.memory[size_t(c.slot)].contiguous(format_));
-  }
+  if (!s.halo || !s.sends || c.slot < 0) return;
+  const int to = s.halo->history_to();
+  if (to < 0) return;
+  s.halo->send(to, s.memory[size_t(c.slot)].contiguous(format_));
+  s.memory[size_t(c.slot)] = at::Tensor();
 }
 
 at::Tensor Network::conv(const Conv& c, at::Tensor x, StreamState& s, bool first) const {
@@ -898,17 +910,21 @@ void Network::run_from(size_t index, size_t end, at::Tensor x, StreamState& s, b
   }
   // Time chunks, each through the remaining stages before the next (exact: every causal conv
   // still sees its frames in order, with its state carried). Encoder chunks keep the temporal
-  // downsampling windows whole: 1 + a multiple of the group first, multiples after.
+  // downsampling windows whole: 1 + a multiple of the group first, multiples after. A
+  // sequence-parallel rank's convs hand their memory on in the last chunk only.
   const int64_t f = st.frame_group;
+  const bool sends = s.sends;
   for (int64_t t0 = 0; t0 < T;) {
     const bool head = first && t0 == 0;
     int64_t len = n;
     if (f > 1) len = head ? 1 + std::max<int64_t>(0, (n - 1) / f) * f : std::max(f, n / f * f);
     len = std::min(len, T - t0);
+    s.sends = sends && t0 + len >= T;
     run_from(index + 1, end, run_stage(st, x.narrow(2, t0, len), s, head), s, head, work_bytes,
              emit);
     t0 += len;
   }
+  s.sends = sends;
 }
 
 void Network::forward_chunks(const at::Tensor& input, StreamState& state, bool first,
@@ -932,7 +948,7 @@ void Network::forward_phased(const at::Tensor& input, StreamState& s, bool first
                              const std::vector<size_t>& starts, const std::vector<int64_t>& work,
                              const std::function<void(const at::Tensor&)>& emit) const {
   size_state(s);
-  const size_t phases = s.halo ? 1 : starts.size();
+  const size_t phases = starts.size();
   auto budget = [&](size_t p) -> int64_t {
     return work.empty() ? 0 : work[std::min(p, work.size() - 1)];
   };
@@ -1040,7 +1056,10 @@ void Network::forward_phased(const at::Tensor& input, StreamState& s, bool first
       // the allocator once the copy has run).
       Spooled& part = spool[frames[i].first];
       if (frames[i].second + 1 == part.host.size(2)) part.host = at::Tensor();
+      const bool sends = s.sends;
+      s.sends = sends && i + 1 == frames.size();
       run_from(begin, end, std::move(x), s, first && i == 0, budget(p), sink);
+      s.sends = sends;
     }
     spool = std::move(out);
   }
@@ -1050,6 +1069,7 @@ void Network::size_state(StreamState& state) const {
   state.memory.resize(size_t(slots_));
   state.written.resize(size_t(slots_));
   state.uploading.assign(size_t(slots_), nullptr);
+  state.received.resize(size_t(slots_), 0);  // cleared per call by the session
 }
 
 int64_t Network::slot_bytes(int slot, int64_t h, int64_t w, int64_t element_size) const {

@@ -52,11 +52,19 @@ struct StreamState {
   // For the call in progress: the device worker, whose side streams carry the host copies (none:
   // streams from LibTorch's pool).
   exec::DeviceContext* context = nullptr;
-  // Sequence parallelism (spec §5), for the current call: rank r > 0 takes every causal conv's
-  // memory from rank r − 1 and every rank but the last sends its own on; only the sequence's
-  // first slice on rank 0 pads by replication and drops the Upsample3D head frame (`first`).
-  // Run the network without time chunks (forward_chunks with work_bytes 0) on ranks.
+  // Sequence parallelism (spec §5), for the current call: a ring (HaloExchange::history_from,
+  // history_to). Every causal conv takes its memory from history_from() before its first call
+  // of the rank's part (none: the rank keeps its own) and hands its new memory to history_to()
+  // after its last call, dropping it here; only the sequence's first slice on rank 0 pads by
+  // replication and drops the Upsample3D head frame (`first`). Time chunks and phases are the
+  // rank's own: a chunked conv hands its memory on only after its last chunk (which holds the
+  // next rank back).
   exec::HaloExchange* halo = nullptr;
+  // With `halo`: per slot, whether the conv took its memory already in this call (the session
+  // clears it per call), and whether the frames now running end the rank's part at their
+  // stage (run_from and forward_phased keep it).
+  std::vector<char> received;
+  bool sends = true;
 };
 
 // Execution choices (ModelConfig::tuning, "key=value,..."): they change rounding only, never the

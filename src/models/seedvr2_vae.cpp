@@ -165,10 +165,14 @@ class SeedVR2Session final : public ModelSession {
 
   Planar run(Planar&& input, const RunContext& ctx) override {
     check(input, ctx);
-    // A sequence-parallel rank after the first takes every memory from the rank before it.
-    const bool follower = ctx.halo && ctx.halo->rank() > 0;
+    // A sequence-parallel rank that takes its memory from another rank (every rank after the
+    // first, and rank 0 after a slice whose last rank handed its own on) starts empty.
+    const bool follower = ctx.halo && ctx.halo->history_from() >= 0;
     if (ctx.first_slice || follower) tiles_[ctx.tile_index] = StreamState{};
     StreamState& state = tiles_[ctx.tile_index];
+    // Each call takes every conv's memory once (sequence parallelism: the ring).
+    state.received.assign(size_t(net_->state_slots()), 0);
+    state.sends = true;
     // The state before this slice, kept until the slice succeeds: a snapshot (slot tensors are
     // replaced, never written in place), restored when an attempt runs out of device memory.
     // Sequence-parallel ranks exchange histories as they go, so they do not retry.
@@ -207,9 +211,7 @@ class SeedVR2Session final : public ModelSession {
           const at::Tensor x = upload(std::move(input), ctx);
           return attempts(before, state, ctx, retry, [&](int attempt) {
             state.in_place = in_place;
-            Planar y = run_cuda(x, state, ctx, attempt, retry);
-            if (ctx.halo) hand_over_state(state, *ctx.halo);
-            return y;
+            return run_cuda(x, state, ctx, attempt, retry);
           });
         }
 #endif
@@ -218,8 +220,7 @@ class SeedVR2Session final : public ModelSession {
           state.in_place = in_place;
           at::Tensor y = run_cpu(x, state, ctx, attempt);
           if (!net_->decoder() && !logvar_) y = y.narrow(1, 0, net_->arch().latent_channels);
-          if (ctx.halo) hand_over_state(state, *ctx.halo);
-          return to_planar(y);
+          return to_slice_output(to_planar(y), ctx);
         });
       });
       state.halo = nullptr;
@@ -343,10 +344,11 @@ class SeedVR2Session final : public ModelSession {
   // CPU "host" and "device" memory are one, so it computes exactly the same thing).
   at::Tensor run_cpu(const at::Tensor& x, StreamState& state, const RunContext& ctx, int attempt) {
     const seedvr2::Tuning& tuning = net_->tuning();
-    if (tuning.host_state == 1 && !ctx.halo) state.on_host.assign(size_t(net_->state_slots()), 1);
+    // (A sequence-parallel rank's memory passes to the next rank: never host memory.)
+    const bool host = tuning.host_state == 1 && !ctx.halo;
+    if (host) state.on_host.assign(size_t(net_->state_slots()), 1);
     int64_t work = tuning.work_mib << 20;
-    if (ctx.halo) work = 0;
-    if (ctx.halo || (work <= 0 && tuning.host_state != 1 && tuning.phased <= 0)) {
+    if (work <= 0 && !host && tuning.phased <= 0) {
       at::Tensor y = net_->forward(x, state, ctx.first_slice);
       inject_oom_for_test();
       return y;
@@ -431,27 +433,13 @@ class SeedVR2Session final : public ModelSession {
     }
     for (int64_t a = 0; a < T; a += n) {
       const int64_t m = std::min(n, T - a);
+      // (A sequence-parallel rank's convs hand their memory on in the last sub-range only.)
+      state.sends = a + m >= T;
       net_->forward_phased(x.narrow(2, a, m), state, ctx.first_slice && a == 0, starts, works,
                            emit);
+      state.sends = true;
       if (a + m < T || !ctx.last_slice) {
         net_->park(state, std::vector<char>(state.memory.size(), 1));
-      }
-    }
-  }
-
-  // Sequence parallelism, after a rank's run: the last rank's memory replaces rank 0's, for the
-  // next slice (every causal conv ran on every rank, so both hold the same slots).
-  static void hand_over_state(StreamState& state, exec::HaloExchange& halo) {
-    const int last = halo.ranks() - 1;
-    if (last == 0 || (halo.rank() != 0 && halo.rank() != last)) return;
-    for (at::Tensor& m : state.memory) {
-      if (!m.defined()) continue;
-      if (halo.rank() == last) {
-        halo.send(0, m);
-      } else {
-        at::Tensor t = at::empty_like(m);
-        halo.recv(last, t);
-        m = t;
       }
     }
   }
@@ -483,9 +471,11 @@ class SeedVR2Session final : public ModelSession {
             bool snapshot) const {
     const seedvr2::Tuning& tuning = net_->tuning();
     Plan p;
-    // Ranks run whole stages with the state on the device: a later rank's conv waits for the
-    // earlier rank's whole input to it.
-    if (ctx.halo) return p;
+    // A rank of a split slice: its memory passes to the next rank (never host memory), it plans
+    // with its share of the device, and it runs whole stages where they fit (a chunked conv
+    // hands its memory on after its last chunk only, which holds the next rank back).
+    const bool rank = ctx.halo != nullptr;
+    const int64_t share = std::max(1, ctx.device_ranks);
     const int64_t slots = net_->state_slots();
     const int64_t elt = int64_t(c10::elementSize(dtype_));
     int64_t total = 0, resident = 0;
@@ -500,21 +490,29 @@ class SeedVR2Session final : public ModelSession {
     size_t free_bytes = 0, total_bytes = 0;
     cudaMemGetInfo(&free_bytes, &total_bytes);
     const int64_t budget = ctx.device ? ctx.device->memory_budget() : 0;
-    const int64_t cap = budget > 0 ? budget : reserved + int64_t(free_bytes);
-    const int64_t avail = cap - (allocated - resident) - cap / 10 - (int64_t(768) << 20);
+    const int64_t cap = (budget > 0 ? budget : reserved + int64_t(free_bytes)) / share;
+    const int64_t used = (allocated - resident) / share;
+    const int64_t avail = cap - used - cap / 10 - (int64_t(768) << 20);
     const int64_t copies = snapshot && !ctx.first_slice ? 2 : 1;
     const int64_t reserve = 5 * net_->largest_frame_bytes(h, w, elt);
     int64_t device_budget =
         tuning.device_state_mib > 0 ? tuning.device_state_mib << 20 : (avail - reserve) / copies;
     device_budget = std::max<int64_t>(device_budget, 0) >> attempt;
+    const int host_state = rank ? 0 : tuning.host_state;
     if (tuning.phased > 0 ||
         (tuning.phased < 0 && net_->phase_starts(2).size() > 1 && tuning.host_state < 0 &&
          tuning.device_state_mib == 0 && total > device_budget)) {
-      return phased_plan(h, w, avail, cap - (allocated - resident), attempt);
+      p = phased_plan(h, w, avail, cap - used, attempt);
+      if (rank) {
+        p.on_host.assign(size_t(slots), 0);
+        p.device_state += p.host_state;
+        p.host_state = 0;
+      }
+      return p;
     }
-    if (tuning.host_state == 1) {
+    if (host_state == 1) {
       p.on_host.assign(size_t(slots), 1);
-    } else if (tuning.host_state < 0 && total > device_budget) {
+    } else if (host_state < 0 && total > device_budget) {
       p.on_host = net_->host_slots(h, w, elt, device_budget);
     }
     for (int k = 0; k < slots; ++k) {
@@ -523,6 +521,8 @@ class SeedVR2Session final : public ModelSession {
     }
     if (tuning.work_mib > 0) {
       p.work = tuning.work_mib << 20;
+    } else if (rank) {
+      p.work = std::max<int64_t>((avail - p.device_state) * 2 / 3, kLeastWork);
     } else {
       p.work = std::clamp<int64_t>((avail - copies * p.device_state) / 3, kLeastWork, kMostWork);
     }
@@ -645,8 +645,23 @@ class SeedVR2Session final : public ModelSession {
       const int64_t tf = net_->arch().temporal_factor(), T = x.size(2);
       const int64_t total = ctx.first_slice ? 1 + tf * (T - 1) : tf * T;
       const int64_t s = traits_.scale_num;
-      Planar out;
-      sink.allocate(out, traits_.out_channels, int(total), int(x.size(3) * s), int(x.size(4) * s));
+      const int64_t out_h = x.size(3) * s, out_w = x.size(4) * s;
+      // The slice's output; or, for a rank of a split slice, the whole slice's output (which
+      // the session made), from frame into_frame on. A rank taken deferred may return before
+      // its last copies land: its worker goes on to the next slice meanwhile.
+      Planar own;
+      Planar* out = &own;
+      const int64_t frame_base = ctx.into ? ctx.into_frame : 0;
+      if (ctx.into) {
+        out = ctx.into;
+        if (out->channels != traits_.out_channels || out->width != out_w || out->height != out_h ||
+            frame_base + total > out->frames) {
+          throw ModelError(traits_.name + ": a rank's part does not fit the slice's output");
+        }
+      } else {
+        sink.allocate(own, traits_.out_channels, int(total), int(out_h), int(out_w));
+      }
+      const bool defer = ctx.into && ctx.deferred;
       int64_t frame0 = 0;
       try {
         forward([&](const at::Tensor& y) {
@@ -657,19 +672,24 @@ class SeedVR2Session final : public ModelSession {
           at::Tensor planar = at::empty({y.size(1), y.size(2), y.size(3), y.size(4)},
                                         y.options().dtype(at::kFloat));
           planar.copy_(y.squeeze(0));
-          sink.push(planar, out, int(frame0), 0, 0);
+          sink.push(planar, *out, int(frame_base + frame0), 0, 0);
           frame0 += y.size(2);
         });
-        sink.finish();
+        if (!defer) sink.finish();
       } catch (...) {
         sink.abandon();
         throw;
       }
       if (frame0 != total) {
+        sink.abandon();
         throw ModelError(traits_.name + ": decoder made " + std::to_string(frame0) +
                          " frames, expected " + std::to_string(total));
       }
-      return out;
+      if (defer) {
+        *ctx.deferred = [take = exec::deferred_output(std::make_shared<Planar>(), sink.mark()),
+                         name = traits_.name] { return guarded(name.c_str(), take); };
+      }
+      return own;
     }
     std::vector<at::Tensor> parts;
     forward([&](const at::Tensor& y) {
@@ -678,7 +698,7 @@ class SeedVR2Session final : public ModelSession {
     });
     at::Tensor y = parts.size() == 1 ? parts[0] : at::cat(parts, 2);
     if (!net_->decoder() && !logvar_) y = y.narrow(1, 0, net_->arch().latent_channels);
-    return to_planar(y);
+    return to_slice_output(to_planar(y), ctx);
   }
 #endif
 
@@ -713,10 +733,8 @@ class SeedVR2Session final : public ModelSession {
                          "is exact only on a window boundary)");
       }
     }
-    if (ctx.halo && !net_->decoder()) {
-      throw ModelError(where + "sequence parallelism is for decoding only");
-    }
-    if (!ctx.first_slice && !tiles_.count(ctx.tile_index) && !(ctx.halo && ctx.halo->rank() > 0)) {
+    if (!ctx.first_slice && !tiles_.count(ctx.tile_index) &&
+        !(ctx.halo && ctx.halo->history_from() >= 0)) {
       throw ModelError(where + "slice " + std::to_string(ctx.slice_index) + " of tile " +
                        std::to_string(ctx.tile_index) +
                        " is not the first slice, but no earlier slice of it ran on this session");
@@ -770,6 +788,9 @@ class SeedVR2Model final : public Model {
       t.halo = kHaloLatent * s;
       t.frame_group = arch_.temporal_factor();
       t.frame_offset = 1;
+      // Ranks take whole temporal downsampling windows (a first slice's rank 0: 1 + 4k frames,
+      // every other part 4k), which makes the time split exact as slices are.
+      t.sequence_parallel = true;
     }
     network_for(device);  // weights on the main device now: errors surface at construction
   }

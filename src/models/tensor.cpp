@@ -30,6 +30,14 @@ Planar to_planar(const at::Tensor& t) {
   return out;
 }
 
+Planar to_slice_output(Planar part, const RunContext& ctx) {
+  if (!ctx.into) return part;
+  if (!place(part, *ctx.into, ctx.into_frame, ctx.into_row)) {
+    throw ModelError("a rank's part does not fit the split slice's output");
+  }
+  return Planar();
+}
+
 void use_all_cpu_threads() {
   static std::once_flag once;
   std::call_once(once, [] {

@@ -13,6 +13,10 @@ namespace wm::models {
 at::Tensor to_tensor(Planar&& p);
 // Copies a [C,T,H,W] or [1,C,T,H,W] tensor (any dtype/device) into a float32 host Planar.
 Planar to_planar(const at::Tensor& t);
+// A rank of a split slice (RunContext::into): `part` goes into frames [into_frame, +T) and rows
+// [into_row, +H) of *ctx.into, and the rank returns the empty Planar this gives; without
+// ctx.into, `part` itself.
+Planar to_slice_output(Planar part, const RunContext& ctx);
 at::ScalarType to_scalar_type(Precision p);
 at::Device to_device(const Device& d);
 // Lets LibTorch's CPU ops use every core (Debian's build starts with one thread). Idempotent.

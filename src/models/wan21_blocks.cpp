@@ -190,12 +190,15 @@ bool packed_channels_last(const at::Tensor& t) {
 bool raw_ok(const at::Tensor& x, const Tuning& tuning) {
   return x.is_cuda() && tuning.raw_conv && packed_channels_last(x);
 }
+// `pad_h` < 0: `pad` rows too (a spatial-parallel band's conv pads columns only: its rows come
+// from the bands above and below).
 at::Tensor conv_raw(const at::Tensor& x, const at::Tensor& weight, int64_t pad,
-                    int64_t frames_per_call) {
+                    int64_t frames_per_call, int64_t pad_h = -1) {
   ConvTimer timer(x);
+  if (pad_h < 0) pad_h = pad;
   const int64_t kt = weight.size(2), kh = weight.size(3), kw = weight.size(4);
   const int64_t t_out = x.size(2) - kt + 1;
-  const int64_t h_out = x.size(3) + 2 * pad - kh + 1, w_out = x.size(4) + 2 * pad - kw + 1;
+  const int64_t h_out = x.size(3) + 2 * pad_h - kh + 1, w_out = x.size(4) + 2 * pad - kw + 1;
   at::Tensor y = at::empty({1, weight.size(0), t_out, h_out, w_out},
                            x.options().memory_format(at::MemoryFormat::ChannelsLast3d));
   const bool benchmark = at::globalContext().benchmarkCuDNN();
@@ -211,7 +214,7 @@ at::Tensor conv_raw(const at::Tensor& x, const at::Tensor& weight, int64_t pad,
   for (int64_t t0 = 0; t0 < t_out; t0 += step) {
     const int64_t n = std::min(step, t_out - t0);
     at::Tensor out = packed_frames(y, t0, n);
-    at::cudnn_convolution_out(out, packed_frames(x, t0, n + kt - 1), weight, {0, pad, pad},
+    at::cudnn_convolution_out(out, packed_frames(x, t0, n + kt - 1), weight, {0, pad_h, pad},
                               {1, 1, 1}, {1, 1, 1}, 1, benchmark, /*deterministic=*/false, tf32);
   }
   timer.done(weight, y);
@@ -444,10 +447,7 @@ class CausalConv {
   // caller folds it into its next pass.
   template <typename Fill>
   at::Tensor run(const at::Tensor& x, SequenceState& st, Fill&& fill, bool* bias_pending) const {
-    if (st.row_halo && pad_ > 0) {
-      if (bias_pending) *bias_pending = false;
-      return run_rows(x, st, fill);
-    }
+    if (st.row_halo && pad_ > 0) return run_rows(x, st, fill, bias_pending);
     receive_history(x, st);
     at::Tensor buf = history_buffer(x, st.slots[slot_], kCausalFrames, memory_format_);
     fill(buf.narrow(2, kCausalFrames, x.size(2)));
@@ -500,7 +500,8 @@ class CausalConv {
   // boundary rows above and below (exchange_rows), convolved without row padding. The slot
   // keeps the band's own history.
   template <typename Fill>
-  at::Tensor run_rows(const at::Tensor& x, SequenceState& st, Fill&& fill) const {
+  at::Tensor run_rows(const at::Tensor& x, SequenceState& st, Fill&& fill,
+                      bool* bias_pending) const {
     const int64_t t = x.size(2), h = x.size(3), p = pad_;
     at::Tensor buf = at::empty({x.size(0), x.size(1), kCausalFrames + t, h + 2 * p, x.size(4)},
                                x.options().memory_format(memory_format_));
@@ -520,18 +521,33 @@ class CausalConv {
       slot = tail.clone(memory_format_);
     }
     exchange_rows(*st.row_halo, buf, p);
+    // As one device: cuDNN written in place, ≤ 16 frames per call (a whole slice per call made
+    // cuDNN's autotuning of > 2^31-element shapes take minutes), the bias left to the next pass.
+    if (bias_pending) *bias_pending = false;
+    if (bias_pending && raw_ok(buf, *tuning_)) {
+      *bias_pending = true;
+      return narrow_outputs(conv_raw(buf, conv_.weight, p, tuning_->conv_frames, /*pad_h=*/0));
+    }
     return narrow_outputs(conv(buf, conv_, {1, 1, 1}, {0, 0, p}));
   }
   static std::vector<int64_t> history_sizes(const at::Tensor& x) {
     return {1, x.size(1), kCausalFrames, x.size(3), x.size(4)};
   }
-  // Sequence parallelism (SequenceState::halo): rank r > 0 takes this layer's history, the last
-  // input frames of rank r − 1's part, from rank r − 1 (rank 0 keeps its own: the state the
-  // slice started with); every rank but the last hands its new history on.
+  // Sequence parallelism (SequenceState::halo, a ring): this layer's history, the last input
+  // frames of the part before this rank's, comes from history_from() before the layer's first
+  // call of this part (none: the rank keeps its own, the state its slice started with); the new
+  // history goes to history_to() after its last call, and is dropped here (this rank's next
+  // slice takes its history from the rank before it).
   void receive_history(const at::Tensor& x, SequenceState& st) const {
-    if (!st.halo || st.halo->rank() == 0) return;
+    if (!st.halo) return;
+    const int from = st.halo->history_from();
+    if (from < 0) return;
+    if (size_t(slot_) < st.received.size()) {
+      if (st.received[size_t(slot_)]) return;  // a later chunk: the history is this rank's own
+      st.received[size_t(slot_)] = 1;
+    }
     at::Tensor history = at::empty(history_sizes(x), x.options().memory_format(memory_format_));
-    st.halo->recv(st.halo->rank() - 1, history);
+    st.halo->recv(from, history);
     at::Tensor& slot = st.slots[slot_];
     if (st.write_in_place && slot.defined()) {
       slot.copy_(history);
@@ -539,10 +555,12 @@ class CausalConv {
       slot = history;
     }
   }
-  void send_history(const SequenceState& st) const {
-    if (st.halo && st.halo->rank() + 1 < st.halo->ranks()) {
-      st.halo->send(st.halo->rank() + 1, st.slots[slot_]);
-    }
+  void send_history(SequenceState& st) const {
+    if (!st.halo || !st.sends) return;
+    const int to = st.halo->history_to();
+    if (to < 0) return;
+    st.halo->send(to, st.slots[slot_]);
+    if (!st.write_in_place) st.slots[slot_] = at::Tensor();
   }
   at::Tensor narrow_outputs(const at::Tensor& y) const {
     return out_channels_ > 0 ? y.narrow(1, 0, out_channels_) : y;
@@ -879,12 +897,19 @@ class Upsample : public Block {
       const at::Tensor up = at::upsample_nearest3d(buf, {t, 2 * (h + 2), 2 * w})
                                 .narrow(3, 1, 2 * h + 2)
                                 .contiguous(memory_format_);
+      if (raw_ok(up, *tuning_)) {
+        at::Tensor y = conv_raw(up, spatial_.weight, 1, tuning_->conv_frames, /*pad_h=*/0);
+        y.add_(channel_view(spatial_.bias));
+        return y;
+      }
       return conv(up, spatial_, {1, 1, 1}, {0, 0, 1});
     }
     // The 2×2 sub-pixel conv over [row above | band | row below] without row padding: its
     // h + 1 output rows are the untiled conv's rows of this band (phase a of band row i reads
     // row i + a).
-    at::Tensor y = conv(buf, Conv{phase_weight_, {}}, {1, 1, 1}, {0, 0, 1});
+    at::Tensor y = raw_ok(buf, *tuning_)
+                       ? conv_raw(buf, phase_weight_, 1, tuning_->conv_frames, /*pad_h=*/0)
+                       : conv(buf, Conv{phase_weight_, {}}, {1, 1, 1}, {0, 0, 1});
     buf.reset();
     at::Tensor out =
         at::empty({1, channels_ / 2, t, 2 * h, 2 * w}, y.options().memory_format(memory_format_));
@@ -1286,6 +1311,8 @@ at::Tensor Network::forward(at::Tensor x, SequenceState& state, bool first) cons
     return out;
   }
   if (state.slots.size() != size_t(slots_)) state.slots.resize(size_t(slots_));
+  state.received.assign(size_t(slots_), 0);
+  state.sends = true;
   for (size_t i = 0; i < blocks_.size(); ++i) x = run_block(i, std::move(x), state, first);
   const Conv top{top_weight_, top_bias_};
   x = conv(x, top);
@@ -1501,6 +1528,9 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
     return;
   }
   if (state.slots.size() != size_t(slots_)) state.slots.resize(size_t(slots_));
+  // One call is one rank's part: every layer takes its history once and hands it on once.
+  state.received.assign(size_t(slots_), 0);
+  state.sends = true;
   // Views of the tail state buffer set `set` for tile t (TailArena).
   auto arena_views = [&](TailArena& arena, int set, const TailTile& t) {
     std::vector<at::Tensor> v(tail_slots_.size());
@@ -1526,18 +1556,19 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
   // run in frame chunks and (overlapping) spatial tiles exactly.
   TailPlan plan = planner ? planner(x) : TailPlan{};
   if (state.halo) {
-    // Sequence-parallel ranks exchange each layer's history once per tile: no frame chunks,
-    // device-resident tile state (the grid is the planner's, the same on every rank).
-    plan.frames = 0;
+    // Sequence-parallel ranks: the tiles' state passes from rank to rank (the grid is the
+    // planner's, the same on every rank), never kept in host memory. Frame chunks are the
+    // rank's own: a chunked layer takes its history before its first chunk and hands it on
+    // after its last, so the next rank waits for this rank's whole tail (the planner prefers
+    // whole frames, in more tiles).
     plan.host_state = false;
   }
   if (state.row_halo) {
     // Spatial-parallel ranks: the band is the tile (exchanging rows with the bands above and
-    // below); frame chunks only as the tuning says (the same on every rank, so the ranks
-    // exchange in step), not by each device's free memory.
+    // below); frame chunks as the planner says, the same on every rank (so the ranks exchange
+    // in step).
     plan.rows = plan.cols = 1;
     plan.host_state = false;
-    plan.frames = tuning_.tail_frames;
   }
   const int64_t frames = x.size(2), h = x.size(3), w = x.size(4), s = tail_scale_;
   // Chunks of at most plan.frames, of (nearly) equal length: 16 frames in 8s go 8 + 8, 13 go 7 + 6.
@@ -1548,6 +1579,7 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
   if (plan.tiles() == 1 && !plan.host_state) {
     for (int64_t f0 = 0; f0 < frames; f0 += step) {
       const int64_t n = std::min(step, frames - f0);
+      state.sends = f0 + n >= frames;
       at::Tensor y = n == frames ? std::move(x) : x.narrow(2, f0, n);
       for (size_t i = tail_start_; i < blocks_.size(); ++i) {
         y = run_block(i, std::move(y), state, first);
@@ -1555,6 +1587,7 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
       pos.frame = f0;
       sink(y, pos);
     }
+    state.sends = true;
     return;
   }
 
@@ -1574,6 +1607,7 @@ void Network::forward_chunks(at::Tensor x, SequenceState& state, bool first, con
     tile.write_in_place = in_place;
     tile.context = state.context;
     tile.halo = state.halo;
+    tile.received.assign(size_t(slots_), 0);
     for (size_t j = 0; j < tail_slots_.size(); ++j)
       tile.slots[size_t(tail_slots_[j].slot)] = slots[j];
     return tile;
@@ -1612,6 +1646,7 @@ void Network::run_tail_tile(const at::Tensor& x, const TailTile& t, int64_t step
   const Region& crop = t.crop();
   for (int64_t f0 = 0; f0 < frames; f0 += step) {
     const int64_t n = std::min(step, frames - f0);
+    tile.sends = f0 + n >= frames;
     at::Tensor y = x.narrow(2, f0, n)
                        .narrow(3, crop.top, crop.h)
                        .narrow(4, crop.left, crop.w)
@@ -1720,21 +1755,34 @@ TailPlan Network::more_tiles(const TailPlan& plan) const {
   return next;
 }
 
-TailPlan Network::auto_tail_plan(int64_t frames, int64_t h, int64_t w, int64_t avail) const {
+TailPlan Network::auto_tail_plan(int64_t frames, int64_t h, int64_t w, int64_t avail, TailRank rank,
+                                 int rows, int cols) const {
   TailPlan plan;
   plan.in_h = h;
   plan.in_w = w;
-  const bool fixed_grid = tuning_.tail_rows > 0 && tuning_.tail_cols > 0;
+  bool fixed_grid = tuning_.tail_rows > 0 && tuning_.tail_cols > 0;
   if (fixed_grid) {
     plan.rows = tuning_.tail_rows;
     plan.cols = tuning_.tail_cols;
   }
-  if (tuning_.host_state >= 0) plan.host_state = tuning_.host_state != 0;
+  if (rank == TailRank::kRows) {
+    rows = 1;
+    cols = 1;
+  }
+  if (rows > 0 && cols > 0) {
+    fixed_grid = true;
+    plan.rows = rows;
+    plan.cols = cols;
+  }
+  // A rank's tail state passes to the next rank: on the device.
+  const int host_state = rank == TailRank::kNone ? tuning_.host_state : 0;
+  if (host_state >= 0) plan.host_state = host_state != 0;
   if (tuning_.tail_budget_mib > 0) avail = tuning_.tail_budget_mib << 20;
   // At most 16 frames per chunk (conv calls take ≤ 16 anyway), so the output's copy to the host
-  // overlaps the later chunks.
-  const int64_t most = tuning_.tail_frames > 0 ? std::min<int64_t>(tuning_.tail_frames, frames)
-                                               : std::min<int64_t>(16, frames);
+  // overlaps the later chunks; a time split's rank takes all its frames at once when it can.
+  const int64_t most = tuning_.tail_frames > 0   ? std::min<int64_t>(tuning_.tail_frames, frames)
+                       : rank == TailRank::kTime ? frames
+                                                 : std::min<int64_t>(16, frames);
   if (avail <= 0) {
     plan.frames = tuning_.tail_frames > 0 ? most : frames;
     return plan;
@@ -1757,22 +1805,23 @@ TailPlan Network::auto_tail_plan(int64_t frames, int64_t h, int64_t w, int64_t a
   } else {
     grids = tail_grids(h, w);
   }
-  // The first grid (state on the device before host memory) that takes chunks of 8 frames;
-  // failing that, the one that takes the longest chunks. (1080p in 12 GiB on an H200: 2×3 tiles
-  // with 8-frame chunks ran at 17 fps, 3×3 no slower, 4-frame chunks at 13.5.)
-  const int64_t want = std::min<int64_t>(8, frames);
+  // The first grid (state on the device before host memory) that takes chunks of 8 frames (a
+  // time split's rank: all its frames); failing that, the one that takes the longest chunks.
+  // (1080p in 12 GiB on an H200: 2×3 tiles with 8-frame chunks ran at 17 fps, 3×3 no slower,
+  // 4-frame chunks at 13.5.)
+  const int64_t want = rank == TailRank::kTime ? most : std::min<int64_t>(8, frames);
   int64_t best = 0;
   TailPlan chosen = plan;
   chosen.frames = 1;
-  for (const auto& [rows, cols] : grids) {
+  for (const auto& [grid_rows, grid_cols] : grids) {
     for (bool host : {false, true}) {
-      if (tuning_.host_state >= 0 && host != plan.host_state) continue;
+      if (host_state >= 0 && host != plan.host_state) continue;
       // One tile with its state in host memory saves nothing during the tail.
-      if (host && rows * cols == 1 && tuning_.host_state < 0) continue;
-      const int64_t n = fit(TailPlan{0, rows, cols, host});
+      if (host && grid_rows * grid_cols == 1 && host_state < 0) continue;
+      const int64_t n = fit(TailPlan{0, grid_rows, grid_cols, host});
       if (n > best) {
         best = n;
-        chosen = TailPlan{n, rows, cols, host, h, w};
+        chosen = TailPlan{n, grid_rows, grid_cols, host, h, w};
       }
       if (n >= want) return chosen;
     }

@@ -58,6 +58,12 @@ struct SequenceState {
   // these slots) and hands its new history to the next rank.
   exec::DeviceContext* context = nullptr;
   exec::HaloExchange* halo = nullptr;
+  // With `halo`, for the call in progress: per slot, whether the layer took its history already
+  // (a layer run in frame chunks takes it before its first chunk only), and whether the frames
+  // now running end this rank's part (the layers then hand their new history on, and drop it:
+  // the next slice's comes from the rank before). Network::forward_chunks keeps them.
+  std::vector<char> received;
+  bool sends = true;
   // Spatial parallelism (decode; set instead of `halo`): this sequence is a band of rows of
   // every frame (rank order = top to bottom). Every conv with a 3×3 spatial kernel first
   // exchanges its input's boundary rows (history frames included) with the ranks above and
@@ -79,6 +85,12 @@ struct TailPlan {
   int tiles() const { return rows * cols; }
   std::string str() const;
 };
+
+// How a rank of a split slice runs the decode tail (Network::auto_tail_plan): a time split's
+// rank wants whole frames, in more tiles if need be (a chunked layer hands its history on only
+// after its last chunk, which holds the next rank back), its state on the device (it passes to
+// the next rank); a row split's band is one tile, its state on the device.
+enum class TailRank { kNone, kTime, kRows };
 
 // The architecture a config describes; validates the config (ModelError on nonsense).
 struct Architecture {
@@ -169,8 +181,10 @@ class Network {
                       const Sink& sink) const;
   // The tail plan for a tail input of `frames` frames of h×w (tail-input pixels) when `avail`
   // bytes may be used by the tail (its activations, and its causal state when it stays on the
-  // device); tuning overrides apply. avail <= 0: no limit (one tile, all frames).
-  TailPlan auto_tail_plan(int64_t frames, int64_t h, int64_t w, int64_t avail) const;
+  // device); tuning overrides apply. avail <= 0: no limit (one tile, all frames). `rank`: for a
+  // rank of a split slice (TailRank). `rows` × `cols` > 0: that grid (chunk frames only).
+  TailPlan auto_tail_plan(int64_t frames, int64_t h, int64_t w, int64_t avail,
+                          TailRank rank = TailRank::kNone, int rows = 0, int cols = 0) const;
   // The next grid auto_tail_plan would try after `plan`'s (more tiles), state in host memory
   // on CUDA; frames unchanged.
   TailPlan more_tiles(const TailPlan& plan) const;

@@ -63,6 +63,52 @@ const std::vector<double> kLatentStd = {
 // finite halo is exact). Measured with random weights; see docs/wan21-vae.md.
 constexpr int kDecodeHaloLatent = 8;
 
+// What splitting a decode slice costs (ModelTraits::split_costs), walking the decoder as
+// wan21::Network builds it: per latent pixel, the causal history a time split passes on (two
+// frames of every causal conv's input at its resolution); per latent column and latent frame,
+// the rows a band passes to a neighbour (one row of every 3×3 conv's input, at its resolution
+// and frame rate, and one source row per upsample) and its messages; compute from the
+// reference decoder's ~8.5 MFLOP per output pixel at dim 96.
+SplitCosts decode_split_costs(const Architecture& a, int64_t element_size) {
+  SplitCosts c;
+  c.temporal_factor = a.temporal_factor;
+  c.spatial_factor = a.spatial_factor;
+  c.flops_per_pixel = 8.5e6 * double(a.dim) * a.dim / (96.0 * 96.0);
+  const double e = double(element_size);
+  double scale = 1, rate = 1;           // pixels per latent pixel per side, frames per latent frame
+  auto conv3 = [&](int64_t channels) {  // a causal 3×3×3 conv with `channels` inputs
+    c.state_bytes_per_pixel += 2 * double(channels) * scale * scale * e;
+    c.row_bytes_per_column += double(channels) * scale * rate * e;
+    c.row_messages += 1;
+  };
+  auto residual = [&](int64_t in, int64_t out) {
+    conv3(in);
+    conv3(out);
+  };
+  const std::vector<int>& m = a.dim_mult;
+  const int64_t top = int64_t(a.dim) * m.back();
+  conv3(a.z_dim);  // conv_in
+  residual(top, top);
+  c.row_messages += 2;  // the attention's gather (counts, tokens)
+  residual(top, top);
+  const int stages = int(m.size());
+  for (int i = 0; i < stages; ++i) {
+    const int64_t out = int64_t(a.dim) * m[size_t(stages - 1 - i)];
+    const int64_t in = i == 0 ? top : int64_t(a.dim) * m[size_t(stages - i)] / 2;
+    for (int r = 0; r <= a.num_res_blocks; ++r) residual(r == 0 ? in : out, out);
+    if (i == stages - 1) break;
+    if (a.temporal_down[a.temporal_down.size() - 1 - size_t(i)]) {
+      c.state_bytes_per_pixel += 2 * double(out) * scale * scale * e;  // its time conv
+      rate *= 2;
+    }
+    c.row_bytes_per_column += double(out) * scale * rate * e;  // one source row of the upsample
+    c.row_messages += 1;
+    scale *= 2;
+  }
+  conv3(int64_t(a.dim) * m.front());  // the head
+  return c;
+}
+
 std::string shape_string(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -220,14 +266,21 @@ ParamMap random_params(const std::vector<ParamSpec>& specs, Task task, uint64_t 
 // whole-slice path with plain copies.
 //
 // Sequence parallelism (RunContext::halo, decode only): the session runs its rank's part of the
-// slice; every causal layer's history comes from the previous rank through the exchange (rank
-// 0: the session's own state), and at the end the last rank's state goes to rank 0 for the next
-// slice. The tail then runs without frame chunks; its tile grid is rank 0's, passed along the
-// ranks; an out-of-memory error fails the slice (the other ranks cannot retry in step).
+// slice on the same path as one device (CUDA: worker stream, raw cuDNN convs, the memory-planned
+// tail, the output sink); every causal layer's history comes through the exchange's ring
+// (HaloExchange::history_from: the rank before, or for rank 0 the previous slice's last rank;
+// none: the session's own state) and goes on to history_to() as soon as it exists. The tail's
+// tile grid is rank 0's, planned for the part with the rank's share of the device's memory and
+// passed along the ranks (whole frames in more tiles preferred: a rank's chunked tail holds the
+// next rank back until its last chunk); an out-of-memory error fails the slice (the other ranks
+// cannot retry in step).
 //
 // Spatial parallelism (RunContext::halo with halo_rows): the session runs every frame of its
-// band of rows on the plain whole-slice path (SequenceState::row_halo); its state is its band's
-// and stays with it from slice to slice.
+// band of rows on the same path (SequenceState::row_halo; the tail's frame chunks are rank 0's
+// plan, passed down the bands so that every rank exchanges rows in step); its state is its
+// band's and stays with it from slice to slice.
+//
+// A rank of a split slice writes its output into RunContext::into (no gather copy).
 class Wan21Session final : public ModelSession {
  public:
   Wan21Session(const ModelTraits& traits, std::shared_ptr<const Network> net, at::Device device,
@@ -244,13 +297,11 @@ class Wan21Session final : public ModelSession {
 
  private:
   void check(const Planar& input, const RunContext& ctx) const;
-  Planar run_cuda_decode(Planar&& input, int tile, bool first, std::function<Planar()>* deferred);
+  Planar run_cuda_decode(Planar&& input, const RunContext& ctx);
   // The input as the network takes it: run dtype and memory format, on the session's device (on
   // CUDA through the worker's pinned staging and a copy stream, ordered before the current
   // stream).
   at::Tensor upload(Planar&& input);
-  // Sequence parallelism, after a rank's run: the last rank's state replaces rank 0's.
-  static void hand_over_state(SequenceState& state, exec::HaloExchange& halo);
 
   ModelTraits traits_;
   std::shared_ptr<const Network> net_;
@@ -260,9 +311,11 @@ class Wan21Session final : public ModelSession {
   int64_t pinned_pool_bytes_;           // per staging pool; 0: kDefaultPinnedPoolBytes
   std::map<int, SequenceState> tiles_;  // by RunContext::tile_index
   std::map<int, TailPlan> plans_;       // CUDA decode: the tail plan of each tile's sequence
-  // For the call in progress: the worker running it (may be null) and the halo exchange.
+  // For the call in progress: the worker running it (may be null), the halo exchange (a time
+  // split's, or with rows_ a row split's).
   exec::DeviceContext* context_ = nullptr;
   exec::HaloExchange* halo_ = nullptr;
+  bool rows_ = false;
 };
 
 class Wan21Model final : public Model {
@@ -293,6 +346,7 @@ class Wan21Model final : public Model {
       t.halo = kDecodeHaloLatent;
       t.sequence_parallel = true;
       t.spatial_parallel = true;
+      t.split_costs = decode_split_costs(arch_, config.precision == Precision::kFloat32 ? 4 : 2);
     } else {
       t.name = "wan2.1-vae encode";
       t.in_channels = 3;
@@ -418,7 +472,7 @@ void Wan21Session::check(const Planar& in, const RunContext& ctx) const {
   if (ctx.halo && net_->task() != Task::kDecode) {
     throw ModelError(where + "sequence parallelism is for decoding only");
   }
-  const bool follower = ctx.halo && !ctx.halo_rows && ctx.halo->rank() > 0;
+  const bool follower = ctx.halo && !ctx.halo_rows && ctx.halo->history_from() >= 0;
   if (!ctx.first_slice && !tiles_.count(ctx.tile_index) && !follower) {
     throw ModelError(where + "slice " + std::to_string(ctx.slice_index) + " of tile " +
                      std::to_string(ctx.tile_index) +
@@ -428,32 +482,28 @@ void Wan21Session::check(const Planar& in, const RunContext& ctx) const {
 
 Planar Wan21Session::run(Planar&& input, const RunContext& ctx) {
   check(input, ctx);
-  // A sequence-parallel rank after the first takes every history from the rank before it; a
-  // spatial-parallel rank keeps its band's state from slice to slice.
+  // A time-split rank that takes its histories from another rank (every rank after the first,
+  // and rank 0 after a slice whose last rank handed its own on) starts empty; a rank that keeps
+  // its own, and a spatial-parallel rank (its band's state), go on from the last slice.
   const bool rows = ctx.halo && ctx.halo_rows;
-  const bool follower = ctx.halo && !rows && ctx.halo->rank() > 0;
+  const bool follower = ctx.halo && !rows && ctx.halo->history_from() >= 0;
   if (ctx.first_slice || follower) tiles_[ctx.tile_index] = SequenceState{};
   SequenceState& state = tiles_[ctx.tile_index];
   context_ = ctx.device;
-  halo_ = rows ? nullptr : ctx.halo;
+  halo_ = ctx.halo;
+  rows_ = rows;
   state.context = ctx.device;
-  state.halo = halo_;
+  state.halo = rows ? nullptr : ctx.halo;
   state.row_halo = rows ? ctx.halo : nullptr;
   try {
     Planar out = guarded(traits_.name.c_str(), [&] {
       c10::InferenceMode inference;
-      Planar y;
-      // Spatial-parallel ranks take the plain whole-slice path (no output sink, no
-      // memory-planned tail chunks or tiles, no out-of-memory retry: the ranks must exchange
-      // in step).
-      if (device_.is_cuda() && net_->task() == Task::kDecode && context_ && !rows) {
-        y = run_cuda_decode(std::move(input), ctx.tile_index, ctx.first_slice,
-                            halo_ ? nullptr : ctx.deferred);
-      } else {
-        y = to_planar(net_->forward(upload(std::move(input)), state, ctx.first_slice));
+      // One device and every rank of a split slice: the same path.
+      if (device_.is_cuda() && net_->task() == Task::kDecode && context_) {
+        return run_cuda_decode(std::move(input), ctx);
       }
-      if (halo_) hand_over_state(state, *halo_);
-      return y;
+      return to_slice_output(
+          to_planar(net_->forward(upload(std::move(input)), state, ctx.first_slice)), ctx);
     });
     state.context = nullptr;
     state.halo = nullptr;
@@ -587,31 +637,6 @@ bool Wan21Session::import_state(const std::vector<StateTensor>& in) {
   });
 }
 
-void Wan21Session::hand_over_state(SequenceState& state, exec::HaloExchange& halo) {
-  const int last = halo.ranks() - 1;
-  if (last == 0 || (halo.rank() != 0 && halo.rank() != last)) return;
-  // Every causal layer ran on both ranks (or passed its history on), so both hold the same
-  // slots, in the same order.
-  std::vector<at::Tensor*> parts;
-  for (at::Tensor& s : state.slots) {
-    if (s.defined()) parts.push_back(&s);
-  }
-  for (std::vector<at::Tensor>& tile : state.tail_tiles) {
-    for (at::Tensor& s : tile) {
-      if (s.defined()) parts.push_back(&s);
-    }
-  }
-  for (at::Tensor* p : parts) {
-    if (halo.rank() == last) {
-      halo.send(0, *p);
-    } else {
-      at::Tensor t = at::empty_like(*p);
-      halo.recv(last, t);
-      *p = t;
-    }
-  }
-}
-
 at::Tensor Wan21Session::upload(Planar&& input) {
   if (!device_.is_cuda()) {
     return to_tensor(std::move(input)).to(dtype_).contiguous(net_->memory_format());
@@ -626,15 +651,17 @@ at::Tensor Wan21Session::upload(Planar&& input) {
   return x;
 }
 
-Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first,
-                                     std::function<Planar()>* deferred) {
+Planar Wan21Session::run_cuda_decode(Planar&& input, const RunContext& ctx) {
 #ifndef WMBATCH_WITH_CUDA
   (void)input;
-  (void)tile;
-  (void)first;
-  (void)deferred;
+  (void)ctx;
   throw ModelError(traits_.name + ": this build has no CUDA");
 #else
+  const int tile = ctx.tile_index;
+  const bool first = ctx.first_slice;
+  // A rank that writes into the split slice's output may return before its last copies land;
+  // one that returns its part, not.
+  std::function<Planar()>* deferred = halo_ && !ctx.into ? nullptr : ctx.deferred;
   const c10::DeviceIndex index = device_.index();
   c10::cuda::CUDAGuard device_guard(index);
   exec::OutputSink& sink = context_->output_sink(pinned_pool_bytes_);
@@ -646,45 +673,32 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first,
   const int64_t tf = temporal_factor_;
   auto decoded = [tf](int64_t n, bool starts) { return starts ? 1 + tf * (n - 1) : tf * n; };
   const int64_t total = decoded(x.size(2), first);
-  // The slice's output, made (zero-filled) on the offload's thread while the device runs the
-  // layers before the tail. (Made on this thread, it held back the queueing of the tail: 480p
-  // decode measured 12 % slower; asked for at the first chunk, the copies of the tail's first
-  // chunks waited for it, and so did the device, in push().)
   const int64_t out_h = x.size(3) * traits_.scale_num, out_w = x.size(4) * traits_.scale_num;
-  // Deferred, the copier may still write `out` after this returns: it lives on the heap.
+  // Where the chunks go: the slice's output, made (zero-filled) on the offload's thread while
+  // the device runs the layers before the tail (made on this thread, it held back the queueing
+  // of the tail: 480p decode measured 12 % slower; asked for at the first chunk, the copies of
+  // the tail's first chunks waited for it, and so did the device, in push()); or, for a rank of
+  // a split slice, the whole slice's output, which the session made. Deferred, the copier may
+  // still write there after this returns: it lives on the heap (or with the session).
   const auto holder = std::make_shared<Planar>();
-  Planar& out = *holder;
-  sink.allocate(out, traits_.out_channels, int(total), int(out_h), int(out_w));
-  // The tail plan, made when the tail of the sequence's first slice starts: what is allocated
-  // then (weights, the state before the tail, the tail input) stays; the rest of the limit (or
-  // of what the device could give us) is the tail's, less a margin for cuDNN workspaces.
-  bool tail_reached = false;  // in this attempt
-  auto planner = [&](const at::Tensor& tail_in) {
-    tail_reached = true;
-    if (halo_ && halo_->rank() > 0) {
-      // Rank 0's grid, passed along the ranks (chunks and host state do not apply here).
-      at::Tensor grid = at::empty({2}, tail_in.options().dtype(at::kLong));
-      halo_->recv(halo_->rank() - 1, grid);
-      if (halo_->rank() + 1 < halo_->ranks()) halo_->send(halo_->rank() + 1, grid);
-      const at::Tensor host = grid.cpu();
-      return TailPlan{0,
-                      int(host[0].item<int64_t>()),
-                      int(host[1].item<int64_t>()),
-                      false,
-                      tail_in.size(3),
-                      tail_in.size(4)};
+  Planar* out = holder.get();
+  int64_t frame_base = 0, row_base = 0;
+  if (ctx.into) {
+    out = ctx.into;
+    frame_base = ctx.into_frame;
+    row_base = ctx.into_row;
+    if (out->channels != traits_.out_channels || out->width != out_w ||
+        frame_base + total > out->frames || row_base + out_h > out->height) {
+      throw ModelError(traits_.name + ": a rank's part does not fit the slice's output");
     }
-    auto share = [&](const TailPlan& plan) {
-      if (halo_ && halo_->ranks() > 1) {
-        at::Tensor grid = at::empty({2}, at::kLong);
-        grid.data_ptr<int64_t>()[0] = plan.rows;
-        grid.data_ptr<int64_t>()[1] = plan.cols;
-        halo_->send(1, grid.to(tail_in.device()));
-      }
-      return plan;
-    };
-    auto it = plans_.find(tile);
-    if (it != plans_.end()) return share(it->second);
+  } else {
+    sink.allocate(*out, traits_.out_channels, int(total), int(out_h), int(out_w));
+  }
+  // The memory the tail may plan with: the budget (or what the device could give us), this
+  // rank's share of it when ranks share the device, less what is allocated now (the weights,
+  // the state before the tail, the tail input: it stays) and a margin for cuDNN's workspaces
+  // and the allocator's fragmentation (measured ~1 GiB at 12 GiB).
+  auto tail_avail = [&] {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
     const int64_t allocated = stats.allocated_bytes[0].current;
     const int64_t reserved = stats.reserved_bytes[0].current;
@@ -692,16 +706,71 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first,
     cudaMemGetInfo(&free_bytes, &total_bytes);
     const int64_t limit = context_->memory_budget();
     const int64_t cap = limit > 0 ? limit : reserved + int64_t(free_bytes);
-    // cuDNN workspaces and the allocator's fragmentation (measured ~1 GiB at 12 GiB).
-    const int64_t avail = cap - allocated - cap / 10 - (int64_t(768) << 20);
-    TailPlan plan = net_->auto_tail_plan(tail_in.size(2), tail_in.size(3), tail_in.size(4),
-                                         std::max<int64_t>(avail, 1));
-    if (plan.tiles() > 1 || plan.host_state) {
-      char gib[32];
-      std::snprintf(gib, sizeof gib, "%.1f", double(avail) / double(1 << 30));
-      log::info(kLogger, traits_.name + ": " + gib + " GiB for the decode tail: " + plan.str());
+    const int64_t share = std::max(1, ctx.device_ranks);
+    return std::max<int64_t>((cap - allocated - cap / 10) / share - (int64_t(768) << 20), 1);
+  };
+  auto log_plan = [&](const TailPlan& plan, int64_t avail, int64_t frames) {
+    if (plan.tiles() == 1 && !plan.host_state && (plan.frames == 0 || plan.frames >= frames))
+      return;
+    char gib[32];
+    std::snprintf(gib, sizeof gib, "%.1f", double(avail) / double(1 << 30));
+    log::info(kLogger, traits_.name + ": " + gib + " GiB for the decode tail" +
+                           (halo_ ? " (a rank's share)" : "") + ": " + plan.str());
+  };
+  // The tail plan, made when the tail of the sequence's first slice starts.
+  bool tail_reached = false;  // in this attempt
+  auto planner = [&](const at::Tensor& tail_in) {
+    tail_reached = true;
+    const int64_t frames = tail_in.size(2), h = tail_in.size(3), w = tail_in.size(4);
+    if (halo_ && halo_->ranks() > 1) {
+      // Ranks of a split slice: rank 0 plans (for a time split the tile grid, for the longest
+      // part: one latent frame more than its own; for a row split the chunk frames, which
+      // every band must share to exchange rows in step) and passes it along the ranks.
+      const int r = halo_->rank(), n = halo_->ranks();
+      const wan21::TailRank use = rows_ ? wan21::TailRank::kRows : wan21::TailRank::kTime;
+      at::Tensor message = at::empty({3}, at::kLong);
+      TailPlan plan;
+      if (r == 0) {
+        auto it = plans_.find(tile);
+        const bool fresh = it == plans_.end();
+        if (fresh) {
+          const int64_t most = rows_ ? frames : frames + tf;
+          it = plans_.insert_or_assign(tile, net_->auto_tail_plan(most, h, w, tail_avail(), use))
+                   .first;
+        }
+        plan = it->second;
+        // A time split's rank sizes its own chunks for the grid (they are its business).
+        if (!rows_) {
+          const int64_t avail = tail_avail();
+          plan = net_->auto_tail_plan(frames, h, w, avail, use, plan.rows, plan.cols);
+          if (fresh) log_plan(plan, avail, frames);
+        } else if (fresh) {
+          log_plan(plan, tail_avail(), frames);
+        }
+        int64_t* m = message.data_ptr<int64_t>();
+        m[0] = plan.rows;
+        m[1] = plan.cols;
+        m[2] = plan.frames;
+        halo_->send(1, message.to(tail_in.device()));
+      } else {
+        at::Tensor got = at::empty({3}, tail_in.options().dtype(at::kLong));
+        halo_->recv(r - 1, got);
+        if (r + 1 < n) halo_->send(r + 1, got);
+        message = got.cpu();
+        const int64_t* m = message.data_ptr<int64_t>();
+        plan = TailPlan{m[2], int(m[0]), int(m[1]), false, h, w};
+        // A time split's rank sizes its own chunks for the grid (they are its business).
+        if (!rows_)
+          plan = net_->auto_tail_plan(frames, h, w, tail_avail(), use, plan.rows, plan.cols);
+      }
+      return plan;
     }
-    return share(plans_[tile] = plan);
+    auto it = plans_.find(tile);
+    if (it != plans_.end()) return it->second;
+    const int64_t avail = tail_avail();
+    TailPlan plan = net_->auto_tail_plan(frames, h, w, avail);
+    log_plan(plan, avail, frames);
+    return plans_[tile] = plan;
   };
   // Decodes latent frames `part` (the slice, or part of it) into output frames from frame0 on.
   // `last`: the slice's last part; its copies are left to land after this returns when the
@@ -724,14 +793,15 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first,
               at::Tensor planar = at::empty({y.size(1), y.size(2), y.size(3), y.size(4)},
                                             y.options().dtype(at::kFloat));
               planar.copy_(y.squeeze(0));
-              sink.push(planar, out, int(frame0 + p.frame), int(p.top), int(p.left));
+              sink.push(planar, *out, int(frame_base + frame0 + p.frame), int(row_base + p.top),
+                        int(p.left));
             });
         // This part is in `out` (or marked to be): a later part's failure cannot undo it.
         if (!(last && deferred)) sink.finish();
         return;
       } catch (const c10::OutOfMemoryError&) {
         sink.abandon();
-        // The other ranks of a sequence-parallel slice cannot retry in step with this one.
+        // The other ranks of a split slice cannot retry in step with this one.
         if (halo_) throw;
         c10::cuda::device_synchronize();  // copies in flight must land before their buffers go
         state = start;
@@ -789,7 +859,8 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first,
     }
   } catch (...) {
     // Any other error (a size check in the chunk callback, a CUDA or halo error): the queued
-    // allocation and chunks point into `out`, which goes away with `holder` now.
+    // allocation and chunks point into `out`, which goes away with `holder` (or the session's
+    // slice) now.
     sink.abandon();
     throw;
   }
@@ -801,7 +872,7 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, int tile, bool first,
     };
     return Planar();
   }
-  return std::move(out);
+  return std::move(*holder);
 #endif
 }
 

@@ -144,33 +144,26 @@ TEST(SpatialJobs, RefusedWhereItCannotSplit) {
   EXPECT_NE(r.output.find("use sequence"), std::string::npos) << r.output;
 }
 
+// wmbench with `args` (the dim-16 model on 2 CPU ranks of one thread, 64×64, one timed run):
+// its JSON (empty when it failed).
+nlohmann::json bench(std::vector<std::string> args) {
+  args.insert(args.begin(), {std::string(WM_BINARY_DIR) + "/wmbench", "vae-decode"});
+  for (const char* a : {"--dim", "16", "--height", "64", "--width", "64", "--threads", "1",
+                        "--warmup", "0", "--iters", "1", "--devices", "cpu", "--ranks", "2"}) {
+    args.push_back(a);
+  }
+  const CommandResult r = run_command(args);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  if (r.exit_code != 0) return {};
+  return nlohmann::json::parse(r.output.substr(r.output.find('{')));
+}
+
 // wmbench vae-decode --parallel sequence,spatial on 2 CPU ranks, one latent frame: the time
 // split leaves rank 1 idle, the row split keeps both busy and exchanges rows.
 TEST(SpatialJobs, BenchMeasuresBothSplits) {
-  const CommandResult r = run_command({std::string(WM_BINARY_DIR) + "/wmbench",
-                                       "vae-decode",
-                                       "--dim",
-                                       "16",
-                                       "--latent-frames",
-                                       "1",
-                                       "--height",
-                                       "64",
-                                       "--width",
-                                       "64",
-                                       "--threads",
-                                       "1",
-                                       "--warmup",
-                                       "0",
-                                       "--iters",
-                                       "1",
-                                       "--devices",
-                                       "cpu",
-                                       "--ranks",
-                                       "2",
-                                       "--parallel",
-                                       "sequence,spatial"});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const nlohmann::json out = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  const nlohmann::json out =
+      bench({"--latent-frames", "1", "--parallel", "sequence,spatial", "--scaling", "0"});
+  ASSERT_FALSE(out.is_null());
   const nlohmann::json& time = out.at("sequence_parallel");
   const nlohmann::json& rows = out.at("spatial_parallel");
   EXPECT_EQ(time.at("split"), "time");
@@ -179,6 +172,31 @@ TEST(SpatialJobs, BenchMeasuresBothSplits) {
   EXPECT_GT(rows.at("per_rank").at(1).at("busy_seconds").get<double>(), 0) << rows.dump();
   EXPECT_GT(rows.at("exchange_bytes").get<double>(), 0) << rows.dump();
   EXPECT_GT(rows.at("fps").get<double>(), 0) << rows.dump();
+}
+
+// The scaling model: per rank its compute alone (the ranks one after another), busy and idle
+// seconds and what it sent; the speed-up predicted over NVLink, PCIe 5 and with no exchange.
+// Three latent frames in slices of 2 + 1 on 2 CPU ranks: in the first slice rank 0 hands each
+// layer's history to rank 1, and rank 1 to rank 0 for the next slice (the ring), so both send.
+TEST(SpatialJobs, BenchPrintsTheScalingModel) {
+  const nlohmann::json out = bench({"--latent-frames", "3", "--slice-frames", "2"});
+  ASSERT_FALSE(out.is_null());
+  const nlohmann::json& time = out.at("sequence_parallel");
+  for (int rank : {0, 1}) {
+    const nlohmann::json& row = time.at("per_rank").at(rank);
+    EXPECT_GT(row.at("compute_seconds").get<double>(), 0) << row.dump();
+    EXPECT_GT(row.at("busy_seconds").get<double>(), 0) << row.dump();
+    EXPECT_GE(row.at("idle_seconds").get<double>(), 0) << row.dump();
+    EXPECT_GT(row.at("exchange_bytes").get<double>(), 0) << row.dump();
+    EXPECT_GE(row.at("exchange_wait_seconds").get<double>(), 0) << row.dump();
+  }
+  const nlohmann::json& scaling = time.at("scaling");
+  const double nvlink = scaling.at("nvlink").at("speedup").get<double>();
+  const double pcie = scaling.at("pcie5").at("speedup").get<double>();
+  const double ideal = scaling.at("no_exchange").at("speedup").get<double>();
+  EXPECT_GT(nvlink, 0) << scaling.dump();
+  EXPECT_LE(pcie, nvlink) << scaling.dump();
+  EXPECT_LE(nvlink, ideal) << scaling.dump();
 }
 
 }  // namespace

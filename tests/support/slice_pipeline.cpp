@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <utility>
 
 #include "scheduler/pipeline.h"
@@ -50,6 +51,31 @@ Planar decode_in_pipeline(std::vector<std::unique_ptr<ModelSession>>& sessions, 
   EXPECT_GT(options.tiles.tiles(), 1);
   sched::run_pipeline(source, sessions, sink, options);
   return concat(sink.parts);
+}
+
+Planar run_in_slices(ModelSession& session, const Planar& input, const std::vector<int>& sizes,
+                     bool deferred) {
+  std::vector<Planar> outs;
+  std::function<Planar()> previous;
+  int t0 = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    RunContext ctx;
+    ctx.slice_index = int64_t(i);
+    ctx.first_slice = i == 0;
+    ctx.last_slice = i + 1 == sizes.size();
+    std::function<Planar()> later;
+    if (deferred) ctx.deferred = &later;
+    Planar out = session.run(frames(input, t0, sizes[i]), ctx);
+    if (previous) outs.push_back(std::exchange(previous, nullptr)());
+    if (later) {
+      previous = std::move(later);
+    } else {
+      outs.push_back(std::move(out));
+    }
+    t0 += sizes[i];
+  }
+  if (previous) outs.push_back(previous());
+  return concat(outs);
 }
 
 }  // namespace wm::test

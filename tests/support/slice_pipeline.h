@@ -16,4 +16,11 @@ namespace wm::test {
 Planar decode_in_pipeline(std::vector<std::unique_ptr<ModelSession>>& sessions, const Planar& z,
                           const ModelTraits& traits, std::vector<int> slice_sizes = {4, 5});
 
+// `input` [C, T, h, w] run on `session` as one sequence in slices of `sizes` frames (summing to
+// T), one call after another; `deferred`: each slice's output taken after the next slice was
+// queued (RunContext::deferred, as the pipeline takes them), so a sequence-parallel session's
+// slices overlap on its ranks. Returns the outputs joined in time.
+Planar run_in_slices(ModelSession& session, const Planar& input, const std::vector<int>& sizes,
+                     bool deferred = false);
+
 }  // namespace wm::test

@@ -11,10 +11,12 @@
 
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "io/safetensors.h"
@@ -35,9 +37,10 @@
 namespace {
 
 using wm::test::concat;
-using wm::test::forward_ranks;
+using wm::test::forward_ring;
 using wm::test::frames;
 using wm::test::max_abs_diff;
+using wm::test::run_in_slices;
 
 namespace wan21 = wm::models::wan21;
 using wm::Planar;
@@ -68,32 +71,31 @@ struct SplitCase {
   std::vector<std::vector<int>> slices;  // per slice, latent frames per rank
 };
 
-void check_float64(const std::string& tuning, const std::vector<SplitCase>& cases) {
+// The golden latents, cropped to 4×4 (float64 convolutions are slow on the CPU), `repeat`
+// times one after the other (a longer sequence).
+at::Tensor float64_latents(int repeat = 1) {
+  const at::Tensor x = golden_t9().input.narrow(3, 0, 4).narrow(4, 0, 4).to(at::kDouble);
+  return at::cat(std::vector<at::Tensor>(size_t(repeat), x), 2);
+}
+
+void check_float64(const std::string& tuning, const std::vector<SplitCase>& cases, int repeat = 1) {
   c10::InferenceMode inference;
   const auto net = float64_decoder(tuning);
-  // The golden latents, cropped to 4×4 (float64 convolutions are slow on the CPU).
-  const at::Tensor x = golden_t9().input.narrow(3, 0, 4).narrow(4, 0, 4).to(at::kDouble);
+  const at::Tensor x = float64_latents(repeat);
   wan21::SequenceState whole_state;
   const at::Tensor whole = net->forward(x, whole_state, true);
   for (const SplitCase& c : cases) {
     wm::parallel::InProcessGroup group(4);
-    wan21::SequenceState state;
-    std::vector<at::Tensor> outs;
-    int64_t t0 = 0;
     std::string label;
-    for (size_t i = 0; i < c.slices.size(); ++i) {
-      int n = 0;
+    for (const auto& slice : c.slices) {
       label += "[";
-      for (int k : c.slices[i]) {
-        n += k;
-        label += std::to_string(k) + " ";
-      }
+      for (int k : slice) label += std::to_string(k) + " ";
       label += "]";
-      outs.push_back(forward_ranks(*net, x.narrow(2, t0, n), state, i == 0, c.slices[i], group));
-      t0 += n;
     }
-    ASSERT_EQ(t0, x.size(2)) << label;
-    const at::Tensor got = at::cat(outs, 2);
+    const at::Tensor got = forward_ring<wan21::SequenceState>(
+        x, c.slices, group, [&](const at::Tensor& part, wan21::SequenceState& st, bool first) {
+          return net->forward(part, st, first);
+        });
     ASSERT_EQ(got.sizes(), whole.sizes()) << label;
     const double err = (got - whole).abs().max().item<double>();
     std::cout << "[ ranks    ] float64 " << (tuning.empty() ? "" : tuning + " ") << label
@@ -104,17 +106,43 @@ void check_float64(const std::string& tuning, const std::vector<SplitCase>& case
 
 TEST(SequenceParallel, Float64RanksEqualOneDevice) {
   check_float64("", {
-                        {{{4, 5}}},                  // 2 ranks, uneven
-                        {{{1, 8}}},                  // rank 0 holds only the first latent frame
-                        {{{2, 2, 2, 3}}},            // 4 ranks
-                        {{{1, 1, 1}, {2, 3}, {1}}},  // 3 ranks of one frame, 2 ranks, 1 rank
-                        {{{2, 2}, {1, 2, 2}}},       // later slice: rank 0 with one frame
+                        {{{4, 5}}},                    // 2 ranks, uneven
+                        {{{1, 8}}},                    // rank 0 holds only the first latent frame
+                        {{{2, 2, 2, 3}}},              // 4 ranks
+                        {{{1, 1, 1}, {2, 3}, {1}}},    // 3 ranks of one frame, 2 ranks, 1 rank
+                        {{{2, 2}, {1, 2, 2}}},         // later slice: rank 0 with one frame
+                        {{{1}, {1, 1}, {2, 1}, {3}}},  // a slice run alone, then the ring again
                     });
+}
+
+TEST(SequenceParallel, Float64RingOfSlicesOfOneToFourLatentFrames) {
+  // Slices of 1-4 latent frames on 2, 3 and 4 ranks, every slice's history going around the
+  // ring (rank 0 takes it from the last rank of the slice before, layer by layer).
+  check_float64("", {
+                        {{{1}, {1, 1}, {1, 1}, {1, 1}, {1, 1}}},  // 1 per rank
+                        {{{1, 1, 1}, {1, 1, 1}, {1, 1, 1}}},      // 3 ranks
+                        {{{1, 1, 1, 1}, {1, 1, 1, 1}, {1}}},      // 4 ranks
+                        {{{2, 2}, {1, 3}, {1}}},                  // uneven, 4 frames a slice
+                    });
+}
+
+TEST(SequenceParallel, Float64RingOverALongSequence) {
+  // 18 latent frames (the golden ones twice), 69 output frames: slices of 4 on 4 ranks.
+  std::vector<std::vector<int>> fours(4, std::vector<int>{1, 1, 1, 1});
+  fours.push_back({1, 1});
+  check_float64("", {{fours}}, 2);
 }
 
 TEST(SequenceParallel, Float64RanksWithTailTiles) {
   // The decode tail in 2×2 exact tiles (each tile's causal state exchanged on its own).
   check_float64("tail_tiles=2x2", {{{{2, 3}, {1, 3}}}});
+}
+
+TEST(SequenceParallel, Float64RanksWithTailChunks) {
+  // A rank's tail in frame chunks (each layer takes its history before its first chunk and
+  // hands it on after its last), with and without tiles.
+  check_float64("tail_frames=3", {{{{1, 1}, {2, 2}, {1, 2}}}});
+  check_float64("tail_tiles=2x2,tail_frames=2", {{{{2, 3}, {2, 2}}}});
 }
 
 TEST(SequenceParallel, SplitFrames) {
@@ -135,8 +163,11 @@ RunContext slice_context(int64_t index, bool first, bool last, int tile = 0) {
   return ctx;
 }
 
+// `model` (null: the ranks return their parts and the session copies them together; else they
+// write into the slice's output, fit_to_model).
 std::unique_ptr<wm::parallel::SequenceParallelSession> parallel_session(
-    const wm::Model& model, int ranks, std::vector<int> split = {}) {
+    const wm::Model& model, int ranks, std::vector<int> split = {},
+    std::shared_ptr<const wm::Model> shaped = nullptr) {
   std::vector<std::unique_ptr<wm::ModelSession>> sessions;
   std::vector<wm::parallel::DeviceWorker*> workers;
   for (int r = 0; r < ranks; ++r) {
@@ -145,23 +176,14 @@ std::unique_ptr<wm::parallel::SequenceParallelSession> parallel_session(
   }
   wm::parallel::SequenceParallelOptions options;
   options.split = std::move(split);
+  if (shaped) wm::parallel::fit_to_model(options, shaped);
   return std::make_unique<wm::parallel::SequenceParallelSession>(std::move(sessions),
                                                                  std::move(workers), options);
 }
 
-Planar run_slices(wm::ModelSession& session, const Planar& input, const std::vector<int>& sizes) {
-  std::vector<Planar> outs;
-  int t0 = 0;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    outs.push_back(session.run(frames(input, t0, sizes[i]),
-                               slice_context(int64_t(i), i == 0, i + 1 == sizes.size())));
-    t0 += sizes[i];
-  }
-  return concat(outs);
-}
-
 TEST(SequenceParallel, SessionsEqualOneDevice) {
-  auto model = wm::models::make_wan21_vae(tiny_config(), wm::Device{});
+  const std::shared_ptr<const wm::Model> model =
+      wm::models::make_wan21_vae(tiny_config(), wm::Device{});
   EXPECT_TRUE(model->traits().sequence_parallel);
   const Planar z = to_planar(golden_t9().input);
   const Planar whole =
@@ -173,13 +195,38 @@ TEST(SequenceParallel, SessionsEqualOneDevice) {
   };
   for (const Case& c : {Case{2, {}, {9}}, Case{3, {}, {4, 5}}, Case{4, {1, 2, 2, 3}, {5, 4}},
                         Case{2, {1, 3}, {2, 3, 4}}}) {
-    auto session = parallel_session(*model, c.ranks, c.split);
-    const double err = max_abs_diff(run_slices(*session, z, c.slices), whole);
-    std::cout << "[ ranks    ] float32 " << c.ranks << " ranks, " << c.slices.size()
-              << " slices: max diff " << err << ", exchanged " << session->exchange_stats().bytes
-              << " bytes\n";
-    EXPECT_LE(err, 1e-5) << c.ranks << " ranks";
-    EXPECT_GT(session->exchange_stats().messages, 0);
+    // Parts copied together, and parts written into the slice's output taken a slice later.
+    for (bool into : {false, true}) {
+      auto session = parallel_session(*model, c.ranks, c.split, into ? model : nullptr);
+      const double err = max_abs_diff(run_in_slices(*session, z, c.slices, into), whole);
+      std::cout << "[ ranks    ] float32 " << c.ranks << " ranks, " << c.slices.size() << " slices"
+                << (into ? ", in place, overlapped" : "") << ": max diff " << err << ", exchanged "
+                << session->exchange_stats().bytes << " bytes\n";
+      EXPECT_LE(err, 1e-5) << c.ranks << " ranks";
+      EXPECT_GT(session->exchange_stats().messages, 0);
+    }
+  }
+}
+
+TEST(SequenceParallel, RingOverALongSequenceEqualsOneDevice) {
+  // 18 latent frames (the golden ones twice) in slices of 1-4 on 2, 3 and 4 ranks, each slice
+  // taken after the next one was queued: rank 0 starts a slice while the others still finish
+  // the one before.
+  const std::shared_ptr<const wm::Model> model =
+      wm::models::make_wan21_vae(tiny_config(), wm::Device{});
+  const at::Tensor t9 = golden_t9().input;
+  const Planar z = to_planar(at::cat({t9, t9}, 2));
+  const Planar whole =
+      model->open_session(wm::Device{})->run(frames(z, 0, 18), slice_context(0, true, true));
+  for (const auto& [ranks, slice] :
+       std::vector<std::pair<int, int>>{{2, 1}, {3, 2}, {4, 3}, {4, 4}}) {
+    std::vector<int> sizes(size_t(18 / slice), slice);
+    if (18 % slice) sizes.push_back(18 % slice);
+    auto session = parallel_session(*model, ranks, {}, model);
+    const double err = max_abs_diff(run_in_slices(*session, z, sizes, true), whole);
+    std::cout << "[ ranks    ] float32 " << ranks << " ranks, slices of " << slice << ": max diff "
+              << err << "\n";
+    EXPECT_LE(err, 1e-5) << ranks << " ranks, slices of " << slice;
   }
 }
 

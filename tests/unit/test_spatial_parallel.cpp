@@ -28,6 +28,7 @@
 #include "io/safetensors.h"
 #include "parallel/device_worker.h"
 #include "parallel/halo_inprocess.h"
+#include "parallel/scaling_model.h"
 #include "parallel/sequence_parallel.h"
 #include "scheduler/pipeline.h"
 #include "src/base/error.h"
@@ -331,6 +332,61 @@ TEST(SpatialParallel, AutoChoosesRowsWhereTheyWin) {
   EXPECT_EQ(four->row_slices(), 0);
   EXPECT_EQ(four->time_slices(), 3);
   EXPECT_EQ(four->last_split(), SplitBy::kTime);
+}
+
+TEST(SpatialParallel, AutoPredictsBothSplitsByTheScalingModel) {
+  using wm::parallel::predict_split;
+  using wm::parallel::SliceFacts;
+  // Costs of the size of the full Wan2.1 decoder in bf16 (what its traits say, rounded).
+  wm::SplitCosts costs;
+  costs.flops_per_pixel = 8.5e6;
+  costs.temporal_factor = 4;
+  costs.spatial_factor = 8;
+  costs.state_bytes_per_pixel = 3.0e5;
+  costs.row_bytes_per_column = 1.2e5;
+  costs.row_messages = 40;
+  auto facts = [](int frames, int rows, int cols, bool first, bool last, int ranks) {
+    SliceFacts f;
+    f.frames = frames;
+    f.rows = rows;
+    f.cols = cols;
+    f.first = first;
+    f.last = last;
+    f.ranks = ranks;
+    f.kind = wm::Device::Kind::kCuda;
+    return f;
+  };
+  // An image on 2 GPUs: a time split leaves one idle.
+  auto p = predict_split(facts(1, 60, 104, true, true, 2), costs);
+  EXPECT_TRUE(p.rows) << p.why;
+  EXPECT_NEAR(p.time_speedup, 1.0, 1e-9) << p.why;
+  EXPECT_GT(p.rows_speedup, 1.8) << p.why;
+  EXPECT_NE(p.why.find("rows: 1 latent frame of 60x104 on 2 ranks"), std::string::npos) << p.why;
+  // A short clip in one slice: 5 latent frames split 2 + 3 give 5 and 12 output frames.
+  p = predict_split(facts(5, 60, 104, true, true, 2), costs);
+  EXPECT_TRUE(p.rows) << p.why;
+  EXPECT_NEAR(p.time_speedup, 17.0 / 12.0, 0.01) << p.why;
+  // A long video's slices of 4: even parts, the state's transfer beside the compute.
+  p = predict_split(facts(4, 90, 160, true, false, 2), costs);
+  EXPECT_FALSE(p.rows) << p.why;
+  EXPECT_NEAR(p.time_speedup, 2.0, 0.01) << p.why;
+  EXPECT_LT(p.rows_speedup, p.time_speedup) << p.why;
+  // 4 GPUs, slices of 4 latent frames: time; too few latent rows for rows: time.
+  EXPECT_FALSE(predict_split(facts(4, 135, 240, true, false, 4), costs).rows);
+  p = predict_split(facts(1, 7, 104, true, true, 4), costs);
+  EXPECT_FALSE(p.rows) << p.why;
+  EXPECT_NE(p.why.find("rows need 2 latent rows per rank"), std::string::npos) << p.why;
+  // Without costs: the fixed rule.
+  EXPECT_TRUE(predict_split(facts(1, 60, 104, true, true, 2), wm::SplitCosts{}).rows);
+  EXPECT_FALSE(predict_split(facts(4, 60, 104, true, false, 2), wm::SplitCosts{}).rows);
+  // The Wan2.1 decoder gives its costs.
+  auto model = wm::models::make_wan21_vae(tiny_config(), wm::Device{});
+  const wm::SplitCosts& c = model->traits().split_costs;
+  EXPECT_GT(c.flops_per_pixel, 0);
+  EXPECT_EQ(c.temporal_factor, 4);
+  EXPECT_EQ(c.spatial_factor, 8);
+  EXPECT_GT(c.state_bytes_per_pixel, c.row_bytes_per_column);
+  EXPECT_GT(c.row_messages, 30);
 }
 
 TEST(SpatialParallel, FailingRankFailsTheSliceWithoutHanging) {
