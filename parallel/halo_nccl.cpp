@@ -177,16 +177,26 @@ class NcclGroup final : public ExchangeGroup {
   int size() const override { return int(devices_.size()); }
   void begin(int active) override {
     std::shared_ptr<Communicators> comms = communicators(devices_, timeout_);
-    std::lock_guard<std::mutex> lock(mutex_);
-    active_ = std::min(active, size());
-    failure_.clear();
-    comms_ = std::move(comms);
-    // Pairs aborted with the last run's failure are made again when next used.
-    for (auto it = links_.begin(); it != links_.end();) {
-      std::shared_lock<std::shared_mutex> use(it->second->comms->use);
-      it = it->second->comms->aborted ? links_.erase(it) : std::next(it);
+    int ranks = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      active_ = ranks = std::min(active, size());
+      failure_.clear();
+      comms_ = std::move(comms);
+      // Pairs aborted with the last run's failure are made again below.
+      for (auto it = links_.begin(); it != links_.end();) {
+        std::shared_lock<std::shared_mutex> use(it->second->comms->use);
+        it = it->second->comms->aborted ? links_.erase(it) : std::next(it);
+      }
+      deadline_ = Clock::now() + timeout_;
     }
-    deadline_ = Clock::now() + timeout_;
+    // The ring's pair communicators (rank r to r + 1, the last to the first: the time split's
+    // pipelined messages), now, while none of this group's NCCL operations is in flight: made on
+    // first use mid-run, a communicator's setup (device memory, stream syncs on both GPUs) can
+    // wait behind a neighbour's receive kernel that waits for this very rank, and the run hangs
+    // until its deadline (seen on two H200s: the SeedVR2 and Wan2.1 NCCL runs of issue 30).
+    // Other pairs are still made on first use.
+    for (int r = 0; ranks > 1 && r < ranks; ++r) link(r, (r + 1) % ranks);
   }
   exec::HaloExchange& rank(int r) override { return *ranks_.at(size_t(r)); }
   exec::HaloExchange& pipelined(int r) override { return *pipes_.at(size_t(r)); }
