@@ -114,6 +114,10 @@ CudaMemory cuda_memory(int device) {
 
 void cap_cuda_allocator(int device, double fraction) {
 #ifdef WMBATCH_WITH_CUDA
+  // setMemoryFraction throws "Allocator not initialized for device" before the allocator's
+  // first use on that device (seen: wmbench seedvr2-upscale --max-gpu-gib 16 aborted with 134),
+  // so use it once first.
+  at::empty({1}, at::TensorOptions().device(at::kCUDA, c10::DeviceIndex(device)));
   c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, device);
 #else
   (void)device;
