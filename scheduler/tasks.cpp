@@ -292,6 +292,10 @@ PendingOutput finish_video(std::unique_ptr<io::VideoWriter> writer, TaskResult p
     partial.metrics["writer_commit_seconds"] = seconds.commit;
     partial.finish_seconds = seconds_since(start);
     partial.metrics["writer_finish_seconds"] = partial.finish_seconds;
+    if (const auto pipeline = partial.metrics.find("pipeline_seconds");
+        pipeline != partial.metrics.end()) {
+      partial.bound = bound_after_finish(partial.bound, pipeline->second, partial.finish_seconds);
+    }
     if (check) check(partial.frames);
     return partial;
   };

@@ -382,6 +382,16 @@ DeviceRunResult run_device_upscale(io::VideoReader& reader, PlaneSink& sink,
   return result;
 }
 
+std::string bound_after_finish(const std::string& bound, double pipeline_seconds,
+                               double finish_seconds) {
+  if (bound.empty() || finish_seconds <= 0.25 * (pipeline_seconds + finish_seconds)) return bound;
+  char line[120];
+  std::snprintf(line, sizeof(line),
+                "bound by encode (the encoders finished %.2f s after a %.2f s pipeline); before: ",
+                finish_seconds, pipeline_seconds);
+  return line + bound;
+}
+
 PendingOutput finish_segments(std::unique_ptr<SegmentEncoder> encoder, TaskResult partial,
                               bool background, std::function<void(int64_t)> check) {
   auto finish = [encoder = std::move(encoder), partial = std::move(partial),
@@ -393,6 +403,8 @@ PendingOutput finish_segments(std::unique_ptr<SegmentEncoder> encoder, TaskResul
     partial.metrics["encoder_segments"] = double(encoder->segments());
     partial.finish_seconds = seconds_since(start);
     partial.metrics["writer_finish_seconds"] = partial.finish_seconds;
+    partial.bound = bound_after_finish(partial.bound, partial.metrics["pipeline_seconds"],
+                                       partial.finish_seconds);
     encoder.reset();  // the segments' folder goes
     if (check) check(partial.frames);
     return partial;

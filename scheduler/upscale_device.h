@@ -116,6 +116,13 @@ DeviceRunResult run_device_upscale(io::VideoReader& reader, PlaneSink& sink,
                                    const parallel::FramePathConfig& output,
                                    const DeviceRunOptions& options);
 
+// The verdict once the encoders have finished: `bound` was said when the last frame went to them;
+// when they needed more than a quarter of the job's time after that (short clips: x264's
+// lookahead and frame threads drain, the last segment started late; seen: 2.4 s after a 0.96 s
+// pipeline on an H200), the encoders bounded the job, whatever was busiest before.
+std::string bound_after_finish(const std::string& bound, double pipeline_seconds,
+                               double finish_seconds);
+
 // The last step of an output encoded by several instances: SegmentEncoder::finish() (their last
 // flushes, the join into the output), then `check(frames)`; `partial` gets the frames and
 // writer_flush_seconds / writer_join_seconds / writer_finish_seconds. On a thread of its own

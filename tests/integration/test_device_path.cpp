@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/video_reader.h"
+#include "scheduler/upscale_device.h"
 #include "tests/support/media.h"
 #include "tests/support/run.h"
 
@@ -85,6 +86,20 @@ CommandResult run_job(TempDir& dir, const std::string& name, const std::string& 
       dir.file(name + ".yaml"),
       "on_exists: overwrite\nmodel: {kind: realesrgan, weights: '" + kWeights + "'}\n" + body);
   return wmbatch({dir.file(name + ".yaml"), "--report", dir.file(name + ".json")});
+}
+
+// The verdict counts the encoders' drain after the last frame (a 100-frame 1080p job on an H200:
+// 0.96 s of pipeline, 2.37 s of finishing, and the pipeline's verdict said "the GPU").
+TEST(DevicePath, TheVerdictCountsTheEncodersDrain) {
+  const std::string gpu = "bound by the GPU (model and conversions) (busy 98% of the time)";
+  const std::string drained = sched::bound_after_finish(gpu, 0.96, 2.37);
+  EXPECT_EQ(
+      drained.rfind("bound by encode (the encoders finished 2.37 s after a 0.96 s pipeline)", 0),
+      0u)
+      << drained;
+  EXPECT_NE(drained.find(gpu), std::string::npos) << "what was busiest before stays said";
+  EXPECT_EQ(sched::bound_after_finish(gpu, 10.0, 0.5), gpu) << "a short drain changes nothing";
+  EXPECT_EQ(sched::bound_after_finish("", 1.0, 5.0), "") << "a path that says nothing stays silent";
 }
 
 TEST(DevicePath, WritesWhatTheHostPathWritesWithinTolerance) {
