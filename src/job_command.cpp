@@ -23,8 +23,7 @@ bool ends_with(const std::string& s, char c) { return !s.empty() && s.back() == 
 // `path` against `cwd`, lexically normal; standard input and output ("-", "pipe:0", ...) and
 // templates that start with {dir} as they are.
 std::string absolute(const std::string& path, const std::string& cwd) {
-  if (is_stdin_name(path) || is_stdout_name(path) || path.rfind("{dir}", 0) == 0 ||
-      path.empty()) {
+  if (is_stdin_name(path) || is_stdout_name(path) || path.rfind("{dir}", 0) == 0 || path.empty()) {
     return path;
   }
   const fs::path p(path);

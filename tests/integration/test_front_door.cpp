@@ -454,10 +454,10 @@ TEST(FrontDoor, TheInstalledBinaryReadsTheInstalledTable) {
   TempDir dir("fd-install");
   CommandResult r = run_command({"cmake", "--install", WM_BINARY_DIR, "--prefix", dir.path()});
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* file : {"bin/wmbatch", "bin/wmbatch-torch.so", "share/wmbatch/models.yaml",
-                           "share/wmbatch/WATCH.example.yaml",
-                           "share/wmbatch/jobs/upscale-animevideov3.yaml",
-                           "share/wmbatch/jobs/stream.yaml"}) {
+  for (const char* file :
+       {"bin/wmbatch", "bin/wmbatch-torch.so", "share/wmbatch/models.yaml",
+        "share/wmbatch/WATCH.example.yaml", "share/wmbatch/jobs/upscale-animevideov3.yaml",
+        "share/wmbatch/jobs/stream.yaml"}) {
     EXPECT_TRUE(exists(dir.file(file))) << file;
   }
   r = run_command({dir.file("bin/wmbatch"), "models", "--models-dir", dir.file("models")});
