@@ -26,6 +26,7 @@
 #include "src/models/realesrgan.h"
 #include "tools/bench.h"
 #include "tools/bench_clip.h"
+#include "tools/bench_job.h"
 
 namespace {
 
@@ -56,22 +57,9 @@ struct JobRun {
 };
 
 JobRun run_yaml(const std::string& yaml) {
-  wm::sched::RunOptions options;
-  options.progress = wm::sched::ProgressStyle::kNone;
-  std::vector<wm::sched::JobOutcome> outcomes;
-  const double t0 = now();
-  const int rc = wm::sched::run_job_files({yaml}, options, &outcomes);
   JobRun run;
-  run.seconds = now() - t0;
-  if (rc != 0) {
-    for (const auto& o : outcomes) {
-      for (const auto& in : o.inputs) {
-        if (!in.error.empty()) std::fprintf(stderr, "wmbench: %s\n", in.error.c_str());
-      }
-    }
-    std::fprintf(stderr, "wmbench: the job %s failed (%d)\n", yaml.c_str(), rc);
-    std::exit(rc);
-  }
+  const std::vector<wm::sched::JobOutcome> outcomes =
+      wm::bench::run_job_or_exit(yaml, &run.seconds);
   for (const auto& o : outcomes) {
     run.frames += o.frames;
     run.lanes = std::max(run.lanes, o.input_lanes);

@@ -21,6 +21,7 @@
 #include "src/models/realesrgan.h"
 #include "tools/bench.h"
 #include "tools/bench_clip.h"
+#include "tools/bench_job.h"
 
 namespace {
 
@@ -43,10 +44,6 @@ const char* kUsage =
     "  parallel.inputs (inputs at once; 0 = auto: one per device, more on a GPU once the first\n"
     "  input's peak memory shows room); input_lanes in the JSON is what each run used.\n";
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 struct Run {
   double seconds = 0;
   int64_t frames = 0;
@@ -57,22 +54,9 @@ struct Run {
 
 // Runs the job file; exits on failure.
 Run run_job(const std::string& yaml_path) {
-  wm::sched::RunOptions options;
-  options.progress = wm::sched::ProgressStyle::kNone;
-  std::vector<wm::sched::JobOutcome> outcomes;
-  const double t0 = now();
-  const int rc = wm::sched::run_job_files({yaml_path}, options, &outcomes);
   Run run;
-  run.seconds = now() - t0;
-  if (rc != 0) {
-    for (const auto& o : outcomes) {
-      for (const auto& in : o.inputs) {
-        if (!in.error.empty()) std::fprintf(stderr, "wmbench: %s\n", in.error.c_str());
-      }
-    }
-    std::fprintf(stderr, "wmbench: the job %s failed (%d)\n", yaml_path.c_str(), rc);
-    std::exit(rc);
-  }
+  const std::vector<wm::sched::JobOutcome> outcomes =
+      wm::bench::run_job_or_exit(yaml_path, &run.seconds);
   for (const auto& o : outcomes) {
     run.frames += o.frames;
     run.lanes = std::max(run.lanes, o.input_lanes);
