@@ -11,10 +11,14 @@ export NCCL_NVLS_ENABLE=0
 n=$(nvidia-smi -L | wc -l)
 devs=$(seq -s, 0 $((n - 1)))
 echo "GPUs: $n ($devs)"
-(cd build-gpu && timeout 240 ctest -L multigpu --timeout 200 --output-on-failure) \
-  > "$LOGS/ctest-multigpu.log" 2>&1
-echo "ctest -L multigpu rc $?"
-grep -E "tests passed|\*\*\*" "$LOGS/ctest-multigpu.log" | head -20
+# MULTI_TESTS=0 skips the tests, MULTI_BATCH=0 the batch upscale (to split them over two calls).
+if [ "${MULTI_TESTS:-1}" = 1 ]; then
+  (cd build-gpu && timeout "${MULTI_TESTS_S:-300}" ctest -L "${MULTI_LABELS:-multigpu}" \
+    --timeout 280 --output-on-failure) > "$LOGS/ctest-multigpu.log" 2>&1
+  echo "ctest -L ${MULTI_LABELS:-multigpu} rc $?"
+  grep -E "tests passed|\*\*\*|Passed|Failed" "$LOGS/ctest-multigpu.log" | head -40
+fi
+[ "${MULTI_BATCH:-1}" = 1 ] || exit 0
 timeout 300 build-gpu/wmbench upscale --devices "$devs" --model realesr-animevideov3 \
   --precision fp16 --inputs 8 --make 1920x1080:24 --scale 2 --warmup 1 \
   | tr -d '\n' >> "$OUT/multi.jsonl"

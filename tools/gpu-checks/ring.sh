@@ -79,15 +79,32 @@ if [ "$GPUS" -eq 1 ]; then
     --height 720 --width 1280 --devices 0 --ranks 2 --parallel spatial --scaling 0
 else
   # A rank per GPU: time split and row split in-process (peer copies), then the time split
-  # over NCCL (its pair communicators run here for the first time), then SeedVR2.
-  LIST=$(seq -s, 0 $((GPUS - 1)))
-  run "wan_720p_81_${GPUS}gpus" 60 $B vae-decode $D --latent-frames 21 --height 720 \
-    --width 1280 --slice-frames 8 --warmup 1 --iters 1 --devices "$LIST" \
-    --parallel sequence,spatial
-  run "wan_720p_81_${GPUS}gpus_nccl" 45 $B vae-decode $D --latent-frames 21 --height 720 \
-    --width 1280 --slice-frames 8 --warmup 1 --iters 1 --devices "$LIST" --nccl 1 \
-    --parallel sequence --scaling 0
-  run "seedvr2_720p_${GPUS}gpus" 45 $B seedvr2 decode $S --height 720 --width 1280 --warmup 1 \
-    --iters 1 --devices "$LIST" --scaling 0
+  # over NCCL, then SeedVR2; on 2 GPUs, then on all of them (4 on nvidia-h200-x4).
+  # RING_SIZES="1080" adds Wan2.1 1080p; RING_FRAMES="337" adds 337 frames (85 latents).
+  counts=2
+  [ "$GPUS" -gt 2 ] && counts="2 $GPUS"
+  for n in $counts; do
+    LIST=$(seq -s, 0 $((n - 1)))
+    run "wan_720p_81_${n}gpus" 60 $B vae-decode $D --latent-frames 21 --height 720 \
+      --width 1280 --slice-frames 8 --warmup 1 --iters 1 --devices "$LIST" \
+      --parallel sequence,spatial
+    run "wan_720p_81_${n}gpus_nccl" 45 $B vae-decode $D --latent-frames 21 --height 720 \
+      --width 1280 --slice-frames 8 --warmup 1 --iters 1 --devices "$LIST" --nccl 1 \
+      --parallel sequence --scaling 0
+    run "seedvr2_720p_${n}gpus" 45 $B seedvr2 decode $S --height 720 --width 1280 --warmup 1 \
+      --iters 1 --devices "$LIST" --scaling 0
+    for size in ${RING_SIZES:-}; do
+      run "wan_${size}p_81_${n}gpus" 90 $B vae-decode $D --latent-frames 21 --height "$size" \
+        --width $((size * 16 / 9)) --slice-frames 8 --warmup 1 --iters 1 --devices "$LIST" \
+        --parallel sequence,spatial
+      run "seedvr2_${size}p_${n}gpus" 60 $B seedvr2 decode $S --height "$size" \
+        --width $((size * 16 / 9)) --warmup 1 --iters 1 --devices "$LIST" --scaling 0
+    done
+    for frames in ${RING_FRAMES:-}; do
+      run "wan_720p_${frames}_${n}gpus" 120 $B vae-decode $D --latent-frames $(((frames - 1) / 4 + 1)) \
+        --height 720 --width 1280 --slice-frames 8 --warmup 0 --iters 1 --devices "$LIST" \
+        --parallel sequence --scaling 0
+    done
+  done
 fi
 exit 0
