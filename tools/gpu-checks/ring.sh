@@ -81,14 +81,15 @@ else
   # A rank per GPU: time split and row split in-process (peer copies), then the time split
   # over NCCL, then SeedVR2; on 2 GPUs, then on all of them (4 on nvidia-h200-x4).
   # RING_SIZES="1080" adds Wan2.1 1080p; RING_FRAMES="337" adds 337 frames (85 latents).
+  # RING_COUNTS picks the rank counts (default: 2, then all); RING_NCCL=0 skips the NCCL rows.
   counts=2
   [ "$GPUS" -gt 2 ] && counts="2 $GPUS"
-  for n in $counts; do
+  for n in ${RING_COUNTS:-$counts}; do
     LIST=$(seq -s, 0 $((n - 1)))
     run "wan_720p_81_${n}gpus" 60 $B vae-decode $D --latent-frames 21 --height 720 \
       --width 1280 --slice-frames 8 --warmup 1 --iters 1 --devices "$LIST" \
       --parallel sequence,spatial
-    run "wan_720p_81_${n}gpus_nccl" 45 $B vae-decode $D --latent-frames 21 --height 720 \
+    [ "${RING_NCCL:-1}" = 1 ] && run "wan_720p_81_${n}gpus_nccl" 45 $B vae-decode $D --latent-frames 21 --height 720 \
       --width 1280 --slice-frames 8 --warmup 1 --iters 1 --devices "$LIST" --nccl 1 \
       --parallel sequence --scaling 0
     run "seedvr2_720p_${n}gpus" 45 $B seedvr2 decode $S --height 720 --width 1280 --warmup 1 \

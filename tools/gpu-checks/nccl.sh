@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The NCCL exchange's hang (issue 28/30), on a host with two or more GPUs, after build-gpu/:
+# runs the two-GPU NCCL tests under CUDA's lazy and eager module loading; a run still going
+# after NCCL_WAIT_S seconds gets every thread's stack dumped (gdb or eu-stack, when present)
+# and is killed. Writes $OUT/nccl.log.
+set -u
+: "${OUT:?set OUT}"
+LOG=$OUT/nccl.log
+: >"$LOG"
+export NCCL_NVLS_ENABLE=0 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+if [ -d /opt/wm-deps ]; then
+  export LD_LIBRARY_PATH=/opt/wm-deps/lib:/opt/wm-deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+wait_s=${NCCL_WAIT_S:-40}
+echo "gdb: $(command -v gdb) eu-stack: $(command -v eu-stack)" >>"$LOG"
+for mode in ${NCCL_MODES:-LAZY EAGER}; do
+  for t in "test_sequence_parallel_multigpu:*OverNccl*" "test_seedvr2_vae_multigpu:*"; do
+    bin=build-gpu/tests/${t%%:*}
+    echo "=== $mode $t" >>"$LOG"
+    CUDA_MODULE_LOADING=$mode "$bin" --gtest_filter="${t#*:}" >>"$LOG" 2>&1 &
+    pid=$!
+    for _ in $(seq "$wait_s"); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "=== $mode $t: still running after ${wait_s}s; stacks:" >>"$LOG"
+      if command -v gdb >/dev/null; then
+        timeout 60 gdb -p "$pid" -batch -ex "thread apply all bt 14" 2>&1 |
+          grep -E "^Thread|^#" >>"$LOG"
+      elif command -v eu-stack >/dev/null; then
+        timeout 60 eu-stack -p "$pid" >>"$LOG" 2>&1
+      else
+        for task in /proc/$pid/task/*; do
+          echo "-- $task $(cat "$task/comm") $(cat "$task/wchan" 2>/dev/null)" >>"$LOG"
+        done
+      fi
+      kill -9 "$pid"
+    fi
+    wait "$pid"
+    echo "=== $mode $t: exit $?" >>"$LOG"
+  done
+done
