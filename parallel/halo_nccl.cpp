@@ -196,7 +196,7 @@ class NcclGroup final : public ExchangeGroup {
     // wait behind a neighbour's receive kernel that waits for this very rank, and the run hangs
     // until its deadline (seen on two H200s: the SeedVR2 and Wan2.1 NCCL runs of issue 30).
     // Other pairs are still made on first use.
-    for (int r = 0; ranks > 1 && r < ranks; ++r) link(r, (r + 1) % ranks);
+    for (int r = 0; ranks > 1 && r < ranks; ++r) link(r, (r + 1) % ranks, /*connect=*/true);
   }
   exec::HaloExchange& rank(int r) override { return *ranks_.at(size_t(r)); }
   exec::HaloExchange& pipelined(int r) override { return *pipes_.at(size_t(r)); }
@@ -255,7 +255,7 @@ class NcclGroup final : public ExchangeGroup {
     std::shared_ptr<Communicators> comms;
     std::optional<c10::cuda::CUDAStream> sends;
   };
-  std::shared_ptr<Link> link(int from, int to) {
+  std::shared_ptr<Link> link(int from, int to, bool connect = false) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = links_.find({from, to});
@@ -265,8 +265,68 @@ class NcclGroup final : public ExchangeGroup {
     made->comms = communicators({devices_[size_t(from)], devices_[size_t(to)]}, timeout_, true);
     made->sends = c10::cuda::getStreamFromPool(/*isHighPriority=*/true,
                                                c10::DeviceIndex(devices_[size_t(from)]));
+    if (connect) this->connect(*made, from, to);
     std::lock_guard<std::mutex> lock(mutex_);
     return links_.emplace(std::make_pair(from, to), std::move(made)).first->second;
+  }
+
+  // NCCL connects two ranks on their first message (runtime connect), a handshake both take
+  // part in. A new link sends one byte here, both sides in one group call from this thread,
+  // while none of the group's kernels runs, and waits until it landed: a rank's first message
+  // mid-run then finds its connection made. (The two-GPU NCCL runs hung at their first
+  // messages, one rank polling an operation still "in progress": issue 30's runs; whether
+  // this is the cause is not yet measured.) An error or the timeout aborts the group and throws.
+  void connect(Link& link, int from, int to) {
+    const int devs[2] = {devices_[size_t(from)], devices_[size_t(to)]};
+    std::vector<c10::cuda::CUDAStream> streams = {
+        *link.sends, c10::cuda::getStreamFromPool(false, c10::DeviceIndex(devs[1]))};
+    std::vector<at::Tensor> bytes;
+    for (int d : devs) {
+      bytes.push_back(at::zeros({1}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, d)));
+    }
+    for (int i = 0; i < 2; ++i) {
+      at::cuda::CUDAEvent ready;
+      ready.record(c10::cuda::getCurrentCUDAStream(c10::DeviceIndex(devs[i])));
+      ready.block(streams[size_t(i)]);  // the zeros are written
+    }
+    const Clock::time_point deadline = Clock::now() + timeout_;
+    std::string error;
+    bool ok = false;
+    {
+      std::shared_lock<std::shared_mutex> use(link.comms->use);
+      if (link.comms->aborted) {
+        error = "the communicator was aborted";
+      } else {
+        ncclResult_t r = ncclGroupStart();
+        if (r == ncclSuccess) {
+          r = ncclSend(bytes[0].data_ptr(), 1, ncclUint8, 1, link.comms->comms[0],
+                       streams[0].stream());
+          const ncclResult_t r2 = ncclRecv(bytes[1].data_ptr(), 1, ncclUint8, 0,
+                                           link.comms->comms[1], streams[1].stream());
+          if (r == ncclSuccess || r == ncclInProgress) r = r2;
+          const ncclResult_t end = ncclGroupEnd();
+          if (r == ncclSuccess || r == ncclInProgress) r = end;
+        }
+        ok = r == ncclSuccess || r == ncclInProgress;
+        if (!ok) error = nccl_text(r);
+      }
+    }
+    for (size_t i = 0; ok && i < 2; ++i) ok = settle(*link.comms, i, deadline, error);
+    while (ok && !(streams[0].query() && streams[1].query())) {
+      if (Clock::now() >= deadline) {
+        ok = false;
+        error = "timed out";
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    if (!ok) {
+      const std::string why =
+          "connecting rank " + std::to_string(from) + " (cuda:" + std::to_string(devs[0]) +
+          ") to rank " + std::to_string(to) + " (cuda:" + std::to_string(devs[1]) + "): " + error;
+      abort_all(*link.comms);
+      abort("NCCL " + why);
+      throw Error("halo exchange: NCCL " + why, kExitFailure);
+    }
   }
 
   // Rank r's pipelined view: sends on the link's stream (after the work queued so far on the

@@ -112,6 +112,22 @@ ModelSet::ModelSet(const ModelConfig& config, const std::string& devices,
     slot.model = add_device(slot.device);
     slots_.push_back(slot);
   }
+  if (parallel.nccl && sequence_) {
+    std::set<std::string> distinct;
+    for (const Slot& s : slots_) distinct.insert(s.device.str());
+    if (!parallel::nccl_available()) {
+      throw Error(
+          "parallel: exchange nccl: this build has no NCCL (configure with "
+          "-DWMBATCH_WITH_NCCL=ON on a host with CUDA and NCCL; or use in-process)",
+          kExitDataErr);
+    }
+    if (cpu || distinct.size() != slots_.size()) {
+      throw Error("parallel: exchange nccl needs a GPU of its own for every rank (" +
+                      std::to_string(slots_.size()) + " ranks on " +
+                      std::to_string(distinct.size()) + " devices; or use in-process)",
+                  kExitDataErr);
+    }
+  }
   if (!parallel.fault.empty()) {
     parallel::FaultSpec spec;
     try {
@@ -138,13 +154,10 @@ std::vector<std::unique_ptr<ModelSession>> ModelSet::open_sessions() const {
       ranks.push_back(models_[s.model]->open_session(s.device));
       workers.push_back(&parallel::device_worker(s.device, s.lane));
     }
-    // NCCL when the build has it and every rank has a GPU of its own; else in-process.
+    // In-process unless the job asks for NCCL (`parallel.exchange: nccl`; checked when the set
+    // was built).
     parallel::SequenceParallelOptions options;
-    std::set<std::string> distinct;
-    for (const parallel::DeviceWorker* w : workers) distinct.insert(w->device().str());
-    options.nccl = parallel::nccl_available() &&
-                   slots_.front().device.kind == Device::Kind::kCuda &&
-                   distinct.size() == workers.size();
+    options.nccl = parallel_.nccl;
     options.timeout = std::chrono::milliseconds(int64_t(parallel_.timeout_seconds * 1000.0));
     options.first_rank = slots_.front().rank;
     options.by = split_;

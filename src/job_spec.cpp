@@ -165,7 +165,8 @@ const KeyTable kEncodeKeys{
     "encode",
     {"codec", "crf", "preset", "pix_fmt", "audio", "subtitles", "threads", "instances", "options"}};
 const KeyTable kOffloadKeys{"offload", {"pinned_mib"}};
-const KeyTable kParallelKeys{"parallel", {"mode", "ranks", "inputs", "timeout", "fault"}};
+const KeyTable kParallelKeys{"parallel",
+                             {"mode", "ranks", "inputs", "timeout", "exchange", "fault"}};
 const KeyTable* const kAllTables[] = {&kTopKeys,    &kModelKeys,   &kTilingKeys,
                                       &kEncodeKeys, &kOffloadKeys, &kParallelKeys};
 
@@ -578,6 +579,9 @@ const std::vector<std::pair<std::string, ParallelMode>> kParallelModes = {
     {"sequence", ParallelMode::kSequence},
     {"spatial", ParallelMode::kSpatial}};
 
+const std::vector<std::pair<std::string, bool>> kExchanges = {{"in-process", false},
+                                                              {"nccl", true}};
+
 // The model tasks a job task needs (reconstruct runs the encoder and the decoder).
 std::vector<std::string> model_tasks(Task task) {
   switch (task) {
@@ -723,6 +727,9 @@ class JobParser {
       if (const Field* n = parallel.find("inputs")) job_.parallel.inputs = get_int(*n, 1, 1024);
       if (const Field* t = parallel.find("timeout")) {
         job_.parallel.timeout_seconds = get_number(*t, {0, 86400, true});
+      }
+      if (const Field* x = parallel.find("exchange")) {
+        job_.parallel.nccl = get_enum(*x, kExchanges);
       }
       if (const Field* x = parallel.find("fault")) {
         job_.parallel.fault = get_string(*x);

@@ -88,6 +88,11 @@ struct ParallelSpec {
   int inputs = 0;
   // `timeout` (seconds): the longest a sequence-parallel rank may take over its part of a slice.
   double timeout_seconds = 1800;
+  // `exchange`: how sequence-parallel ranks pass their halos. In-process (default): peer copies
+  // between the GPUs of this process, ordered by CUDA events. NCCL (`nccl`, builds with
+  // WMBATCH_WITH_NCCL, one rank per GPU): opt-in, since its runs hung on two and four H200s
+  // (docs/gpu.md, "NCCL").
+  bool nccl = false;
   // `fault` (test only, undocumented in job-format.md): parallel/rank_fault.h.
   std::string fault;
   // Set by the runner for an input lane, not job keys: this lane uses the job's ranks

@@ -132,7 +132,8 @@ TEST(ParallelJobs, DevicesOnTheCommandLine) {
 TEST(ParallelJobs, BadParallelKeys) {
   TempDir dir("parallel-keys");
   for (const std::string& bad :
-       {std::string("parallel: {ranks: 0}\n"), std::string("parallel: {mode: diagonal}\n")}) {
+       {std::string("parallel: {ranks: 0}\n"), std::string("parallel: {mode: diagonal}\n"),
+        std::string("parallel: {exchange: mpi}\n")}) {
     write_text(dir.file("job.yaml"), decode_job("out.safetensors", bad));
     CommandResult r = wmbatch({dir.file("job.yaml")});
     EXPECT_EQ(r.exit_code, 65) << bad << r.output;
@@ -151,6 +152,27 @@ TEST(ParallelJobs, BadParallelKeys) {
   CommandResult r = wmbatch({dir.file("up.yaml")});
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("mode sequence"), std::string::npos) << r.output;
+}
+
+// NCCL is opt-in and needs a GPU per rank (and a build with it): CPU ranks asking for it fail
+// before any input runs, with a line that names the alternative; in-process, said outright,
+// runs.
+TEST(ParallelJobs, NcclExchangeNeedsAGpuPerRank) {
+  TempDir dir("parallel-exchange");
+  write_text(
+      dir.file("nccl.yaml"),
+      decode_job("nccl.safetensors", "parallel: {mode: sequence, ranks: 2, exchange: nccl}\n"));
+  CommandResult r = wmbatch({dir.file("nccl.yaml")});
+  EXPECT_EQ(r.exit_code, 65) << r.output;
+  EXPECT_NE(r.output.find("exchange nccl"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("in-process"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("nccl.safetensors")));
+  write_text(dir.file("ip.yaml"), decode_job("ip.safetensors",
+                                             "parallel: {mode: sequence, ranks: 2, exchange: "
+                                             "in-process}\n"));
+  r = wmbatch({dir.file("ip.yaml")});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("ip.safetensors")));
 }
 
 nlohmann::json report_inputs(const std::string& path) {

@@ -84,6 +84,9 @@ inline double ranks_vs_one_rank(Precision precision, const std::vector<Device>& 
   }
   parallel::SequenceParallelOptions options;
   options.nccl = nccl;
+  // A tiny model's slices take seconds: a hung exchange fails the test in a minute, with the
+  // exchange's own error, instead of running into ctest's timeout.
+  options.timeout = std::chrono::seconds(60);
   options.by = by;
   parallel::SequenceParallelSession session(std::move(ranks), std::move(workers), options);
   const std::vector<float> got = run(session, nullptr);

@@ -84,6 +84,7 @@ TEST(SeedVR2MultiGpu, TwoGpusEqualOne) {
                                                         &wm::parallel::device_worker(gpu1, 0)};
     wm::parallel::SequenceParallelOptions options;
     options.nccl = nccl;
+    options.timeout = std::chrono::seconds(60);  // a hung exchange fails here, with its error
     wm::parallel::SequenceParallelSession session(std::move(sessions), std::move(workers), options);
     const Planar got = run(session, z, {3, 2});
     ASSERT_EQ(got.data.size(), whole.data.size());
