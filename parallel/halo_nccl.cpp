@@ -140,6 +140,70 @@ std::shared_ptr<Communicators> make_communicators(const std::vector<int>& device
   return c;
 }
 
+// NCCL connects two ranks on their first message between them (runtime connect), a handshake
+// both take part in. Made on first use in the middle of a run, while a neighbour's receive
+// kernel already waits on the GPU, the connection never completed on two and four H200s: the
+// rank polled an operation "in progress" until its deadline (issue 30's runs). So a new
+// communicator connects every pair of neighbours (r and r + 1, both ways; the last and the first
+// too) at once: one byte each way, every rank's send and receive in one group call from this
+// thread while none of its kernels runs, then waits until they landed. Throws (after aborting
+// the communicators) on an NCCL error or the timeout.
+void connect_neighbours(Communicators& c, const std::vector<int>& devices,
+                        std::chrono::milliseconds timeout) {
+  const int n = int(devices.size());
+  if (n < 2) return;
+  std::vector<c10::cuda::CUDAStream> streams;
+  std::vector<at::Tensor> bytes;  // per rank: [0] sent, [1] from the rank before, [2] after
+  for (int d : devices) {
+    streams.push_back(c10::cuda::getStreamFromPool(false, c10::DeviceIndex(d)));
+    bytes.push_back(at::zeros({3}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, d)));
+    at::cuda::CUDAEvent ready;  // the zeros are written before the sends read them
+    ready.record(c10::cuda::getCurrentCUDAStream(c10::DeviceIndex(d)));
+    ready.block(streams.back());
+  }
+  const Clock::time_point deadline = Clock::now() + timeout;
+  std::string error;
+  bool ok = false;
+  {
+    std::shared_lock<std::shared_mutex> use(c.use);
+    ncclResult_t r = ncclGroupStart();
+    auto keep = [&r](ncclResult_t next) {
+      if (r == ncclSuccess || r == ncclInProgress) r = next;
+    };
+    for (int rank = 0; rank < n && (r == ncclSuccess || r == ncclInProgress); ++rank) {
+      const int before = (rank + n - 1) % n, after = (rank + 1) % n;
+      uint8_t* p = static_cast<uint8_t*>(bytes[size_t(rank)].data_ptr());
+      cudaStream_t s = streams[size_t(rank)].stream();
+      ncclComm_t comm = c.comms[size_t(rank)];
+      keep(ncclSend(p, 1, ncclUint8, after, comm, s));
+      keep(ncclRecv(p + 1, 1, ncclUint8, before, comm, s));
+      if (before != after) {  // more than two ranks: the other direction too
+        keep(ncclSend(p, 1, ncclUint8, before, comm, s));
+        keep(ncclRecv(p + 2, 1, ncclUint8, after, comm, s));
+      }
+    }
+    keep(ncclGroupEnd());
+    ok = r == ncclSuccess || r == ncclInProgress;
+    if (!ok) error = nccl_text(r);
+  }
+  for (size_t rank = 0; ok && rank < size_t(n); ++rank) ok = settle(c, rank, deadline, error);
+  for (size_t rank = 0; ok && rank < size_t(n); ++rank) {
+    while (ok && !streams[rank].query()) {
+      if (Clock::now() >= deadline) {
+        ok = false;
+        error = "timed out";
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  if (!ok) {
+    abort_all(c);
+    std::string list;
+    for (int d : devices) list += (list.empty() ? "" : ",") + std::to_string(d);
+    throw Error("NCCL connecting GPUs " + list + ": " + error, kExitFailure);
+  }
+}
+
 std::mutex g_mutex;
 std::map<std::vector<int>, std::shared_ptr<Communicators> >& registry() {
   static auto* r = new std::map<std::vector<int>, std::shared_ptr<Communicators> >();
@@ -160,7 +224,10 @@ std::shared_ptr<Communicators> communicators(const std::vector<int>& devices,
     std::shared_lock<std::shared_mutex> use(c->use);
     usable = !c->aborted;
   }
-  if (!usable) c = make_communicators(devices, timeout);
+  if (!usable) {
+    c = make_communicators(devices, timeout);
+    connect_neighbours(*c, devices, timeout);
+  }
   return c;
 }
 
@@ -196,7 +263,7 @@ class NcclGroup final : public ExchangeGroup {
     // wait behind a neighbour's receive kernel that waits for this very rank, and the run hangs
     // until its deadline (seen on two H200s: the SeedVR2 and Wan2.1 NCCL runs of issue 30).
     // Other pairs are still made on first use.
-    for (int r = 0; ranks > 1 && r < ranks; ++r) link(r, (r + 1) % ranks, /*connect=*/true);
+    for (int r = 0; ranks > 1 && r < ranks; ++r) link(r, (r + 1) % ranks);
   }
   exec::HaloExchange& rank(int r) override { return *ranks_.at(size_t(r)); }
   exec::HaloExchange& pipelined(int r) override { return *pipes_.at(size_t(r)); }
@@ -255,7 +322,7 @@ class NcclGroup final : public ExchangeGroup {
     std::shared_ptr<Communicators> comms;
     std::optional<c10::cuda::CUDAStream> sends;
   };
-  std::shared_ptr<Link> link(int from, int to, bool connect = false) {
+  std::shared_ptr<Link> link(int from, int to) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = links_.find({from, to});
@@ -265,68 +332,8 @@ class NcclGroup final : public ExchangeGroup {
     made->comms = communicators({devices_[size_t(from)], devices_[size_t(to)]}, timeout_, true);
     made->sends = c10::cuda::getStreamFromPool(/*isHighPriority=*/true,
                                                c10::DeviceIndex(devices_[size_t(from)]));
-    if (connect) this->connect(*made, from, to);
     std::lock_guard<std::mutex> lock(mutex_);
     return links_.emplace(std::make_pair(from, to), std::move(made)).first->second;
-  }
-
-  // NCCL connects two ranks on their first message (runtime connect), a handshake both take
-  // part in. A new link sends one byte here, both sides in one group call from this thread,
-  // while none of the group's kernels runs, and waits until it landed: a rank's first message
-  // mid-run then finds its connection made. (The two-GPU NCCL runs hung at their first
-  // messages, one rank polling an operation still "in progress": issue 30's runs; whether
-  // this is the cause is not yet measured.) An error or the timeout aborts the group and throws.
-  void connect(Link& link, int from, int to) {
-    const int devs[2] = {devices_[size_t(from)], devices_[size_t(to)]};
-    std::vector<c10::cuda::CUDAStream> streams = {
-        *link.sends, c10::cuda::getStreamFromPool(false, c10::DeviceIndex(devs[1]))};
-    std::vector<at::Tensor> bytes;
-    for (int d : devs) {
-      bytes.push_back(at::zeros({1}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, d)));
-    }
-    for (int i = 0; i < 2; ++i) {
-      at::cuda::CUDAEvent ready;
-      ready.record(c10::cuda::getCurrentCUDAStream(c10::DeviceIndex(devs[i])));
-      ready.block(streams[size_t(i)]);  // the zeros are written
-    }
-    const Clock::time_point deadline = Clock::now() + timeout_;
-    std::string error;
-    bool ok = false;
-    {
-      std::shared_lock<std::shared_mutex> use(link.comms->use);
-      if (link.comms->aborted) {
-        error = "the communicator was aborted";
-      } else {
-        ncclResult_t r = ncclGroupStart();
-        if (r == ncclSuccess) {
-          r = ncclSend(bytes[0].data_ptr(), 1, ncclUint8, 1, link.comms->comms[0],
-                       streams[0].stream());
-          const ncclResult_t r2 = ncclRecv(bytes[1].data_ptr(), 1, ncclUint8, 0,
-                                           link.comms->comms[1], streams[1].stream());
-          if (r == ncclSuccess || r == ncclInProgress) r = r2;
-          const ncclResult_t end = ncclGroupEnd();
-          if (r == ncclSuccess || r == ncclInProgress) r = end;
-        }
-        ok = r == ncclSuccess || r == ncclInProgress;
-        if (!ok) error = nccl_text(r);
-      }
-    }
-    for (size_t i = 0; ok && i < 2; ++i) ok = settle(*link.comms, i, deadline, error);
-    while (ok && !(streams[0].query() && streams[1].query())) {
-      if (Clock::now() >= deadline) {
-        ok = false;
-        error = "timed out";
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-    if (!ok) {
-      const std::string why =
-          "connecting rank " + std::to_string(from) + " (cuda:" + std::to_string(devs[0]) +
-          ") to rank " + std::to_string(to) + " (cuda:" + std::to_string(devs[1]) + "): " + error;
-      abort_all(*link.comms);
-      abort("NCCL " + why);
-      throw Error("halo exchange: NCCL " + why, kExitFailure);
-    }
   }
 
   // Rank r's pipelined view: sends on the link's stream (after the work queued so far on the
