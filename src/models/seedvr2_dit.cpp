@@ -885,6 +885,12 @@ at::Tensor DitNetwork::forward(const at::Tensor& vid_in, const at::Tensor& txt_i
       buffer(d.mlp_out_b, h.mlp_out_b), buffer(d.ada, h.ada);
     };
     const bool shared = src.txt.qkv.is_same(src.vid.qkv);
+    // A slot that last held a shared block has its txt aliasing its vid buffers: a block with
+    // text weights of its own needs buffers of its own, or its text copy overwrites its video
+    // weights (seen on the H200: a second forward with 2 or 3 slots differed).
+    if (!shared && dst.txt.qkv.defined() && dst.txt.qkv.is_same(dst.vid.qkv)) {
+      dst.txt = Block::Branch{};
+    }
     branch_buffers(dst.vid, src.vid);
     if (!shared) branch_buffers(dst.txt, src.txt);
     // Buffers (re)allocated on the compute stream, and the slot's last user, come first.

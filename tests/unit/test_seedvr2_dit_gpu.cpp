@@ -133,7 +133,14 @@ TEST(SeedVR2DitGpu, FusedPassesMatchAtenOps) {
       std::cout << tag << ": " << d << ", fused vs golden " << max_diff(a, c.want)
                 << ", aten vs golden " << max_diff(b, c.want) << "\n";
       RecordProperty(tag, std::to_string(d));
-      EXPECT_LE(d, 0.03) << tag;
+      // Rounding: the fused kernels round once where the ATen ops round after each op, so the
+      // two differ by an ulp or two of the output's largest values (bf16: 1/32 from 4 to 8),
+      // and neither is further from float64 than the other by more than that.
+      const double top = b.abs().max().item<double>();
+      const double ulp = std::ldexp(1.0, int(std::floor(std::log2(std::max(top, 1e-30)))) -
+                                             (dtype == at::kBFloat16 ? 7 : 10));
+      EXPECT_LE(d, 2 * ulp) << tag << " (largest value " << top << ")";
+      EXPECT_LE(max_diff(a, c.want), max_diff(b, c.want) + 2 * ulp) << tag;
       EXPECT_LE(max_diff(a, c.want), 0.05) << tag;
     }
   }
@@ -223,7 +230,10 @@ TEST(SeedVR2UpscaleGpu, GoldenClipsInFloat32) {
       RecordProperty(name + "_" + t.name, std::to_string(d));
     }
     ASSERT_EQ(out.front().name, "final_u8");
-    const at::Tensor want = read(clip, "final_u8");
+    // host_tensor reads float types only: the 8-bit frames as they are.
+    const wm::io::TensorInfo& final_info = *clip.find("final_u8");
+    const at::Tensor want = at::empty(final_info.shape, at::kByte);
+    std::memcpy(want.data_ptr(), final_info.data, final_info.bytes);
     at::Tensor got = at::empty(out.front().shape, at::kByte);
     std::memcpy(got.data_ptr(), out.front().bytes.data(), out.front().bytes.size());
     EXPECT_LE(max_diff(got, want), 1.0) << name;
