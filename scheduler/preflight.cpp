@@ -16,6 +16,7 @@
 #include "src/base/error.h"
 #include "src/base/std_streams.h"
 #include "src/models/catalog.h"
+#include "src/models/registry.h"
 
 namespace wm::sched {
 namespace {
@@ -190,10 +191,12 @@ void check_weights(const JobSpec& job) {
     throw ConfigError(job.file, line, "model.weights", path + ": " + std::strerror(err),
                       kExitNoInput);
   }
-  if (job.model.kind != "torchscript") return;
+  const ModelKind* kind = find_model_kind(job.model.kind);
+  if (!kind || !kind->loads_modules) return;
   const ReleasedModel* released =
       model_catalog().find_file(path.substr(path.find_last_of('/') + 1));
-  bool state_dict = released && released->kind != "torchscript";
+  const ModelKind* released_kind = released ? find_model_kind(released->kind) : nullptr;
+  bool state_dict = released_kind && !released_kind->loads_modules;
   if (!state_dict) {
     try {
       state_dict = !io::TorchCheckpoint(path).top_level().empty();  // tensors only: no module

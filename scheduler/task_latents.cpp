@@ -23,6 +23,7 @@
 #include "src/base/error.h"
 #include "src/base/fs.h"
 #include "src/base/log.h"
+#include "src/models/registry.h"
 
 namespace wm::sched {
 namespace {
@@ -98,7 +99,8 @@ struct LatentRule {
   double shift = 0.0;
 
   static LatentRule of(const ModelConfig& config) {
-    if (config.kind != "seedvr2-vae") return {};
+    const ModelKind* kind = find_model_kind(config.kind);
+    if (!kind || !kind->latent_affine) return {};
     return {true, config.latent_scale, config.latent_shift};
   }
   // The rule `file` carries, else this one.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "src/base/error.h"
+#include "src/models/registry.h"
 #include "src/models/resample_yuv.h"
 
 namespace wm::sched {
@@ -44,7 +45,8 @@ std::optional<models::ResampleKernel> yuv_native_kernel(const JobSpec& job,
                                                         const io::VideoInfo& source,
                                                         const io::VideoWriter& writer) {
   const std::string& kind = job.model.kind;
-  if (kind != "lanczos" && kind != "bicubic") return std::nullopt;
+  const ModelKind* entry = find_model_kind(kind);
+  if (!entry || !entry->yuv_resampler) return std::nullopt;
   // One CPU worker: a job that asks for ranks or several devices keeps its pipeline workers.
   if (devices.size() > 1 || job.parallel.ranks > 1) return std::nullopt;
   for (const Device& d : devices) {

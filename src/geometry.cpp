@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "src/models/registry.h"
+
 namespace wm {
 namespace {
 
@@ -127,7 +129,9 @@ TileRect TilePlan::tile(int index) const {
 
 int auto_decode_slice_frames(int requested, const std::string& kind, bool gpu) {
   if (requested > 0) return requested;
-  return kind == "seedvr2-vae" && gpu ? 16 : auto_slice_frames(0, true, 0);
+  const ModelKind* k = find_model_kind(kind);
+  return k && k->gpu_decode_slice_frames > 0 && gpu ? k->gpu_decode_slice_frames
+                                                    : auto_slice_frames(0, true, 0);
 }
 
 int auto_slice_frames(int requested, bool temporal, int64_t output_frame_bytes) {

@@ -1011,15 +1011,18 @@ class JobParser {
     return kind;
   }
 
-  // The SeedVR2 encoder's stride-2 time convolutions carry one frame between slices, which is
-  // exact only when every slice after the first holds whole groups of 4 frames (spec §5).
+  // An encoder whose stride-2 time convolutions carry frames between slices (seedvr2-vae) is
+  // exact only when every slice after the first holds whole groups of its frames (spec §5).
   void check_seedvr2_slices(const Field& f) const {
     const bool encodes = job_.task == Task::kEncodeLatents || job_.task == Task::kReconstruct;
-    if (job_.model.kind != "seedvr2-vae" || !encodes || job_.slice_frames % 4 == 0) return;
-    fail(f, "must be a multiple of 4 for seedvr2-vae encoding (got " +
-                std::to_string(job_.slice_frames) +
+    const ModelKind* kind = find_model_kind(job_.model.kind);
+    const int group = kind ? kind->encode_slice_group : 0;
+    if (group <= 1 || !encodes || job_.slice_frames % group == 0) return;
+    fail(f, "must be a multiple of " + std::to_string(group) + " for " + job_.model.kind +
+                " encoding (got " + std::to_string(job_.slice_frames) +
                 "): the encoder carries state between slices that is exact only for whole "
-                "groups of 4 frames after the first slice's 1 + slice_frames");
+                "groups of " +
+                std::to_string(group) + " frames after the first slice's 1 + slice_frames");
   }
 
   // A kind that runs only some precisions (registry: precisions), or some on the CPU
@@ -1106,12 +1109,12 @@ class JobParser {
       job_.model.exact_tiles = t.exact;
     }
     // The Wan and SeedVR2 encoders take frames whose sides are multiples of 8.
-    const bool vae_encode = (job_.model.kind == "wan2.1-vae" || job_.model.kind == "seedvr2-vae") &&
-                            job_.model.task == "encode";
-    if (vae_encode && (t.tile_width % 8 || t.tile_height % 8)) {
-      const Field& bad = tile ? *tile : t.tile_width % 8 ? *width : *height;
-      fail(bad, "must be a multiple of 8 for " + job_.model.kind + " encoding (got " +
-                    bad.node.Scalar() + ")");
+    const ModelKind* kind = find_model_kind(job_.model.kind);
+    const int m = kind && job_.model.task == "encode" ? kind->encode_side_multiple : 0;
+    if (m > 1 && (t.tile_width % m || t.tile_height % m)) {
+      const Field& bad = tile ? *tile : t.tile_width % m ? *width : *height;
+      fail(bad, "must be a multiple of " + std::to_string(m) + " for " + job_.model.kind +
+                    " encoding (got " + bad.node.Scalar() + ")");
     }
   }
 

@@ -235,14 +235,17 @@ std::vector<ModelKind> build_kinds() {
   // The built-in resamplers compute in float32 on every device.
   kinds.push_back(entry("lanczos", {"upscale"}, {"scale"}, parse_resampler, make_resampler));
   kinds.back().precisions = {Precision::kFloat32};
+  kinds.back().yuv_resampler = true;
   kinds.push_back(entry("bicubic", {"upscale"}, {"scale"}, parse_resampler, make_resampler));
   kinds.back().precisions = {Precision::kFloat32};
+  kinds.back().yuv_resampler = true;
   kinds.push_back(
       entry("realesrgan", {"upscale"}, {"weights", "scale"}, parse_realesrgan, make_realesrgan));
   kinds.back().cpu_precisions = {Precision::kFloat32};
   kinds.push_back(
       entry("torchscript", {"upscale"}, scripted_keys, parse_scripted, make_torchscript));
   kinds.back().cpu_precisions = {Precision::kFloat32};
+  kinds.back().loads_modules = true;
   kinds.push_back(entry("aoti", {"upscale"}, scripted_keys, parse_scripted, make_aoti));
   kinds.back().unavailable = aoti_unavailable();
   kinds.push_back(entry("wan2.1-vae", {"decode", "encode"},
@@ -250,11 +253,16 @@ std::vector<ModelKind> build_kinds() {
                          "temporal_downsample", "latent_mean", "latent_std", "tuning"},
                         parse_wan21_vae, make_wan21_vae));
   kinds.back().cpu_precisions = {Precision::kFloat32, Precision::kBFloat16};
+  kinds.back().encode_side_multiple = 8;
   kinds.push_back(
       entry("seedvr2-vae", {"decode", "encode"},
             {"weights", "norm_groups", "latent_scale", "latent_shift", "logvar", "tuning"},
             parse_seedvr2_vae, make_seedvr2_vae));
   kinds.back().cpu_precisions = {Precision::kFloat32, Precision::kBFloat16};
+  kinds.back().gpu_decode_slice_frames = 16;  // docs/gpu.md: its phased decode's sweet spot
+  kinds.back().encode_side_multiple = 8;
+  kinds.back().encode_slice_group = 4;  // stride-2 time convolutions (seedvr2-vae-spec §5)
+  kinds.back().latent_affine = true;    // 0.9152 and 0, outside the VAE (spec §1)
   kinds.push_back(entry("seedvr2", {"upscale", "dit"},
                         {"dit", "vae", "text_embedding", "noise", "heads", "norm_groups", "seed",
                          "color_fix", "scale", "batch_frames", "batch_overlap"},

@@ -68,6 +68,23 @@ struct ModelKind {
   // Precisions the kind runs in on any device (a job asking for another fails validation, never
   // runs in fp32 silently); empty: any.
   std::vector<Precision> precisions;
+  // Facts about the kind that job validation and the scheduler need before a model exists (so
+  // no code outside this list compares kind names):
+  // frames per decode slice on a GPU when the job leaves `slice_frames` to the model (0: the
+  // general rule, geometry.h auto_slice_frames);
+  int gpu_decode_slice_frames = 0;
+  // its encoder takes frames and tiles whose sides are multiples of this (0: any);
+  int encode_side_multiple = 0;
+  // its encoder's state between slices is exact only when the slices after the first hold whole
+  // groups of this many frames (0: any);
+  int encode_slice_group = 0;
+  // latents are scaled and shifted outside the model (ModelConfig::latent_scale/latent_shift;
+  // files carry them in their metadata);
+  bool latent_affine = false;
+  // a frame-wise resampler the YUV path runs natively (models::ResampleKernel);
+  bool yuv_resampler = false;
+  // loads TorchScript modules (a state-dict file given to it is an error that names the kind);
+  bool loads_modules = false;
 };
 
 // Every kind, in the order documentation and error messages list them.
