@@ -105,7 +105,7 @@ SlurmdLogFile=$DIR/log/d.log
 KillWait=60
 # A requeued job is held back cred_expire + 1 seconds (BeginTime): the old run's credential,
 # revoked with the requeue's time stamp, must be older than the new run's, or slurmd refuses the
-# launch and slurmctld cancels the job. 30 s instead of 120 keeps the requeue test short while
+# launch and slurmctld kills the job (it never runs again). 30 s instead of 120 keeps the requeue test short while
 # leaving a launch, on a busy machine, its credential for 30 s.
 AuthInfo=cred_expire=30
 # A pending job whose BeginTime has passed starts on the next scheduling pass (default 60 s).

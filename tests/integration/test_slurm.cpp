@@ -186,8 +186,9 @@ TEST_F(Slurm, RequeuedTaskResumesAfterSigterm) {
   // cluster's is 30, scripts/slurm-local.sh) until the node has let go of the old run: its
   // credential is revoked with the requeue's time stamp (in seconds), and a launch whose
   // credential is not newer is refused ("already killed, do not launch batch job"), after which
-  // slurmctld cancels the job. Releasing it at once (StartTime=now) raced that on a busy
-  // machine (the task ended CANCELLED), so Slurm starts it again itself.
+  // slurmctld kills it ("Killing non-startable batch job": it never runs again). Releasing it at
+  // once (StartTime=now) raced that (the task ended CANCELLED on a busy machine), so Slurm starts
+  // it again itself.
   ASSERT_TRUE(wait_until(
       [&] {
         const std::string state = field(show(assemble_id), "JobState");
