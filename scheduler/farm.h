@@ -1,6 +1,11 @@
 // Render-farm / cluster mode: a job file's inputs cut into chunks of frames that run as separate
 // processes (farm tasks), each writing one segment, then assembled into the outputs by stream
-// copy. The user guide is docs/farm.md; this header is the contract.
+// copy. The user guide is docs/farm.md; this header is the contract of the commands (tools/
+// wmbatch.cpp, scheduler/slurm.cpp). Behind it, one file per stage, each the one owner of what it
+// names: scheduler/farm_plan.* (chunk geometry, traits, the plans), farm_journal.* (the work
+// folder: file names, fingerprints, locks, journal rows), farm_run.* (one chunk: task runners,
+// the causal-state ledger), farm_assemble.* (an output from its segments); farm.cpp holds the
+// commands. The watch daemon runs an input's chunks through scheduler/farm_input.h.
 //
 //   plan      plan_farm(): the chunks of every input of a job file (pure: writes nothing)
 //   run       run_farm(): one chunk (--chunk N / --frames A-B), or every chunk then assemble
@@ -47,9 +52,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
-#include <map>
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -127,12 +129,6 @@ struct FarmOptions {
   bool keep_segments = false;  // assemble: leave the segments in place (and the journal)
   // Keep `<output>.wmfarm/` (the journal) once the output is assembled; by default it goes.
   bool keep_journal = false;
-  // Hooks (run_input_chunks; called on the running thread): a chunk's work starts (not called
-  // for a chunk found finished), a slice of it was written (frames of the chunk so far), a chunk
-  // is finished — by this call or found finished by an earlier one (`frames` in its segment).
-  std::function<void(const Chunk&)> on_chunk_start;
-  std::function<void(int64_t frames_written)> on_slice;
-  std::function<void(const Chunk&, int64_t frames)> on_chunk_done;
 };
 
 // Loads and validates the job file (ConfigError → 65) and plans every input. Reads cached frame
@@ -163,52 +159,6 @@ int assemble_farm(const std::string& job_file, const FarmOptions& options);
 // A stable hash (hex) of every job setting that can change an output's bits: what farm chunks
 // and the watch-folder queue (watch/queue.h) record with the input's size and mtime.
 std::string job_settings_hash(const JobSpec& job);
-
-class TaskRunner;
-
-// The task runners of one job's chunks, built on first use and kept across inputs (models load
-// once): the whole-input runner, and the segment runner (audio and subtitles off: assembly muxes
-// them from the source). Also the model's traits for planning.
-class ChunkRunners {
- public:
-  explicit ChunkRunners(JobSpec job);
-  ~ChunkRunners();
-  ChunkRunners(const ChunkRunners&) = delete;
-  ChunkRunners& operator=(const ChunkRunners&) = delete;
-  const JobSpec& job() const { return job_; }
-  TaskRunner& get(bool whole);
-  std::map<size_t, ModelTraits>& traits() { return traits_; }
-
- private:
-  JobSpec job_;
-  std::unique_ptr<TaskRunner> whole_, segment_;
-  std::map<size_t, ModelTraits> traits_;  // by job index (0 here)
-};
-
-// What run_input_chunks made.
-struct InputChunksResult {
-  int64_t frames = 0;  // in the output
-  int64_t chunks = 0;  // of the input's plan
-  bool whole = false;  // run whole, straight to the output (no resume within the input)
-};
-
-// One input of `runners.job()` run as chunks, then assembled into `output`, in this process: the
-// resumable path of `wmbatch watch`. The work folder is "<output>.wmfarm" (journal, segments,
-// locks) as for run_farm, so a call after an interrupted one (SIGKILL, Cancelled) keeps every
-// chunk that finished and redoes only the others. Chunks as run_farm plans them with
-// options.chunk_frames (reconstruct: with its model state carried, as above). An input of one
-// chunk — short, a causal model whose task does not carry its state (a chunk of one decodes
-// every frame before it: chunking would multiply the work), a task that farms by input — runs
-// whole, straight to `output`, as a plain run does (a rerun redoes it). After success the work
-// folder is removed (unless options.keep_segments). The caller owns `output`: nothing else may
-// write it (no lock is taken; on_exists is the caller's). Throws wm::Error (Cancelled on request:
-// the finished chunks stay for the next call).
-InputChunksResult run_input_chunks(ChunkRunners& runners, const std::string& input,
-                                   const std::string& output, const FarmOptions& options,
-                                   Progress& progress);
-
-// The work folder of an output's chunks ("<output>.wmfarm").
-std::string chunk_work_folder(const std::string& output);
 
 // Parses "A-B" (inclusive, A <= B). Throws wm::Error(kExitUsage).
 std::pair<int64_t, int64_t> parse_frame_range(const std::string& text);

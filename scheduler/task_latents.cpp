@@ -437,7 +437,7 @@ class DecodeLatentsRunner : public FinishingRunner {
     pipeline.tiles = plan_job_tiles(job_, traits, source.width(), source.height());
     models_.check_rows(job_, input, pipeline.tiles);
     const double input_open_seconds = seconds_since(input_start);
-    // Farm chunks are in output frames, on latent slice boundaries (farm.cpp
+    // Farm chunks are in output frames, on latent slice boundaries (farm_plan.cpp
     // make_latent_chunk_rule): latent L starts output frame output_frames(L).
     const Model& model = models_.model();
     const int64_t slice = decode_slice_frames(job_);

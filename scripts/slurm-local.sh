@@ -100,7 +100,16 @@ SlurmdSpoolDir=/var/spool/slurmd
 SlurmUser=root
 SlurmctldLogFile=$DIR/log/ctld.log
 SlurmdLogFile=$DIR/log/d.log
-KillWait=15
+# A requeued or cancelled task gets SIGTERM and stops at its next slice boundary; KillWait is
+# only how long a busy machine may take for that before SIGKILL.
+KillWait=60
+# A requeued job is held back cred_expire + 1 seconds (BeginTime): the old run's credential,
+# revoked with the requeue's time stamp, must be older than the new run's, or slurmd refuses the
+# launch and slurmctld kills the job (it never runs again). 30 s instead of 120 keeps the requeue test short while
+# leaving a launch, on a busy machine, its credential for 30 s.
+AuthInfo=cred_expire=30
+# A pending job whose BeginTime has passed starts on the next scheduling pass (default 60 s).
+SchedulerParameters=sched_interval=10
 MinJobAge=600
 NodeName=$host CPUs=$(nproc) RealMemory=2000 State=UNKNOWN
 PartitionName=ci Nodes=ALL Default=YES MaxTime=INFINITE State=UP
@@ -110,7 +119,9 @@ EOC
     runuser -u munge -- munged || { log "munged did not start"; return 4; }
     touch "$DIR/munged.started"
   fi
-  # -i: ignore the state of an earlier controller, so a stale job list never survives.
+  # -i: start even when an earlier controller's state files are damaged (its finished jobs are
+  # recovered and purged after MinJobAge; job ids go on, so slurmd's saved credentials never
+  # meet a reused id).
   nohup slurmctld -D -i </dev/null >"$DIR/log/ctld.out" 2>&1 &
   echo $! >"$DIR/slurmctld.pid"
   nohup slurmd -D </dev/null >"$DIR/log/d.out" 2>&1 &

@@ -459,28 +459,27 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
   if (::lstat(work.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) ::unlink(work.c_str());
   if (spec.chunk_frames <= 0) {
     const int64_t frames =
-        runners.get(/*whole=*/true).process(item.input, staging, options, progress_);
+        runners.whole_runner().process(item.input, staging, options, progress_);
     commit(frames, seconds_since(start));
     return;
   }
 
   // In chunks, resumable (the work folder beside the staging name).
-  sched::FarmOptions chunked;
+  sched::InputChunksOptions chunked;
   chunked.chunk_frames = spec.chunk_frames;
-  chunked.progress = sched::ProgressStyle::kNone;
   chunked.cancel = &cancel_;
   bool started_one = false;
-  chunked.on_chunk_start = [&](const sched::Chunk& c) {
+  chunked.on_chunk_start = [&](const sched::InputChunk& c) {
     started_one = true;
-    queue_.chunk_started(item.id, c.range.first_frame, c.range.last_frame);
+    queue_.chunk_started(item.id, c.first_frame, c.last_frame);
     std::lock_guard<std::mutex> lock(live_mutex_);
-    live_base_ = c.range.first_frame;
+    live_base_ = c.first_frame;
     live_total_ = c.input_frames;
     live_counting_ = true;
   };
   chunked.on_slice = report_progress;
-  chunked.on_chunk_done = [&](const sched::Chunk& c, int64_t frames) {
-    queue_.chunk_done(item.id, c.range.first_frame, c.range.last_frame, frames);
+  chunked.on_chunk_done = [&](const sched::InputChunk& c, int64_t frames) {
+    queue_.chunk_done(item.id, c.first_frame, c.last_frame, frames);
     int64_t done_frames = 0;
     {
       std::lock_guard<std::mutex> lock(live_mutex_);
@@ -489,7 +488,7 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
         ++live_->chunks_done;
         if (!started_one) live_->frames_resumed += frames;  // found done, before any work here
       }
-      live_base_ = c.range.last_frame < 0 ? live_base_ + frames : c.range.last_frame + 1;
+      live_base_ = c.last_frame < 0 ? live_base_ + frames : c.last_frame + 1;
       live_counting_ = false;  // until the next chunk's frames
       done_frames = live_base_;
     }

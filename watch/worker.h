@@ -9,7 +9,7 @@
 //      this item's finished work: a rerun after a kill takes it instead of redoing it. With
 //      chunk_frames (WATCH.yaml, default 240) the file runs as chunks of frames, each encoded
 //      to a segment in the work folder ".wmwatch-<id>-<name>.wmfarm/" and recorded in its
-//      journal, then assembled by stream copy into the hidden name (scheduler/farm.h
+//      journal, then assembled by stream copy into the hidden name (scheduler/farm_input.h
 //      run_input_chunks): a rerun after a kill or SIGTERM keeps the finished chunks and redoes
 //      only the others. The queue counts each chunk's starts (Queue::chunks). The work folder is
 //      removed once the hidden file is complete, and when the item is dropped or fails for good;
@@ -35,7 +35,7 @@
 #include <optional>
 #include <string>
 
-#include "scheduler/farm.h"
+#include "scheduler/farm_input.h"
 #include "scheduler/progress.h"
 #include "scheduler/tasks.h"
 #include "watch/queue.h"
