@@ -203,11 +203,14 @@ int Queue::recover() {
   return sqlite3_changes(db_);
 }
 
-std::optional<Item> Queue::claim(double now) {
+std::optional<Item> Queue::claim(double now, std::string* held) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (held) held->clear();
   WriteTransaction tx(db_, path_, kWhat);
   std::optional<Item> item;
   {
+    Statement p(db_, path_, "SELECT 1 FROM meta WHERE key = 'paused' AND value = '1'", kWhat);
+    const bool paused = p.step();
     Statement s(db_, path_,
                 (std::string("SELECT ") + kColumns +
                  " FROM items WHERE state = 'queued' AND next_attempt_at <= ?1 ORDER BY id LIMIT 1")
@@ -215,6 +218,10 @@ std::optional<Item> Queue::claim(double now) {
                 kWhat);
     s.bind(1, now);
     if (!s.step()) return std::nullopt;
+    if (paused) {
+      if (held) *held = s.text(1);
+      return std::nullopt;
+    }
     item = read_item(s);
   }
   Statement u(db_, path_, "UPDATE items SET state = 'running', started_at = ?2 WHERE id = ?1",
@@ -225,6 +232,19 @@ std::optional<Item> Queue::claim(double now) {
   item->state = ItemState::kRunning;
   item->started_at = now;
   return item;
+}
+
+void Queue::set_paused(bool paused) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Statement s(db_, path_, "INSERT OR REPLACE INTO meta(key, value) VALUES('paused', ?1)", kWhat);
+  s.bind(1, std::string(paused ? "1" : "0"));
+  s.step();
+}
+
+bool Queue::paused() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Statement s(db_, path_, "SELECT 1 FROM meta WHERE key = 'paused' AND value = '1'", kWhat);
+  return s.step();
 }
 
 void Queue::begin_attempt(int64_t id, const std::string& output) {
@@ -342,6 +362,18 @@ void Queue::set_disposed(int64_t id, const std::string& source_now) {
   Statement s(db_, path_, "UPDATE items SET disposed = 1, source_now = ?2 WHERE id = ?1", kWhat);
   s.bind(1, id).bind(2, source_now);
   s.step();
+}
+
+bool Queue::requeue_failed(int64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Statement s(db_, path_,
+              "UPDATE items SET state = 'queued', disposed = 0, source_now = '', "
+              "next_attempt_at = 0, committing = 0 WHERE id = ?1 AND state = 'failed' AND "
+              "disposed = 1",
+              kWhat);
+  s.bind(1, id);
+  s.step();
+  return sqlite3_changes(db_) > 0;
 }
 
 void Queue::remove(int64_t id) {
