@@ -87,11 +87,13 @@ std::string line_response(int status, const std::string& line, const std::string
   return response(status, "text/plain; charset=utf-8", one_line(line) + "\n", false, extra);
 }
 
-// The page's own headers: no framing (a click on its buttons cannot be borrowed), no script.
+// The page's own headers: no framing (a click on its buttons cannot be borrowed), no script, no
+// referrer to other sites (same-origin, not no-referrer: with that a browser sends Origin: null
+// with the page's own forms, which the actions refuse).
 constexpr const char* kPageHeaders =
     "X-Frame-Options: DENY\r\nContent-Security-Policy: default-src 'none'; style-src "
     "'unsafe-inline'; form-action 'self'; frame-ancestors 'none'\r\nReferrer-Policy: "
-    "no-referrer\r\n";
+    "same-origin\r\n";
 
 // Whether `peer` is 127.0.0.1 or ::1 (or 127.0.0.1 mapped into IPv6).
 bool loopback(const sockaddr_storage& peer) {
