@@ -151,18 +151,24 @@ TEST(WatchActions, RefusedWithoutTheTokenFromAnotherPeerHostOrOriginAndChangeNot
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 
-TEST(WatchActions, RetryPutsTheFailedFileBackAndItEndsDoneOnce) {
-  WatchSetup s("act-retry");
+// Starts the daemon and has in/a.mp4 fail for good: its output is there already (on_exists:
+// fail), so it fails with 73 and, with max_attempts 1, is given up (moved to failed/).
+void start_with_a_failed_file(WatchSetup& s) {
   s.write_config("http: {listen: 127.0.0.1:0}\nretry: {max_attempts: 1}\n");
   make_small_clip(s.dir().file("clip.mp4"));
-  // The output is there already (on_exists: fail): the file fails with 73 and is given up.
   write_text(s.out("a_x2.mp4"), "in the way");
   s.start();
-  const int port = s.http_port();
-  const std::string token = s.token();
-  ASSERT_GT(port, 0) << s.log();
+  ASSERT_GT(s.http_port(), 0) << s.log();
+  ASSERT_EQ(s.token().size(), 32u) << s.log();
   stdfs::copy_file(s.dir().file("clip.mp4"), s.in("a.mp4"));
   ASSERT_TRUE(s.wait_until_disposed(1)) << s.log();
+}
+
+TEST(WatchActions, RetryPutsTheFailedFileBackAndItEndsDoneOnce) {
+  WatchSetup s("act-retry");
+  ASSERT_NO_FATAL_FAILURE(start_with_a_failed_file(s));
+  const int port = s.http_port();
+  const std::string token = s.token();
   auto rows = s.queue();
   ASSERT_EQ(rows.size(), 1u);
   ASSERT_EQ(rows[0].state, "failed");
@@ -208,13 +214,8 @@ TEST(WatchActions, RetryPutsTheFailedFileBackAndItEndsDoneOnce) {
 
 TEST(WatchActions, RetryRefusesWhenAnotherFileTookTheFailedFilesPlace) {
   WatchSetup s("act-taken");
-  s.write_config("http: {listen: 127.0.0.1:0}\nretry: {max_attempts: 1}\n");
-  make_small_clip(s.dir().file("clip.mp4"));
-  write_text(s.out("a_x2.mp4"), "in the way");
-  s.start();
+  ASSERT_NO_FATAL_FAILURE(start_with_a_failed_file(s));
   const int port = s.http_port();
-  stdfs::copy_file(s.dir().file("clip.mp4"), s.in("a.mp4"));
-  ASSERT_TRUE(s.wait_until_disposed(1)) << s.log();
   // Paused, so that what lands at a.mp4 now waits in the queue as a file of its own.
   ASSERT_EQ(http_post(port, "/api/pause", "token=" + s.token()).code, 303);
   make_small_clip(s.in("a.mp4"), 12);
