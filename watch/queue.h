@@ -56,6 +56,7 @@ struct Item {
   bool committing = false;  // the output's last rename was under way
   bool disposed = false;    // the source was kept/moved/deleted as configured (done or failed)
   std::string source_now;   // where the source is after that ("" deleted)
+  std::string devices;      // where its last attempt ran ("cpu", "cuda:0,2"); "" not yet
   int64_t frames = 0;
   int64_t frames_total = 0;  // while running, when known
   double seconds = 0;        // of the run that finished it
@@ -105,7 +106,8 @@ class Queue {
   void set_paused(bool paused);
   bool paused();
 
-  void begin_attempt(int64_t id, const std::string& output);  // attempts + 1
+  // attempts + 1; `devices`: where this attempt runs ("cpu", "cuda:0,2", ...).
+  void begin_attempt(int64_t id, const std::string& output, const std::string& devices = "");
   void set_progress(int64_t id, int64_t frames, int64_t frames_total);
   // Chunks of an item (ChunkRow): its work on a chunk started; a chunk is finished (recorded the
   // first time only; a chunk found finished by a later run changes nothing).

@@ -63,6 +63,7 @@ json item_json(const Item& it, const WatchSpec& spec) {
             {"folder", it.folder}};
   if (const std::string job = job_of(spec, it); !job.empty()) j["job"] = job;
   if (!it.output.empty()) j["output"] = it.output;
+  if (!it.devices.empty()) j["devices"] = it.devices;
   if (it.state == ItemState::kDone || it.state == ItemState::kFailed) {
     j["finished_at"] = it.finished_at;
     j["frames"] = it.frames;
@@ -209,6 +210,7 @@ json status_json(Queue& queue, const std::vector<LiveItem>& live, const WatchSpe
     l.frames = it.frames;
     l.frames_total = it.frames_total;
     l.seconds = it.started_at > 0 ? unix_now() - it.started_at : 0.0;
+    l.devices = it.devices;
     for (const ChunkRow& c : queue.chunks(it.id)) l.chunks_done += c.done;
     for (const LiveItem& w : live) {
       if (w.id == it.id) l = w;
@@ -333,7 +335,7 @@ std::string status_html(const json& s, const std::string& token, int refresh) {
   // The file where it is now (moved to the done or failed folder, or deleted), the folder it
   // was taken from, and for failures the attempts, the exit code and (with the token) a retry.
   h << "<h2>Recent</h2>\n<table id=\"history\"><tr><th>#</th><th>file</th><th>folder / job</th>"
-       "<th>state</th><th>finished</th><th>frames</th><th>took</th><th>attempts</th>"
+       "<th>device</th><th>state</th><th>finished</th><th>frames</th><th>took</th><th>attempts</th>"
        "<th>exit</th><th>output or error</th>"
     << (token.empty() ? "" : "<th></th>") << "</tr>\n";
   for (const json& r : s["history"]) {
@@ -350,10 +352,11 @@ std::string status_html(const json& s, const std::string& token, int refresh) {
       }
     }
     h << "<tr class=\"" << html_escape(state) << "\" id=\"item-" << id << "\"><td>" << id
-      << "</td><td>" << file << "</td><td>" << origin(r) << "</td><td>" << html_escape(state)
-      << "</td><td>" << when_text(r.value("finished_at", 0.0)) << "</td><td>"
-      << r.value("frames", int64_t(0)) << "</td><td>" << duration_text(r.value("seconds", 0.0))
-      << "</td><td>" << r.value("attempts", 0) << "</td><td>"
+      << "</td><td>" << file << "</td><td>" << origin(r) << "</td><td>"
+      << html_escape(str(r, "devices")) << "</td><td>" << html_escape(state) << "</td><td>"
+      << when_text(r.value("finished_at", 0.0)) << "</td><td>" << r.value("frames", int64_t(0))
+      << "</td><td>" << duration_text(r.value("seconds", 0.0)) << "</td><td>"
+      << r.value("attempts", 0) << "</td><td>"
       << (state == "failed" ? std::to_string(r.value("exit_code", 0)) : "") << "</td><td>"
       << html_escape(state == "failed" ? str(r, "error") : str(r, "output")) << "</td>";
     if (!token.empty()) {

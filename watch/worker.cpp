@@ -410,10 +410,18 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
       job.device_ids = worker_devices(ids, index_, spec.max_parallel);
     }
   }
+  // Where it runs, as the page shows it: "cpu", "auto", or the GPUs of this worker.
+  std::string devices = job.devices;
+  if (job.devices == "list") {
+    devices = "cuda:";
+    for (size_t i = 0; i < job.device_ids.size(); ++i) {
+      devices += (i ? "," : "") + std::to_string(job.device_ids[i]);
+    }
+  }
   const std::string output = output_for(entry, item.input);
   const std::string staging = staging_path(output, item.id);
   // Every claim past the version check is an attempt (a rerun after a kill, too).
-  if (!finished_before) queue_.begin_attempt(item.id, output);
+  if (!finished_before) queue_.begin_attempt(item.id, output, devices);
   const bool replace = job.on_exists == OnExists::kOverwrite;
 
   auto commit = [&](int64_t frames, double seconds) {
@@ -464,13 +472,7 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
     live_->id = item.id;
     live_->input = item.input;
     live_->output = output;
-    live_->devices = job.devices;
-    if (job.devices == "list") {
-      live_->devices = "cuda:";
-      for (size_t i = 0; i < job.device_ids.size(); ++i) {
-        live_->devices += (i ? "," : "") + std::to_string(job.device_ids[i]);
-      }
-    }
+    live_->devices = devices;
     live_start_ = Clock::now();
     live_base_ = 0;
     live_total_ = 0;

@@ -284,5 +284,54 @@ TEST(WatchActions, PauseLetsTheRunningFileFinishHoldsTheNextAcrossARestartUntilR
   EXPECT_EQ(s.stop(), 0) << s.log();
 }
 
+// A queue written before the queue recorded each attempt's devices (no `devices` column) opens:
+// the column is added, the old items keep their rows and show no device.
+TEST(WatchActions, AQueueFromBeforeDevicesWereRecordedOpensAndKeepsItsItems) {
+  WatchSetup s("act-old-queue");
+  s.write_config();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(s.queue_file().c_str(), &db), SQLITE_OK);
+  const char* old_schema = R"SQL(
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta(key, value) VALUES('schema', '1');
+CREATE TABLE items(
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  input TEXT NOT NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
+  settings TEXT NOT NULL, folder TEXT NOT NULL,
+  state TEXT NOT NULL DEFAULT 'queued',
+  attempts INTEGER NOT NULL DEFAULT 0, failures INTEGER NOT NULL DEFAULT 0,
+  interrupted INTEGER NOT NULL DEFAULT 0, exit_code INTEGER NOT NULL DEFAULT 0,
+  last_error TEXT NOT NULL DEFAULT '', output TEXT NOT NULL DEFAULT '',
+  committing INTEGER NOT NULL DEFAULT 0, disposed INTEGER NOT NULL DEFAULT 0,
+  source_now TEXT NOT NULL DEFAULT '',
+  frames INTEGER NOT NULL DEFAULT 0, frames_total INTEGER NOT NULL DEFAULT 0,
+  seconds REAL NOT NULL DEFAULT 0,
+  queued_at REAL NOT NULL, started_at REAL NOT NULL DEFAULT 0,
+  finished_at REAL NOT NULL DEFAULT 0, next_attempt_at REAL NOT NULL DEFAULT 0,
+  UNIQUE(input, size, mtime_ns, settings));
+INSERT INTO items(input, size, mtime_ns, settings, folder, state, attempts, output, frames,
+                  queued_at, finished_at, disposed, source_now)
+  VALUES('/old/a.mp4', 1, 2, 'x', '/old', 'done', 1, '/old/a_x2.mp4', 8, 1.0, 2.0, 1, '/old/a.mp4');
+)SQL";
+  ASSERT_EQ(sqlite3_exec(db, old_schema, nullptr, nullptr, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  const nlohmann::json st = status_json(s);
+  ASSERT_EQ(st["history"].size(), 1u) << st.dump();
+  EXPECT_EQ(st["history"][0]["input"], "/old/a.mp4");
+  EXPECT_EQ(st["history"][0]["frames"], 8);
+  EXPECT_FALSE(st["history"][0].contains("devices")) << st.dump();
+  EXPECT_EQ(st["paused"], false);
+  // The daemon runs on it and records where a new file ran.
+  make_small_clip(s.in("b.mp4"));
+  s.start();
+  ASSERT_TRUE(s.wait_finished(2)) << s.log();
+  EXPECT_EQ(s.stop(), 0) << s.log();
+  const nlohmann::json after = status_json(s);
+  ASSERT_EQ(after["history"].size(), 2u) << after.dump();
+  EXPECT_EQ(after["history"][0]["input"], s.in("b.mp4"));
+  EXPECT_EQ(after["history"][0]["devices"], "cpu") << after.dump();
+}
+
 }  // namespace
 }  // namespace wm::test

@@ -302,19 +302,21 @@ TEST(WatchBrowser, PageShowsWhereEachFileIsAndItsButtonsRetryPauseAndResume) {
   EXPECT_GE(std::stoi(running[8]), 1);
   // The failed file where it is now (the failed folder), as which it was taken, its exit code
   // and attempts, the time it failed with its zone, and its Retry button.
-  // Columns: # file folder/job state finished frames took attempts exit error (retry).
+  // Columns: # file folder/job device state finished frames took attempts exit error (retry).
   const auto failed_rows = b.cells("#item-1");
   ASSERT_EQ(failed_rows.size(), 1u);
   const std::vector<std::string>& failed = failed_rows[0];
-  ASSERT_EQ(failed.size(), 11u);
+  ASSERT_EQ(failed.size(), 12u);
   EXPECT_EQ(failed[1], s.dir().file("failed/bad.mp4") + "\ntaken as " + s.in("bad.mp4"));
-  EXPECT_EQ(failed[3], "failed");
-  EXPECT_TRUE(std::regex_match(failed[4], std::regex("[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} UTC")))
-      << failed[4];
-  EXPECT_EQ(failed[7], "1");
-  EXPECT_EQ(failed[8], "73");
-  EXPECT_NE(failed[9].find("output exists"), std::string::npos) << failed[9];
-  EXPECT_EQ(failed[10], "Retry");
+  EXPECT_EQ(failed[2], s.dir().file("in") + "\njob: " + s.dir().file("jobs/x2.yaml"));
+  EXPECT_EQ(failed[3], "cpu");
+  EXPECT_EQ(failed[4], "failed");
+  EXPECT_TRUE(std::regex_match(failed[5], std::regex("[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} UTC")))
+      << failed[5];
+  EXPECT_EQ(failed[8], "1");
+  EXPECT_EQ(failed[9], "73");
+  EXPECT_NE(failed[10].find("output exists"), std::string::npos) << failed[10];
+  EXPECT_EQ(failed[11], "Retry");
 
   // Pause, with the mouse: the page comes back paused, the running file runs on.
   ASSERT_TRUE(b.click("pause")) << b.text("actions");
@@ -349,15 +351,15 @@ TEST(WatchBrowser, PageShowsWhereEachFileIsAndItsButtonsRetryPauseAndResume) {
   ASSERT_TRUE(wait_until([&] {
     if (!b.go(still)) return true;
     const auto rows = b.cells("#item-1");
-    return !rows.empty() && rows[0].size() > 3 && rows[0][3] == "done";
+    return !rows.empty() && rows[0].size() == 12 && rows[0][4] == "done";
   })) << b.text("history");
   EXPECT_EQ(b.text("paused"), "");
   const auto done = b.cells("#item-1");
   EXPECT_EQ(done[0][1], s.in("bad.mp4")) << "kept where it was taken from (on_done: keep)";
-  EXPECT_EQ(done[0][7], "2") << "attempts kept, and one more";
-  EXPECT_TRUE(std::regex_match(done[0][6], std::regex("[0-9.]+ s"))) << done[0][6];
-  EXPECT_EQ(done[0][9], s.out("bad_x2.mp4"));
-  EXPECT_EQ(done[0][10], "") << "no retry for a done file";
+  EXPECT_EQ(done[0][8], "2") << "attempts kept, and one more";
+  EXPECT_TRUE(std::regex_match(done[0][7], std::regex("[0-9.]+ s"))) << done[0][7];
+  EXPECT_EQ(done[0][10], s.out("bad_x2.mp4"));
+  EXPECT_EQ(done[0][11], "") << "no retry for a done file";
   EXPECT_EQ(s.queue()[0].attempts, 2);
   EXPECT_EQ(probe(s.out("bad_x2.mp4")).video_frames, 8);
   EXPECT_EQ(s.stop(), 0) << s.log();
