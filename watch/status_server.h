@@ -1,6 +1,7 @@
-// The HTTP status page: "/" the HTML page, "/api/status" the JSON snapshot, "/metrics"
-// Prometheus text (watch/status.h renders them), by GET and HEAD; it serves the snapshot, never
-// files. One answer per connection (`Connection: close`).
+// The HTTP status page: "/" the HTML page ("/?refresh=N": it reloads every N s, 0 never; 2 by
+// default), "/api/status" the JSON snapshot, "/metrics" Prometheus text (watch/status.h renders
+// them), by GET and HEAD; it serves the snapshot, never files. One answer per connection
+// (`Connection: close`).
 //
 // Actions, by POST: "/api/retry" (form field `id`: a failed file's queue id), "/api/pause",
 // "/api/resume", handed to the `actions` callback. Taken only when all of these hold, else 403:
@@ -30,7 +31,8 @@
 // Requests are parsed by watch/http_request.h.
 //
 // Threading: the server runs on a thread of its own; `snapshot` and `actions` are called from it
-// (one call at a time) and must be thread-safe.
+// (one call at a time) and must be thread-safe. An action holds the page while it runs (a retry
+// that moves its source back across file systems copies it).
 #pragma once
 
 #include <atomic>
