@@ -13,7 +13,8 @@
 //  - the token given at construction (the daemon makes one per start and logs it) is in the
 //    form field `token` or the header `X-Wmbatch-Token`.
 // The HTML page carries the token (in its forms) only to a request that passes the first two
-// checks. A POST body is at most kMaxBody bytes (413), with a Content-Length (411 without).
+// checks. A POST body is at most kMaxBody bytes (413), sized by one Content-Length (411 when
+// chunked or given twice; none: no body).
 // Every refusal is one line of text: 403 token/peer/host, 404 unknown path (or unknown file,
 // from the callback), 405 wrong method (with Allow), 409 the file is not in a state to retry.
 //
