@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -180,6 +181,28 @@ long lock_holder(const std::string& queue) {
   return holder;
 }
 
+// The status page's action token: 128 random bits as hex, new at every start of the daemon.
+std::string make_token() {
+  unsigned char bytes[16];
+  size_t got = 0;
+  while (got < sizeof bytes) {
+    const ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      throw Error(std::string("status page: cannot make a token: ") + std::strerror(errno),
+                  kExitSoftware);
+    }
+    got += size_t(n);
+  }
+  static const char kHex[] = "0123456789abcdef";
+  std::string token;
+  for (const unsigned char b : bytes) {
+    token += kHex[b >> 4];
+    token += kHex[b & 15];
+  }
+  return token;
+}
+
 const WatchEntry* entry_of(const WatchSpec& spec, const Item& item) {
   for (const WatchEntry& e : spec.entries) {
     if (e.folder == item.folder && e.settings == item.settings) return &e;
@@ -207,6 +230,8 @@ class Daemon {
   void start_server();
   std::unique_ptr<StatusServer> make_server(const WatchSpec& spec);
   nlohmann::json snapshot();
+  ActionResult act(const Action& action);
+  ActionResult retry(int64_t id);
   std::unique_ptr<Detector> make_detector(const WatchSpec& spec);
 
   mutable std::mutex mutex_;  // spec_, generation_, the workers' wake-ups
@@ -219,6 +244,9 @@ class Daemon {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
   std::unique_ptr<StatusServer> server_;
+  const std::string token_ = make_token();  // what the page's actions need (status_server.h)
+  bool token_logged_ = false;               // once per start, with the first page
+  std::atomic<bool> held_logged_{false};    // "paused: ... waits", once per pause
 };
 
 void Daemon::resume_disposals() {
@@ -261,7 +289,11 @@ void Daemon::work(size_t index) {
     std::optional<Item> item;
     if (int(index) < spec->max_parallel) {
       try {
-        item = queue_.claim(unix_now());
+        std::string held;
+        item = queue_.claim(unix_now(), &held);
+        if (!held.empty() && !held_logged_.exchange(true)) {
+          log->info("paused: {} (and any file after it) waits until the queue is resumed", held);
+        }
       } catch (const Error& e) {
         log->error("{}", e.what());
       }
@@ -298,7 +330,49 @@ nlohmann::json Daemon::snapshot() {
       if (auto l = w->live()) live.push_back(*l);
     }
   }
-  return status_json(queue_, live, spec()->file, true);
+  return status_json(queue_, live, *spec(), true);
+}
+
+ActionResult Daemon::act(const Action& action) {
+  if (action.name == "retry") return retry(action.id);
+  const bool pause = action.name == "pause";
+  queue_.set_paused(pause);  // from here on no claim takes an item (Queue::claim)
+  held_logged_.store(false);
+  if (pause) {
+    log::get("watch")->info("paused: running files finish, no new file starts");
+    return {303, "paused: running files finish, no new file starts"};
+  }
+  wake_.notify_all();
+  log::get("watch")->info("resumed");
+  return {303, "resumed"};
+}
+
+ActionResult Daemon::retry(int64_t id) {
+  const auto item = queue_.item(id);
+  const std::string name = "#" + std::to_string(id);
+  if (!item) return {404, name + ": no such file in the queue"};
+  if (item->state != ItemState::kFailed) {
+    return {409, name + " (" + item->input + ") is " + to_string(item->state) +
+                     ", not failed: only a failed file is retried"};
+  }
+  if (!item->disposed) {
+    return {409, name + " (" + item->input + ") is still being given up (its source is being " +
+                     "moved); retry in a moment"};
+  }
+  if (!entry_of(*spec(), *item)) {
+    return {409, name + " (" + item->input + "): no watch entry takes it any more (WATCH.yaml " +
+                     "changed); put the file into a watched folder instead"};
+  }
+  // The source goes back first, then the queue: a worker that claims the item finds it in place.
+  const std::string why = restore_failed_source(*item);
+  if (!why.empty()) return {409, name + ": " + why};
+  if (!queue_.requeue_failed(id)) {
+    return {409, name + " (" + item->input + ") changed state meanwhile; not retried"};
+  }
+  wake_.notify_all();
+  log::get("watch")->info("{}: queued again by a retry from the status page (attempt {} next)",
+                          item->input, item->attempts + 1);
+  return {303, name + " queued again: " + item->input};
 }
 
 void Daemon::start_server() {
@@ -308,8 +382,18 @@ void Daemon::start_server() {
 }
 
 std::unique_ptr<StatusServer> Daemon::make_server(const WatchSpec& spec) {
-  return std::make_unique<StatusServer>(spec.http.host, spec.http.port,
-                                        [this] { return snapshot(); });
+  auto server = std::make_unique<StatusServer>(
+      spec.http.host, spec.http.port, [this] { return snapshot(); }, token_,
+      [this](const Action& a) { return act(a); });
+  if (!token_logged_) {
+    // Printed once: whoever reads the daemon's log may act on the queue from 127.0.0.1.
+    log::get("watch")->info(
+        "status page actions token: {} (retry, pause and resume by POST from 127.0.0.1 need it; "
+        "the page served there carries it)",
+        token_);
+    token_logged_ = true;
+  }
+  return server;
 }
 
 std::unique_ptr<Detector> Daemon::make_detector(const WatchSpec& spec) {
@@ -462,8 +546,10 @@ int print_status(const std::string& watch_file, bool json) {
     struct stat st {};
     if (::stat(spec.queue.c_str(), &st) != 0) {
       if (json) {
-        const nlohmann::json none = {
-            {"queue_file", spec.queue}, {"daemon", false}, {"counts", nlohmann::json::object()}};
+        const nlohmann::json none = {{"queue_file", spec.queue},
+                                     {"daemon", false},
+                                     {"paused", false},
+                                     {"counts", nlohmann::json::object()}};
         std::fputs(status_json_text(none).c_str(), stdout);
       } else {
         std::printf("queue %s: none yet (the daemon has not run)\n", spec.queue.c_str());
@@ -471,7 +557,7 @@ int print_status(const std::string& watch_file, bool json) {
       return kExitOk;
     }
     Queue queue(spec.queue);
-    nlohmann::json s = status_json(queue, {}, spec.file, false);
+    nlohmann::json s = status_json(queue, {}, spec, false);
     // Whether a daemon runs on this queue (it holds the queue's lock), and which.
     const long pid = lock_holder(spec.queue);
     s["daemon"] = pid != 0;

@@ -1,7 +1,10 @@
 // The watch-folder daemon (`wmbatch watch WATCH.yaml`): finds files that settle in the watched
 // folders (watch/detector.h), records them in the queue (watch/queue.h) and has max_parallel
 // workers (watch/worker.h) run their jobs; optionally serves the status page
-// (watch/status_server.h). The user guide is docs/watch.md.
+// (watch/status_server.h) and takes its actions: retry a failed file (its source moved back,
+// then the same queue item queued again), pause and resume (kept in the queue, so a restart
+// stays paused), with a token made at every start and logged once. The user guide is
+// docs/watch.md.
 //
 // Signals (handled here, not by the CLI): SIGTERM/SIGINT stop taking files and stop the running
 // ones at their next slice boundary (they are queued again and resume from their last finished

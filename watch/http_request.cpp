@@ -76,14 +76,47 @@ bool parse_request_line(std::string_view line, HttpRequest& request) {
   return true;
 }
 
-bool valid_header_line(std::string_view line) {
+// "Name: value" into the request's headers; false when it is not a header line.
+bool parse_header_line(std::string_view line, HttpRequest& request) {
   const size_t colon = line.find(':');
   if (colon == std::string_view::npos || !is_token(line.substr(0, colon))) return false;
-  for (const char c : line.substr(colon + 1)) {
+  std::string_view value = line.substr(colon + 1);
+  for (const char c : value) {
     const auto u = static_cast<unsigned char>(c);
     if ((u < 0x20 && c != '\t') || u == 0x7f) return false;
   }
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  std::string name(line.substr(0, colon));
+  for (char& c : name) {
+    if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
+  }
+  request.headers.emplace_back(std::move(name), std::string(value));
   return true;
+}
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string form_decode(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '+') {
+      out += ' ';
+    } else if (text[i] == '%' && i + 2 < text.size() && hex_digit(text[i + 1]) >= 0 &&
+               hex_digit(text[i + 2]) >= 0) {
+      out += char(hex_digit(text[i + 1]) * 16 + hex_digit(text[i + 2]));
+      i += 2;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -97,8 +130,31 @@ size_t http_head_end(std::string_view data, size_t from) {
   return std::string_view::npos;
 }
 
+std::vector<std::string> header_values(const HttpRequest& request, std::string_view name) {
+  std::vector<std::string> out;
+  for (const auto& [n, v] : request.headers) {
+    if (n == name) out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> parse_form(std::string_view text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  while (!text.empty()) {
+    const size_t amp = text.find('&');
+    const std::string_view pair = text.substr(0, amp);
+    text = amp == std::string_view::npos ? std::string_view() : text.substr(amp + 1);
+    if (pair.empty()) continue;
+    const size_t eq = pair.find('=');
+    out.emplace_back(form_decode(pair.substr(0, eq)),
+                     eq == std::string_view::npos ? "" : form_decode(pair.substr(eq + 1)));
+  }
+  return out;
+}
+
 HttpParse parse_http_request(std::string_view data, size_t max_head, HttpRequest& request,
                              size_t* head_size) {
+  request.headers.clear();
   if (data.size() > max_head) data = data.substr(0, max_head + 1);
   bool request_line = false;
   size_t pos = 0;
@@ -119,7 +175,7 @@ HttpParse parse_http_request(std::string_view data, size_t max_head, HttpRequest
     if (!request_line) {
       if (!parse_request_line(line, request)) return HttpParse::kBad;
       request_line = true;
-    } else if (line.front() == ' ' || line.front() == '\t' || !valid_header_line(line)) {
+    } else if (line.front() == ' ' || line.front() == '\t' || !parse_header_line(line, request)) {
       return HttpParse::kBad;  // a folded line (obsolete) or no "name:"
     }
   }

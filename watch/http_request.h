@@ -1,7 +1,7 @@
 // Parsing of the HTTP/1.x requests the status page answers (watch/status_server.h): the request
-// line and the header lines of a GET, from bytes any local client may send. Strict where a
-// mistake could mislead (a bare CR, a folded header line, a space in a header name) and blind to
-// what the page does not use (header values, a body: the connection closes after one answer).
+// line and the header lines of a GET or POST, from bytes any client may send. Strict where a
+// mistake could mislead (a bare CR, a folded header line, a space in a header name). The body of
+// a POST (its Content-Length) is read by the server; the connection closes after one answer.
 // A pure function, driven directly by the fuzz harness tests/fuzz/fuzz_http_request.cpp.
 // Thread-safe.
 #pragma once
@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace wm::watch {
 
@@ -17,7 +19,17 @@ struct HttpRequest {
   std::string target;     // as sent: "/api/status?pretty", "http://host:8611/metrics"
   std::string path;       // the target's path, without the query: "/api/status"; "*" for "*"
   int version_minor = 1;  // HTTP/1.<minor>
+  // The header lines in order: names in lower case, values without the spaces around them.
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;  // filled in by the server (watch/status_server.cpp), not by the parser
 };
+
+// The values of the header `name` (lower case) in `request`, in order.
+std::vector<std::string> header_values(const HttpRequest& request, std::string_view name);
+
+// "a=1&b=x%20y" (a query or an application/x-www-form-urlencoded body) as name/value pairs,
+// percent-escapes and '+' decoded.
+std::vector<std::pair<std::string, std::string>> parse_form(std::string_view text);
 
 enum class HttpParse {
   kIncomplete,  // no empty line ending the head yet: read more

@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS items(
   interrupted INTEGER NOT NULL DEFAULT 0, exit_code INTEGER NOT NULL DEFAULT 0,
   last_error TEXT NOT NULL DEFAULT '', output TEXT NOT NULL DEFAULT '',
   committing INTEGER NOT NULL DEFAULT 0, disposed INTEGER NOT NULL DEFAULT 0,
-  source_now TEXT NOT NULL DEFAULT '',
+  source_now TEXT NOT NULL DEFAULT '', devices TEXT NOT NULL DEFAULT '',
   frames INTEGER NOT NULL DEFAULT 0, frames_total INTEGER NOT NULL DEFAULT 0,
   seconds REAL NOT NULL DEFAULT 0,
   queued_at REAL NOT NULL, started_at REAL NOT NULL DEFAULT 0,
@@ -49,7 +49,7 @@ CREATE TABLE IF NOT EXISTS chunks(
 const char* kColumns =
     "id, input, size, mtime_ns, settings, folder, state, attempts, failures, interrupted, "
     "exit_code, last_error, output, committing, disposed, source_now, frames, frames_total, "
-    "seconds, queued_at, started_at, finished_at, next_attempt_at";
+    "seconds, queued_at, started_at, finished_at, next_attempt_at, devices";
 
 ItemState state_of(const std::string& s) {
   if (s == "running") return ItemState::kRunning;
@@ -83,6 +83,7 @@ Item read_item(const Statement& s) {
   r.started_at = s.real(20);
   r.finished_at = s.real(21);
   r.next_attempt_at = s.real(22);
+  r.devices = s.text(23);
   return r;
 }
 
@@ -153,6 +154,14 @@ Queue::Queue(const std::string& path) : path_(path) {
   exec(wal_ ? "PRAGMA journal_mode=WAL" : "PRAGMA journal_mode=DELETE");
   WriteTransaction tx(db_, path_, kWhat);
   exec(kSchema);
+  // A queue made before `devices` was recorded gains the column (empty for its items).
+  bool has_devices = false;
+  {
+    Statement s(db_, path_, "SELECT 1 FROM pragma_table_info('items') WHERE name = 'devices'",
+                kWhat);
+    has_devices = s.step();
+  }
+  if (!has_devices) exec("ALTER TABLE items ADD COLUMN devices TEXT NOT NULL DEFAULT ''");
   tx.commit();
 }
 
@@ -203,11 +212,14 @@ int Queue::recover() {
   return sqlite3_changes(db_);
 }
 
-std::optional<Item> Queue::claim(double now) {
+std::optional<Item> Queue::claim(double now, std::string* held) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (held) held->clear();
   WriteTransaction tx(db_, path_, kWhat);
   std::optional<Item> item;
   {
+    Statement p(db_, path_, "SELECT 1 FROM meta WHERE key = 'paused' AND value = '1'", kWhat);
+    const bool paused = p.step();
     Statement s(db_, path_,
                 (std::string("SELECT ") + kColumns +
                  " FROM items WHERE state = 'queued' AND next_attempt_at <= ?1 ORDER BY id LIMIT 1")
@@ -215,6 +227,10 @@ std::optional<Item> Queue::claim(double now) {
                 kWhat);
     s.bind(1, now);
     if (!s.step()) return std::nullopt;
+    if (paused) {
+      if (held) *held = s.text(1);
+      return std::nullopt;
+    }
     item = read_item(s);
   }
   Statement u(db_, path_, "UPDATE items SET state = 'running', started_at = ?2 WHERE id = ?1",
@@ -227,13 +243,26 @@ std::optional<Item> Queue::claim(double now) {
   return item;
 }
 
-void Queue::begin_attempt(int64_t id, const std::string& output) {
+void Queue::set_paused(bool paused) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Statement s(db_, path_, "INSERT OR REPLACE INTO meta(key, value) VALUES('paused', ?1)", kWhat);
+  s.bind(1, std::string(paused ? "1" : "0"));
+  s.step();
+}
+
+bool Queue::paused() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Statement s(db_, path_, "SELECT 1 FROM meta WHERE key = 'paused' AND value = '1'", kWhat);
+  return s.step();
+}
+
+void Queue::begin_attempt(int64_t id, const std::string& output, const std::string& devices) {
   std::lock_guard<std::mutex> lock(mutex_);
   Statement s(db_, path_,
-              "UPDATE items SET attempts = attempts + 1, output = ?2, frames = 0, "
+              "UPDATE items SET attempts = attempts + 1, output = ?2, devices = ?3, frames = 0, "
               "frames_total = 0 WHERE id = ?1",
               kWhat);
-  s.bind(1, id).bind(2, output);
+  s.bind(1, id).bind(2, output).bind(3, devices);
   s.step();
 }
 
@@ -342,6 +371,18 @@ void Queue::set_disposed(int64_t id, const std::string& source_now) {
   Statement s(db_, path_, "UPDATE items SET disposed = 1, source_now = ?2 WHERE id = ?1", kWhat);
   s.bind(1, id).bind(2, source_now);
   s.step();
+}
+
+bool Queue::requeue_failed(int64_t id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Statement s(db_, path_,
+              "UPDATE items SET state = 'queued', disposed = 0, source_now = '', "
+              "next_attempt_at = 0, committing = 0 WHERE id = ?1 AND state = 'failed' AND "
+              "disposed = 1",
+              kWhat);
+  s.bind(1, id);
+  s.step();
+  return sqlite3_changes(db_) > 0;
 }
 
 void Queue::remove(int64_t id) {

@@ -3,7 +3,12 @@
 //
 //   queued ──claim──► running ──► done
 //     ▲                  │ └────► failed   (bad input 65/66, or max_attempts failures)
-//     └── retry/interrupt┘                 (retry: after a back-off, next_attempt_at)
+//     └── retry/interrupt┘          │      (retry: after a back-off, next_attempt_at)
+//     ▲                             │
+//     └───── requeue_failed ────────┘      (a retry asked for on the status page)
+//
+// Paused (set_paused): claim() takes nothing, so a running item finishes and no new one starts.
+// The flag is kept in the queue file: a restarted daemon stays paused.
 //
 // Exactly once: a fingerprint is recorded once (a unique index); a file replaced by a new
 // version has a new fingerprint and is a new item, the same version is never queued twice.
@@ -51,6 +56,7 @@ struct Item {
   bool committing = false;  // the output's last rename was under way
   bool disposed = false;    // the source was kept/moved/deleted as configured (done or failed)
   std::string source_now;   // where the source is after that ("" deleted)
+  std::string devices;      // where its last attempt ran ("cpu", "cuda:0,2"); "" not yet
   int64_t frames = 0;
   int64_t frames_total = 0;  // while running, when known
   double seconds = 0;        // of the run that finished it
@@ -92,10 +98,16 @@ class Queue {
 
   // Running items back to queued (interrupted + 1): the start of a daemon. Returns how many.
   int recover();
-  // The oldest queued item due at `now` (unix seconds), marked running; nullopt when none.
-  std::optional<Item> claim(double now);
+  // The oldest queued item due at `now` (unix seconds), marked running; nullopt when none or
+  // when the queue is paused. `held` (when given) is set to the input of the item that would
+  // have been taken had the queue not been paused, else cleared. Once set_paused(true) returned,
+  // no claim takes an item (both are transactions on the same file).
+  std::optional<Item> claim(double now, std::string* held = nullptr);
+  void set_paused(bool paused);
+  bool paused();
 
-  void begin_attempt(int64_t id, const std::string& output);  // attempts + 1
+  // attempts + 1; `devices`: where this attempt runs ("cpu", "cuda:0,2", ...).
+  void begin_attempt(int64_t id, const std::string& output, const std::string& devices = "");
   void set_progress(int64_t id, int64_t frames, int64_t frames_total);
   // Chunks of an item (ChunkRow): its work on a chunk started; a chunk is finished (recorded the
   // first time only; a chunk found finished by a later run changes nothing).
@@ -110,6 +122,11 @@ class Queue {
   // Stopped on request (SIGTERM/SIGINT): queued again at once, interrupted + 1, no failure.
   void set_interrupted(int64_t id);
   void set_disposed(int64_t id, const std::string& source_now);
+  // A failed item whose source was put back where it was taken from (watch/worker.h
+  // restore_failed_source), queued again, due at once: attempts, failures, the last error and
+  // exit code are kept. False (nothing changed) when the item is not failed with its source
+  // disposed of: a failure still being recorded is not taken from under its worker.
+  bool requeue_failed(int64_t id);
   void remove(int64_t id);
 
   std::optional<Item> item(int64_t id);

@@ -34,13 +34,25 @@ json running_json(const LiveItem& l, int attempts) {
             {"fps", fps},
             {"attempts", attempts},
             {"chunks_done", l.chunks_done}};
+  if (!l.devices.empty()) j["devices"] = l.devices;
   j["eta_seconds"] = (fps > 0 && l.frames_total > l.frames)
                          ? json(double(l.frames_total - l.frames) / fps)
                          : json(nullptr);
   return j;
 }
 
-json item_json(const Item& it) {
+// The job of an item's watch entry: its job file, or "inline" for a job written in WATCH.yaml;
+// "" when no entry of `spec` takes the item any more.
+std::string job_of(const WatchSpec& spec, const Item& it) {
+  for (const WatchEntry& e : spec.entries) {
+    if (e.folder == it.folder && e.settings == it.settings) {
+      return e.job.file == spec.file ? "inline" : e.job.file;
+    }
+  }
+  return "";
+}
+
+json item_json(const Item& it, const WatchSpec& spec) {
   json j = {{"id", it.id},
             {"input", it.input},
             {"state", to_string(it.state)},
@@ -49,7 +61,9 @@ json item_json(const Item& it) {
             {"interrupted", it.interrupted},
             {"queued_at", it.queued_at},
             {"folder", it.folder}};
+  if (const std::string job = job_of(spec, it); !job.empty()) j["job"] = job;
   if (!it.output.empty()) j["output"] = it.output;
+  if (!it.devices.empty()) j["devices"] = it.devices;
   if (it.state == ItemState::kDone || it.state == ItemState::kFailed) {
     j["finished_at"] = it.finished_at;
     j["frames"] = it.frames;
@@ -169,12 +183,13 @@ std::string html_escape(const std::string& text) {
   return out;
 }
 
-json status_json(Queue& queue, const std::vector<LiveItem>& live, const std::string& watch_file,
+json status_json(Queue& queue, const std::vector<LiveItem>& live, const WatchSpec& spec,
                  bool daemon) {
   json j;
-  j["watch_file"] = watch_file;
+  j["watch_file"] = spec.file;
   j["queue_file"] = queue.path();
   j["daemon"] = daemon;
+  j["paused"] = queue.paused();
   if (daemon) j["daemon_pid"] = int64_t(::getpid());
   j["time"] = unix_now();
   const auto counts = queue.counts();
@@ -188,30 +203,34 @@ json status_json(Queue& queue, const std::vector<LiveItem>& live, const std::str
 
   json running = json::array();
   for (const Item& it : queue.items(ItemState::kRunning, 1000)) {
-    LiveItem l{0,
-               it.id,
-               it.input,
-               it.output,
-               it.frames,
-               it.frames_total,
-               it.started_at > 0 ? unix_now() - it.started_at : 0.0};
+    LiveItem l;
+    l.id = it.id;
+    l.input = it.input;
+    l.output = it.output;
+    l.frames = it.frames;
+    l.frames_total = it.frames_total;
+    l.seconds = it.started_at > 0 ? unix_now() - it.started_at : 0.0;
+    l.devices = it.devices;
     for (const ChunkRow& c : queue.chunks(it.id)) l.chunks_done += c.done;
     for (const LiveItem& w : live) {
       if (w.id == it.id) l = w;
     }
-    running.push_back(running_json(l, it.attempts));
+    json r = running_json(l, it.attempts);
+    r["folder"] = it.folder;
+    if (const std::string job = job_of(spec, it); !job.empty()) r["job"] = job;
+    running.push_back(r);
   }
   j["running"] = running;
   json waiting = json::array();
   for (const Item& it : queue.items(ItemState::kQueued, kQueueShown))
-    waiting.push_back(item_json(it));
+    waiting.push_back(item_json(it, spec));
   j["queue"] = waiting;
   json history = json::array();
-  for (const Item& it : queue.history(kHistoryShown)) history.push_back(item_json(it));
+  for (const Item& it : queue.history(kHistoryShown)) history.push_back(item_json(it, spec));
   j["history"] = history;
   json failures = json::array();
   for (const Item& it : queue.items(ItemState::kFailed, kFailuresShown, true)) {
-    failures.push_back(item_json(it));
+    failures.push_back(item_json(it, spec));
   }
   j["failures"] = failures;
   if (daemon) {
@@ -236,29 +255,62 @@ json status_json(Queue& queue, const std::vector<LiveItem>& live, const std::str
 
 std::string status_json_text(const json& s) { return json_dump(s, 2) + "\n"; }
 
-std::string status_html(const json& s) {
+std::string status_html(const json& s, const std::string& token, int refresh) {
   std::ostringstream h;
-  h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-       "<meta http-equiv=\"refresh\" content=\"2\">"
-       "<title>wmbatch watch</title><style>"
+  h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">";
+  if (refresh > 0) h << "<meta http-equiv=\"refresh\" content=\"" << refresh << "\">";
+  h << "<title>wmbatch watch</title><style>"
        "body{font-family:sans-serif;margin:1.5em;color:#222}"
        "table{border-collapse:collapse;margin-bottom:1.5em}"
        "td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left;font-size:.9em}"
        "th{background:#f0f0f0}.failed{color:#a00}.done{color:#070}"
+       "form{display:inline;margin:0}.paused{background:#fff3c4;padding:.4em .8em}"
        "progress{width:10em}</style></head><body>\n";
   h << "<h1>wmbatch watch</h1>\n<p>" << html_escape(str(s, "watch_file")) << "</p>\n";
+  const bool paused = s.value("paused", false);
+  if (paused) {
+    h << "<p id=\"paused\" class=\"paused\"><b>Paused</b>: running files finish, no new file "
+         "starts until the queue is resumed.</p>\n";
+  }
+  // The actions: plain forms (no script), each with the token (watch/status_server.h).
+  const std::string token_field =
+      "<input type=\"hidden\" name=\"token\" value=\"" + html_escape(token) + "\">";
+  auto action_form = [&](const std::string& action, const std::string& id_field,
+                         const std::string& button_id, const std::string& label) {
+    return "<form method=\"post\" action=\"/api/" + action + "\">" + token_field + id_field +
+           "<button type=\"submit\" id=\"" + button_id + "\">" + label + "</button></form>";
+  };
   const json& c = s["counts"];
   h << "<p id=\"counts\">queued <b>" << c.value("queued", 0) << "</b> · running <b>"
     << c.value("running", 0) << "</b> · done <b>" << c.value("done", 0) << "</b> · failed <b>"
     << c.value("failed", 0) << "</b></p>\n";
+  if (!token.empty()) {
+    h << "<p id=\"actions\">"
+      << (paused ? action_form("resume", "", "resume", "Resume the queue")
+                 : action_form("pause", "", "pause", "Pause the queue"))
+      << "</p>\n";
+  } else {
+    h << "<p id=\"actions\"><small>Retry and pause are offered on this page when it is opened "
+         "on the daemon's host by its loopback address (http://127.0.0.1:PORT/).</small></p>\n";
+  }
+  // Where a file came from: its watched folder and its entry's job.
+  auto origin = [](const json& r) {
+    std::string cell = html_escape(str(r, "folder"));
+    if (r.contains("job")) cell += "<br><small>job: " + html_escape(str(r, "job")) + "</small>";
+    return cell;
+  };
 
-  h << "<h2>Running</h2>\n<table id=\"running\"><tr><th>file</th><th>output</th><th>started</th>"
-       "<th>attempt</th><th>progress</th><th>chunks done</th><th>fps</th><th>ETA</th></tr>\n";
+  h << "<h2>Running</h2>\n<table id=\"running\"><tr><th>#</th><th>file</th><th>folder / job</th>"
+       "<th>device</th><th>output</th><th>started</th><th>attempt</th><th>progress</th>"
+       "<th>chunks done</th><th>fps</th><th>ETA</th></tr>\n";
   for (const json& r : s["running"]) {
     const int64_t frames = r.value("frames", int64_t(0));
     const int64_t total = r.value("frames_total", int64_t(0));
-    h << "<tr><td>" << html_escape(str(r, "input")) << "</td><td>" << html_escape(str(r, "output"))
-      << "</td><td>" << when_text(s.value("time", 0.0) - r.value("seconds", 0.0)) << "</td><td>"
+    const double seconds = r.value("seconds", 0.0);
+    h << "<tr><td>" << r.value("id", int64_t(0)) << "</td><td>" << html_escape(str(r, "input"))
+      << "</td><td>" << origin(r) << "</td><td>" << html_escape(str(r, "devices")) << "</td><td>"
+      << html_escape(str(r, "output")) << "</td><td>" << when_text(s.value("time", 0.0) - seconds)
+      << "<br><small>" << duration_text(seconds) << " ago</small></td><td>"
       << r.value("attempts", 0) << "</td><td>";
     if (total > 0) h << "<progress max=\"" << total << "\" value=\"" << frames << "\"></progress> ";
     h << frames << (total > 0 ? " / " + std::to_string(total) : "") << "</td><td>"
@@ -269,24 +321,27 @@ std::string status_html(const json& s) {
   }
   h << "</table>\n";
 
-  h << "<h2>Queue</h2>\n<table id=\"queue\"><tr><th>#</th><th>file</th><th>queued</th>"
-       "<th>attempts</th><th>next attempt</th><th>last error</th></tr>\n";
+  h << "<h2>Queue</h2>\n<table id=\"queue\"><tr><th>#</th><th>file</th><th>folder / job</th>"
+       "<th>queued</th><th>attempts</th><th>next attempt</th><th>last error</th></tr>\n";
   for (const json& q : s["queue"]) {
     h << "<tr><td>" << q.value("id", int64_t(0)) << "</td><td>" << html_escape(str(q, "input"))
-      << "</td><td>" << when_text(q.value("queued_at", 0.0)) << "</td><td>"
-      << q.value("attempts", 0) << "</td><td>" << when_text(q.value("next_attempt_at", 0.0))
-      << "</td><td>" << html_escape(str(q, "error")) << "</td></tr>\n";
+      << "</td><td>" << origin(q) << "</td><td>" << when_text(q.value("queued_at", 0.0))
+      << "</td><td>" << q.value("attempts", 0) << "</td><td>"
+      << when_text(q.value("next_attempt_at", 0.0)) << "</td><td>" << html_escape(str(q, "error"))
+      << "</td></tr>\n";
   }
   h << "</table>\n";
 
   // The file where it is now (moved to the done or failed folder, or deleted), the folder it
-  // was taken from, and for failures the attempts and the exit code.
-  h << "<h2>Recent</h2>\n<table id=\"history\"><tr><th>#</th><th>file</th><th>folder</th>"
-       "<th>state</th><th>finished</th><th>frames</th><th>took</th><th>attempts</th>"
-       "<th>exit</th><th>output or error</th></tr>\n";
+  // was taken from, and for failures the attempts, the exit code and (with the token) a retry.
+  h << "<h2>Recent</h2>\n<table id=\"history\"><tr><th>#</th><th>file</th><th>folder / job</th>"
+       "<th>device</th><th>state</th><th>finished</th><th>frames</th><th>took</th><th>attempts</th>"
+       "<th>exit</th><th>output or error</th>"
+    << (token.empty() ? "" : "<th></th>") << "</tr>\n";
   for (const json& r : s["history"]) {
     const std::string state = str(r, "state");
     const std::string input = str(r, "input");
+    const int64_t id = r.value("id", int64_t(0));
     std::string file = html_escape(input);
     if (r.contains("source_now")) {
       const std::string now = str(r, "source_now");
@@ -296,13 +351,25 @@ std::string status_html(const json& s) {
         file = html_escape(now) + "<br><small>taken as " + html_escape(input) + "</small>";
       }
     }
-    h << "<tr class=\"" << html_escape(state) << "\"><td>" << r.value("id", int64_t(0))
-      << "</td><td>" << file << "</td><td>" << html_escape(str(r, "folder")) << "</td><td>"
-      << html_escape(state) << "</td><td>" << when_text(r.value("finished_at", 0.0)) << "</td><td>"
-      << r.value("frames", int64_t(0)) << "</td><td>" << duration_text(r.value("seconds", 0.0))
-      << "</td><td>" << r.value("attempts", 0) << "</td><td>"
+    h << "<tr class=\"" << html_escape(state) << "\" id=\"item-" << id << "\"><td>" << id
+      << "</td><td>" << file << "</td><td>" << origin(r) << "</td><td>"
+      << html_escape(str(r, "devices")) << "</td><td>" << html_escape(state) << "</td><td>"
+      << when_text(r.value("finished_at", 0.0)) << "</td><td>" << r.value("frames", int64_t(0))
+      << "</td><td>" << duration_text(r.value("seconds", 0.0)) << "</td><td>"
+      << r.value("attempts", 0) << "</td><td>"
       << (state == "failed" ? std::to_string(r.value("exit_code", 0)) : "") << "</td><td>"
-      << html_escape(state == "failed" ? str(r, "error") : str(r, "output")) << "</td></tr>\n";
+      << html_escape(state == "failed" ? str(r, "error") : str(r, "output")) << "</td>";
+    if (!token.empty()) {
+      h << "<td>";
+      // A failure still being recorded (its source not yet moved) is offered once it is.
+      if (state == "failed" && r.contains("source_now")) {
+        h << action_form("retry",
+                         "<input type=\"hidden\" name=\"id\" value=\"" + std::to_string(id) + "\">",
+                         "retry-" + std::to_string(id), "Retry");
+      }
+      h << "</td>";
+    }
+    h << "</tr>\n";
   }
   h << "</table>\n<p><a href=\"/api/status\">JSON</a> · <a href=\"/metrics\">metrics</a></p>\n"
        "</body></html>\n";
@@ -329,6 +396,9 @@ std::string status_metrics(const json& s) {
          s["counts"].value("queued", int64_t(0)));
   metric("wmbatch_watch_running", "gauge", "Files being processed now.",
          s["counts"].value("running", int64_t(0)));
+  metric("wmbatch_watch_paused", "gauge",
+         "1 while the queue is paused (running files finish, none starts), else 0.",
+         s.value("paused", false) ? 1 : 0);
   // The files in progress, summed: frames written so far and their speed (per-file labels would
   // put file names into the metrics' series).
   int64_t frames_in_progress = 0;
@@ -370,6 +440,7 @@ std::string status_text(const json& s) {
   } else {
     o << "daemon not running\n";
   }
+  if (s.value("paused", false)) o << "paused: no new file starts until the queue is resumed\n";
   o << "queued " << c.value("queued", 0) << ", running " << c.value("running", 0) << ", done "
     << c.value("done", 0) << ", failed " << c.value("failed", 0) << "\n";
   if (!s["running"].empty()) o << "\nrunning:\n";

@@ -144,15 +144,9 @@ void copy_across(const std::string& source, const std::string& target) {
   }
 }
 
-// Moves a source into `folder`, keeping its path below the watched folder. Across file systems
-// it is copied (copy_across), the folder fsynced, and then the source removed. Returns the new
-// path.
-std::string move_source(const std::string& source, const WatchEntry& entry,
-                        const std::string& folder) {
-  std::string relative = stdfs::path(source).lexically_relative(entry.folder).string();
-  if (relative.empty() || relative.compare(0, 2, "..") == 0) relative = base_name(source);
-  const std::string target = free_name(folder, relative);
-  fs::make_dirs(fs::parent_dir(target));
+// Moves `source` to `target` (not over a file there): a rename, or across file systems a copy
+// (copy_across), the folder fsynced, and then the source removed.
+void move_file(const std::string& source, const std::string& target) {
   int rc = ::renameat2(AT_FDCWD, source.c_str(), AT_FDCWD, target.c_str(), RENAME_NOREPLACE);
   if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) {
     rc = ::rename(source.c_str(), target.c_str());  // a file system without RENAME_NOREPLACE
@@ -171,7 +165,25 @@ std::string move_source(const std::string& source, const WatchEntry& entry,
     fs::fsync_path(fs::parent_dir(source));
   }
   fs::fsync_path(fs::parent_dir(target));
+}
+
+// Moves a source into `folder`, keeping its path below the watched folder. Returns the new path.
+std::string move_source(const std::string& source, const WatchEntry& entry,
+                        const std::string& folder) {
+  std::string relative = stdfs::path(source).lexically_relative(entry.folder).string();
+  if (relative.empty() || relative.compare(0, 2, "..") == 0) relative = base_name(source);
+  const std::string target = free_name(folder, relative);
+  fs::make_dirs(fs::parent_dir(target));
+  move_file(source, target);
   return target;
+}
+
+// Whether the file at `path` has the size and mtime the item recorded.
+bool same_version(const Item& item, const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return false;
+  const int64_t mtime_ns = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  return int64_t(st.st_size) == item.size && mtime_ns == item.mtime_ns;
 }
 
 // Whether the file at `item.input` is still the version the item recorded (size, mtime and,
@@ -265,6 +277,33 @@ void dispose_failed(Queue& queue, const Item& item, const WatchEntry& entry,
     log->error("{}", e.what());
   }
   queue.set_disposed(item.id, now_at);
+}
+
+std::string restore_failed_source(const Item& item) {
+  const std::string& from = item.source_now;
+  const std::string& to = item.input;
+  if (from.empty() || from == to || !exists(from)) {
+    // Never moved (no failed_folder), or moved back already (by a retry a kill interrupted
+    // before the queue recorded it, or by hand).
+    if (same_version(item, to)) {
+      if (!from.empty() && from != to) ::unlink((from + ".error.txt").c_str());
+      ::unlink((to + ".error.txt").c_str());
+      return "";
+    }
+    return (from.empty() ? to : from) + ": the failed file is no longer there (" +
+           (exists(to) ? to + " is another version" : "nothing to retry") + ")";
+  }
+  if (!same_version(item, from)) {
+    return from + ": changed since it failed; it is a new file (put it into the watched folder)";
+  }
+  if (exists(to)) {
+    return to + ": another file is there now; the failed file stays at " + from;
+  }
+  fs::make_dirs(fs::parent_dir(to));
+  move_file(from, to);
+  // The note said why it failed where it lay; the queue keeps the error.
+  if (::unlink((from + ".error.txt").c_str()) == 0) fs::fsync_path(fs::parent_dir(from));
+  return "";
 }
 
 Worker::Worker(int index, Queue& queue, const std::atomic<bool>& cancel)
@@ -371,10 +410,18 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
       job.device_ids = worker_devices(ids, index_, spec.max_parallel);
     }
   }
+  // Where it runs, as the page shows it: "cpu", "auto", or the GPUs of this worker.
+  std::string devices = job.devices;
+  if (job.devices == "list") {
+    devices = "cuda:";
+    for (size_t i = 0; i < job.device_ids.size(); ++i) {
+      devices += (i ? "," : "") + std::to_string(job.device_ids[i]);
+    }
+  }
   const std::string output = output_for(entry, item.input);
   const std::string staging = staging_path(output, item.id);
   // Every claim past the version check is an attempt (a rerun after a kill, too).
-  if (!finished_before) queue_.begin_attempt(item.id, output);
+  if (!finished_before) queue_.begin_attempt(item.id, output, devices);
   const bool replace = job.on_exists == OnExists::kOverwrite;
 
   auto commit = [&](int64_t frames, double seconds) {
@@ -420,7 +467,12 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
   progress_.begin(item.input, 0);  // no frames of the previous file while this one opens
   {
     std::lock_guard<std::mutex> lock(live_mutex_);
-    live_ = LiveItem{index_, item.id, item.input, output, 0, 0, 0};
+    live_ = LiveItem{};
+    live_->worker = index_;
+    live_->id = item.id;
+    live_->input = item.input;
+    live_->output = output;
+    live_->devices = devices;
     live_start_ = Clock::now();
     live_base_ = 0;
     live_total_ = 0;

@@ -60,6 +60,7 @@ struct LiveItem {
   double seconds = 0;          // since the item started
   int64_t frames_resumed = 0;  // of `frames`, finished by an earlier run (not counted for fps)
   int64_t chunks_done = 0;     // chunks finished (by this run or an earlier one)
+  std::string devices;         // where it runs: "cpu", "cuda:0", "cuda:0,2", "auto"
 };
 
 class Worker {
@@ -103,5 +104,13 @@ void dispose_done(Queue& queue, const Item& item, const WatchEntry& entry,
 // above) and writes its "<name>.error.txt" (created exclusively, src/base/fs.h); records it.
 void dispose_failed(Queue& queue, const Item& item, const WatchEntry& entry,
                     const SourceFile* seen = nullptr);
+// Puts the source of a failed item (disposed of: `source_now` says where it is) back where it
+// was taken from (`input`), the way dispose_failed moved it (a rename; across file systems a
+// copy that never leaves a partial file at `input`), and removes its "<name>.error.txt".
+// Returns "" when the file is at `input` now (also when it was never moved, or was moved back
+// already); else one line saying why not, nothing moved: the file is no longer where it was
+// put, it changed since, or another file took its place at `input`. Throws OutputError when the
+// move itself fails (the file then stays where it was).
+std::string restore_failed_source(const Item& item);
 
 }  // namespace wm::watch

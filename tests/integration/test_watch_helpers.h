@@ -161,18 +161,22 @@ inline int connect_local(int port) {
   return fd;
 }
 
-// HTTP/1.1 GET over a socket to 127.0.0.1:port; returns the status line's code and the body.
-inline std::pair<int, std::string> http_get(int port, const std::string& path) {
-  const int fd = connect_local(port);
-  if (fd < 0) return {-1, ""};
+// An HTTP answer: the status line's code (-1: none), the head and the body.
+struct HttpAnswer {
+  int code = -1;
+  std::string head, body;
+};
+
+// Sends `request` (bytes as they are) over the connection `fd` (closed here) and reads the answer.
+inline HttpAnswer http_exchange_fd(int fd, const std::string& request) {
+  HttpAnswer out;
+  if (fd < 0) return out;
   // A guard against a hang (a server that never answers fails the test), not a speed bound.
   timeval patience{time_t(kPatienceSeconds), 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof patience);
-  const std::string request =
-      "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
   if (::write(fd, request.data(), request.size()) != ssize_t(request.size())) {
     ::close(fd);
-    return {-1, ""};
+    return out;
   }
   std::string response;
   char buf[8192];
@@ -180,8 +184,33 @@ inline std::pair<int, std::string> http_get(int port, const std::string& path) {
   while ((n = ::read(fd, buf, sizeof buf)) > 0) response.append(buf, size_t(n));
   ::close(fd);
   const size_t head_end = response.find("\r\n\r\n");
-  if (response.compare(0, 9, "HTTP/1.1 ") != 0 || head_end == std::string::npos) return {-1, ""};
-  return {std::stoi(response.substr(9, 3)), response.substr(head_end + 4)};
+  if (response.compare(0, 9, "HTTP/1.1 ") != 0 || head_end == std::string::npos) return out;
+  out.code = std::stoi(response.substr(9, 3));
+  out.head = response.substr(0, head_end);
+  out.body = response.substr(head_end + 4);
+  return out;
+}
+
+// HTTP/1.1 GET over a socket to 127.0.0.1:port; returns the status line's code and the body.
+inline std::pair<int, std::string> http_get(int port, const std::string& path) {
+  const HttpAnswer a =
+      http_exchange_fd(connect_local(port), "GET " + path +
+                                                " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: "
+                                                "close\r\n\r\n");
+  return {a.code, a.body};
+}
+
+// An HTTP/1.1 POST of `body` (a form) to 127.0.0.1:port, Host 127.0.0.1:port unless `headers`
+// give one ("Name: value\r\n" lines).
+inline HttpAnswer http_post(int port, const std::string& path, const std::string& body,
+                            const std::string& headers = "") {
+  std::string head = "POST " + path + " HTTP/1.1\r\n";
+  if (headers.find("Host:") == std::string::npos) {
+    head += "Host: 127.0.0.1:" + std::to_string(port) + "\r\n";
+  }
+  head += headers + "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: " +
+          std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
+  return http_exchange_fd(connect_local(port), head + body);
 }
 
 // Prometheus text as {series: value} ("name" or "name{labels}").
@@ -260,6 +289,14 @@ class WatchSetup {
       return count_state(rows, "done") + count_state(rows, "failed") >= n;
     });
   }
+  // Waits until `n` items are done or failed with their sources kept, moved or deleted.
+  bool wait_until_disposed(int n) const {
+    return wait_until([&] {
+      int disposed = 0;
+      for (const QueueRow& r : queue()) disposed += r.disposed;
+      return disposed >= n;
+    });
+  }
   // The status page's port, from the daemon's log.
   int http_port() const {
     std::smatch m;
@@ -269,6 +306,15 @@ class WatchSetup {
       return -1;
     }
     return std::stoi(m[1]);
+  }
+  // The status page's action token, from the daemon's log ("" when not there).
+  std::string token() const {
+    std::smatch m;
+    const std::string text = log();
+    if (!std::regex_search(text, m, std::regex("status page actions token: ([0-9a-f]{32})"))) {
+      return "";
+    }
+    return m[1];
   }
 
  private:

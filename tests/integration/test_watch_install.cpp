@@ -142,9 +142,11 @@ TEST(WatchInstall, StatusPageShowsWhereFilesAreNowAndWhyTheyFailed) {
   EXPECT_NE(history.find(s.dir().file("failed/bad.mp4") + "<br><small>taken as "),
             std::string::npos)
       << history;
-  // The failure's attempts and exit code; the folder; times with their zone; durations.
+  // The failure's attempts and exit code; the folder and job; times with their zone; durations.
   EXPECT_NE(history.find("<td>1</td><td>65</td>"), std::string::npos) << history;
-  EXPECT_NE(history.find("<td>" + s.dir().file("in") + "</td>"), std::string::npos) << history;
+  EXPECT_NE(history.find("<td>" + s.dir().file("in") + "<br><small>job: inline</small></td>"),
+            std::string::npos)
+      << history;
   EXPECT_NE(history.find(" UTC</td>"), std::string::npos) << history;
   EXPECT_NE(history.find(" s</td>"), std::string::npos) << history;
   EXPECT_EQ(s.stop(), 0) << s.log();
