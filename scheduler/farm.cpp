@@ -22,7 +22,6 @@
 
 #include "io/image_output.h"
 #include "io/output_file.h"
-#include "io/safetensors.h"
 #include "io/segments.h"
 #include "scheduler/fingerprint.h"
 #include "scheduler/journal.h"
@@ -35,6 +34,7 @@
 #include "src/base/json_text.h"
 #include "src/base/log.h"
 #include "src/base/std_streams.h"
+#include "src/weights/safetensors.h"
 
 namespace wm::sched {
 

@@ -12,10 +12,10 @@
 
 #include "io/encoder_check.h"
 #include "io/image_output.h"
-#include "io/torch_pickle.h"
 #include "src/base/error.h"
 #include "src/base/std_streams.h"
 #include "src/models/catalog.h"
+#include "src/weights/torch_pickle.h"
 
 namespace wm::sched {
 namespace {

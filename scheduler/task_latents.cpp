@@ -12,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "io/video_reader.h"
 #include "io/video_writer.h"
 #include "scheduler/causal_state.h"
@@ -23,6 +22,7 @@
 #include "src/base/error.h"
 #include "src/base/fs.h"
 #include "src/base/log.h"
+#include "src/weights/safetensors.h"
 
 namespace wm::sched {
 namespace {

@@ -53,7 +53,6 @@
 #include <thread>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "io/video_reader.h"
 #include "parallel/memory_budget.h"
 #include "scheduler/runner.h"
@@ -64,6 +63,7 @@
 #include "src/models/seedvr2_layout.h"
 #include "src/models/wan21_bench_support.h"
 #include "src/models/wan21_vae.h"
+#include "src/weights/safetensors.h"
 #include "tools/bench.h"
 #include "tools/bench_vae_common.h"
 

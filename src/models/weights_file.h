@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
-#include "io/torch_pickle.h"
+#include "src/weights/safetensors.h"
+#include "src/weights/torch_pickle.h"
 
 namespace wm::models {
 

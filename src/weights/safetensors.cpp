@@ -1,4 +1,4 @@
-#include "io/safetensors.h"
+#include "src/weights/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,4 +1,4 @@
-#include "io/torch_pickle.h"
+#include "src/weights/torch_pickle.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -146,8 +146,8 @@ const ZipEntry& stored(const std::string& path, const std::map<std::string, ZipE
 
 // --- the restricted unpickler ----------------------------------------------------------------
 
-// Bounds on what a pickle may build (io/torch_pickle.h): a state dict is a few levels deep and
-// a few values per tensor; these are far above any real checkpoint and keep a hostile one from
+// Bounds on what a pickle may build (src/weights/torch_pickle.h): a state dict is a few levels deep
+// and a few values per tensor; these are far above any real checkpoint and keep a hostile one from
 // exhausting the C++ stack (destroying a deep chain recurses), the memory or the time.
 constexpr size_t kMaxPickleBytes = size_t(64) << 20;  // data.pkl
 constexpr int kMaxDepth = 100;                        // containers inside containers
