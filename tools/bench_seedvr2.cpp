@@ -118,11 +118,7 @@ int parse(int argc, char** argv, Options& o, wm::Device& device) {
   if (o.op == "encode" && o.slice_frames % 4 != 0) {
     return args.fail("--slice-frames must be a multiple of 4 for encode");
   }
-  try {
-    device = wm::bench::parse_device(o.device);
-  } catch (const std::invalid_argument& e) {
-    return args.fail(e.what());
-  }
+  device = wm::bench::parse_device(o.device);  // checked by --device
   return -1;
 }
 

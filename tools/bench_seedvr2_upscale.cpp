@@ -72,11 +72,7 @@ int parse(int argc, char** argv, Options& o, wm::Device& device) {
   if (o.height % 2 != 0 || o.width % 2 != 0) {
     return args.fail("--height and --width must be even (the input is half of them)");
   }
-  try {
-    device = wm::bench::parse_device(o.device);
-  } catch (const std::invalid_argument& e) {
-    return args.fail(e.what());
-  }
+  device = wm::bench::parse_device(o.device);  // checked by --device
   return -1;
 }
 

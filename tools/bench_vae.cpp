@@ -130,11 +130,7 @@ int parse(int argc, char** argv, Options& o, wm::Device& device) {
   if (o.height % 8 != 0 || o.width % 8 != 0) {
     return args.fail("--height and --width are output pixels and must be multiples of 8");
   }
-  try {
-    device = wm::bench::parse_device(o.device);
-  } catch (const std::invalid_argument& e) {
-    return args.fail(e.what());
-  }
+  device = wm::bench::parse_device(o.device);  // checked by --device
   return -1;
 }
 

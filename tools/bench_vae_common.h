@@ -20,7 +20,8 @@ namespace wm::bench {
 
 // The flags the VAE benchmarks share, added to `args` for an options struct with these members:
 // dim, latent_frames, height, width, dtype, device, warmup, iters, slice_frames, threads, seed,
-// tuning, max_gpu_gib, pinned_mib (their values now are the defaults).
+// tuning, max_gpu_gib, pinned_mib (their values now are the defaults). --device is checked as it
+// is read, so parse_device(o.device) afterwards does not throw.
 template <typename Options>
 void add_shared_flags(Args& args, Options& o) {
   args.integer("--dim", &o.dim, 2)
@@ -28,7 +29,11 @@ void add_shared_flags(Args& args, Options& o) {
       .integer("--height", &o.height, 8, "H")
       .integer("--width", &o.width, 8, "W")
       .choice("--dtype", &o.dtype, {"fp32", "bf16", "fp16"})
-      .text("--device", &o.device, "cpu|cuda:N")
+      .custom("--device", "cpu|cuda:N",
+              [&o](const std::string& v) {
+                parse_device(v);  // checked here; the benchmark reads o.device
+                o.device = v;
+              })
       .integer("--warmup", &o.warmup, 0, "N")
       .integer("--iters", &o.iters, 1, "N")
       .integer("--slice-frames", &o.slice_frames, 0, "S")

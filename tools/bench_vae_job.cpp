@@ -133,11 +133,7 @@ int parse(int argc, char** argv, Options& o, wm::Device& device) {
   if (o.encode_options.find_first_of("'\n") != std::string::npos) {
     return args.fail("--encode-options: quotes and newlines are not allowed");
   }
-  try {
-    device = wm::bench::parse_device(o.device);
-  } catch (const std::invalid_argument& e) {
-    return args.fail(e.what());
-  }
+  device = wm::bench::parse_device(o.device);  // checked by --device
   return -1;
 }
 
