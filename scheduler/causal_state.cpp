@@ -5,10 +5,10 @@
 #include <cstring>
 #include <map>
 
-#include "io/safetensors.h"
 #include "scheduler/journal.h"
 #include "src/base/error.h"
 #include "src/base/fs.h"
+#include "src/weights/safetensors.h"
 
 namespace wm::sched {
 

@@ -2,10 +2,10 @@
 // (ModelSession::export_state), saved beside the segments so that a later run resumes the next
 // chunk from it instead of running the model over every frame before that chunk.
 //
-// File: safetensors (io/safetensors.h), written atomically (temp, fsync, rename), one tensor per
-// StateTensor in its own dtype and shape, and metadata: "wmbatch_state" (format version), the
-// sequence it belongs to (input fingerprint and settings), the frame it continues at, the
-// channels-last tensors, and a 64-bit checksum over every name, dtype, shape and byte.
+// File: safetensors (src/weights/safetensors.h), written atomically (temp, fsync, rename), one
+// tensor per StateTensor in its own dtype and shape, and metadata: "wmbatch_state" (format
+// version), the sequence it belongs to (input fingerprint and settings), the frame it continues at,
+// the channels-last tensors, and a 64-bit checksum over every name, dtype, shape and byte.
 // load_causal_state() accepts only a file whose size, sequence, frame and checksum all match, so a
 // truncated, corrupt or foreign file is refused (the caller then recomputes the prefix).
 #pragma once

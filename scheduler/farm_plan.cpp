@@ -9,7 +9,6 @@
 #include <set>
 
 #include "io/image_output.h"
-#include "io/safetensors.h"
 #include "io/segments.h"
 #include "scheduler/farm_journal.h"
 #include "scheduler/journal.h"
@@ -20,6 +19,7 @@
 #include "src/base/json_text.h"
 #include "src/base/log.h"
 #include "src/base/std_streams.h"
+#include "src/weights/safetensors.h"
 
 namespace wm::sched {
 

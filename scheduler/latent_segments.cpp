@@ -7,9 +7,9 @@
 #include <map>
 #include <memory>
 
-#include "io/safetensors.h"
 #include "src/base/error.h"
 #include "src/base/fs.h"
+#include "src/weights/safetensors.h"
 
 namespace wm::sched {
 namespace {

@@ -12,11 +12,11 @@
 
 #include "io/encoder_check.h"
 #include "io/image_output.h"
-#include "io/torch_pickle.h"
 #include "src/base/error.h"
 #include "src/base/std_streams.h"
 #include "src/models/catalog.h"
 #include "src/models/registry.h"
+#include "src/weights/torch_pickle.h"
 
 namespace wm::sched {
 namespace {

@@ -12,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "io/video_reader.h"
 #include "io/video_writer.h"
 #include "scheduler/causal_state.h"
@@ -24,6 +23,7 @@
 #include "src/base/fs.h"
 #include "src/base/log.h"
 #include "src/models/registry.h"
+#include "src/weights/safetensors.h"
 
 namespace wm::sched {
 namespace {

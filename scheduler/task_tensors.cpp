@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "scheduler/tasks.h"
 #include "src/base/error.h"
 #include "src/models/tensor_model.h"
+#include "src/weights/safetensors.h"
 
 namespace wm::sched {
 namespace {

@@ -5,10 +5,10 @@
 #include <cstring>
 #include <string>
 
-#include "io/safetensors.h"
 #include "scheduler/tasks.h"
 #include "src/base/clock.h"
 #include "src/base/error.h"
+#include "src/weights/safetensors.h"
 
 namespace wm::sched {
 namespace {

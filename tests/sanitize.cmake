@@ -25,7 +25,7 @@ target_compile_definitions(wm_sanitize_core PRIVATE
   WM_CONFIGS_SOURCE_DIR="${PROJECT_SOURCE_DIR}/configs")
 # registry.cpp reads LibTorch's version header (kind aoti); no LibTorch library is linked.
 target_include_directories(wm_sanitize_core SYSTEM PRIVATE ${TORCH_INCLUDE_DIRS})
-target_link_libraries(wm_sanitize_core PUBLIC wm_base wm_safetensors wm_io yaml-cpp
+target_link_libraries(wm_sanitize_core PUBLIC wm_base wm_weights wm_io yaml-cpp
   nlohmann_json::nlohmann_json SQLite::SQLite3)
 wm_warnings(wm_sanitize_core)
 

@@ -25,25 +25,21 @@
 #include "src/job_spec.h"
 #include "src/models/realesrgan.h"
 #include "tools/bench.h"
+#include "tools/bench_args.h"
 #include "tools/bench_clip.h"
 #include "tools/bench_job.h"
 
 namespace {
 
-const char* kUsage =
-    "wmbench e2e --model realesr-animevideov3|RealESRGAN_x4plus|... [--size WxH] [--frames 100]\n"
-    "            [--scale S] [--precision fp16] [--device cuda:0|cpu] [--codec libx264]\n"
-    "            [--preset veryfast] [--crf 18] [--instances auto|N] [--inputs 1]\n"
-    "            [--slice-frames 4] [--frame-path auto|device|host] [--decode software|nvdec]\n"
-    "            [--warmup 1] [--calls 10] [--tuning T] [--workdir DIR]\n"
-    "  A generated WxH clip (25 fps, --frames frames; --inputs copies of it as one batch) through\n"
-    "  a job with random weights (model.scale S: the output is WxH times S), timed after --warmup\n"
-    "  untimed runs of the job on its first input; then the model alone (--calls calls of "
-    "--slice-frames\n"
-    "  frames) and the encoder alone (the job's output decoded into memory and encoded again with\n"
-    "  the same settings; for a batch, its input lanes' encoders at once). Prints job_fps,\n"
-    "  model_fps, encoder_fps, ratio = job / min(model, encoder), gpu_busy_share, bound, the\n"
-    "  job's stage meters. Sizes default to 1920x1080 (SRVGG) and 960x540 (RRDB).\n";
+const char* kAbout =
+    "  --model: realesr-animevideov3|RealESRGAN_x4plus|... A generated WxH clip (25 fps, --frames\n"
+    "  frames; --inputs copies of it as one batch) through a job with random weights (model.scale\n"
+    "  S, default the network's: the output is WxH times S), timed after --warmup untimed runs of\n"
+    "  the job on its first input; then the model alone (--calls calls of --slice-frames frames)\n"
+    "  and the encoder alone (the job's output decoded into memory and encoded again with the\n"
+    "  same settings; for a batch, its input lanes' encoders at once). Prints job_fps, model_fps,\n"
+    "  encoder_fps, ratio = job / min(model, encoder), gpu_busy_share, bound, the job's stage\n"
+    "  meters. Sizes default to 1920x1080 (SRVGG) and 960x540 (RRDB).\n";
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -115,78 +111,46 @@ double encoder_alone(const std::vector<std::pair<wm::io::VideoFrame, wm::io::Yuv
 }  // namespace
 
 int bench_e2e(int argc, char** argv) {
-  std::string model, size, precision = "fp16", device_text = "cuda:0", codec = "libx264";
+  std::string model, size, precision = "fp16", codec = "libx264";
   std::string preset = "veryfast", instances = "auto", frame_path = "auto", decode = "software";
   std::string tuning, workdir = "/tmp/wmbench-e2e";
   int frames = 100, scale = 0, crf = 18, inputs = 1, slice_frames = 4, warmup = 1, calls = 10;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(64);
-      }
-      return argv[++i];
-    };
-    if (a == "--model")
-      model = value();
-    else if (a == "--size")
-      size = value();
-    else if (a == "--frames")
-      frames = std::stoi(value());
-    else if (a == "--scale")
-      scale = std::stoi(value());
-    else if (a == "--precision")
-      precision = value();
-    else if (a == "--device")
-      device_text = value();
-    else if (a == "--codec")
-      codec = value();
-    else if (a == "--preset")
-      preset = value();
-    else if (a == "--crf")
-      crf = std::stoi(value());
-    else if (a == "--instances")
-      instances = value();
-    else if (a == "--inputs")
-      inputs = std::stoi(value());
-    else if (a == "--slice-frames")
-      slice_frames = std::stoi(value());
-    else if (a == "--frame-path")
-      frame_path = value();
-    else if (a == "--decode")
-      decode = value();
-    else if (a == "--warmup")
-      warmup = std::stoi(value());
-    else if (a == "--calls")
-      calls = std::stoi(value());
-    else if (a == "--tuning")
-      tuning = value();
-    else if (a == "--workdir")
-      workdir = value();
-    else {
-      std::fputs(kUsage, a == "--help" ? stdout : stderr);
-      return a == "--help" ? 0 : 64;
-    }
-  }
+  wm::Device device{wm::Device::Kind::kCuda, 0};
+  wm::bench::Args args("wmbench e2e", kAbout);
+  args.text("--model", &model, "NAME")
+      .frame_size("--size", &size)
+      .integer("--frames", &frames, 1)
+      .integer("--scale", &scale, 1, "S")
+      .choice("--precision", &precision, {"fp16", "bf16", "fp32"})
+      .custom("--device", "cuda:0|cpu",
+              [&](const std::string& v) { device = wm::bench::parse_device(v); })
+      .text("--codec", &codec)
+      .text("--preset", &preset)
+      .integer("--crf", &crf, 0)
+      .custom("--instances", "auto|N",
+              [&](const std::string& v) {
+                if (v != "auto") wm::bench::parse_int("--instances", v, 1);  // checked
+                instances = v;
+              })
+      .integer("--inputs", &inputs, 1)
+      .integer("--slice-frames", &slice_frames, 1)
+      .choice("--frame-path", &frame_path, {"auto", "device", "host"})
+      .choice("--decode", &decode, {"software", "nvdec"})
+      .integer("--warmup", &warmup, 0)
+      .integer("--calls", &calls, 1)
+      .text("--tuning", &tuning, "T")
+      .text("--workdir", &workdir, "DIR");
+  if (const int status = args.parse(argc, argv); status >= 0) return status;
   wm::models::RealEsrganArch arch;
   try {
     arch = wm::models::realesrgan_preset(model);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "wmbench: %s\n%s", e.what(), kUsage);
-    return 64;
+    return args.fail(std::string("--model: ") + e.what());
   }
   if (size.empty())
     size = arch.family == wm::models::RealEsrganArch::Family::kSrvgg ? "1920x1080" : "960x540";
-  const int width = std::stoi(size.substr(0, size.find('x')));
-  const int height = std::stoi(size.substr(size.find('x') + 1));
+  const auto [width, height] = wm::bench::parse_size("--size", size);
   if (scale <= 0) scale = arch.scale;
-  wm::Device device;
-  if (device_text.rfind("cuda", 0) == 0) {
-    device.kind = wm::Device::Kind::kCuda;
-    const auto colon = device_text.find(':');
-    device.index = colon == std::string::npos ? 0 : std::stoi(device_text.substr(colon + 1));
-  }
   const bool cuda = device.kind == wm::Device::Kind::kCuda;
   nlohmann::json result = {
       {"bench", "e2e"},
@@ -274,9 +238,7 @@ int bench_e2e(int argc, char** argv) {
 
   // The model alone: the same frame size, precision, frames per call and resize.
   try {
-    wm::Precision p = wm::Precision::kFloat16;
-    if (precision == "bf16") p = wm::Precision::kBFloat16;
-    if (precision == "fp32") p = wm::Precision::kFloat32;
+    const wm::Precision p = wm::bench::parse_precision(precision);
     const wm::models::RealEsrganBench b =
         wm::models::bench_realesrgan(arch, device, p, slice_frames, height, width, cuda ? calls : 1,
                                      cuda ? 3 : 1, tuning, scale);

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "src/base/error.h"
+
 namespace wm::bench {
 
 std::vector<wm::sched::JobOutcome> run_job_or_exit(const std::string& yaml, double* seconds) {
@@ -11,7 +13,13 @@ std::vector<wm::sched::JobOutcome> run_job_or_exit(const std::string& yaml, doub
   options.progress = wm::sched::ProgressStyle::kNone;
   std::vector<wm::sched::JobOutcome> outcomes;
   const auto t0 = std::chrono::steady_clock::now();
-  const int rc = wm::sched::run_job_files({yaml}, options, &outcomes);
+  int rc = 0;
+  try {
+    rc = wm::sched::run_job_files({yaml}, options, &outcomes);
+  } catch (const wm::Error& e) {  // the job file itself refused (a device that is not there)
+    std::fprintf(stderr, "wmbench: %s\n", e.what());
+    std::exit(e.exit_code());
+  }
   *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (rc != 0) {
     for (const auto& o : outcomes) {

@@ -1,5 +1,6 @@
 // Running a job file inside a benchmark (wmbench e2e, upscale --devices): no progress drawn,
-// timed, and on failure every input's error printed and the process ended with the job's status.
+// timed, and on failure every input's error (or the job file's) printed and the process ended with
+// the job's status.
 #pragma once
 
 #include <string>

@@ -75,61 +75,51 @@ struct Options {
   bool nccl = false;  // the NCCL exchange (a GPU per rank)
 };
 
-const char* kUsage =
-    "usage: wmbench seedvr2 decode|encode [--frames N] [--height H] [--width W]\n"
-    "                       [--dtype fp32|bf16|fp16] [--device cpu|cuda:N] [--warmup N]\n"
-    "                       [--iters N] [--slice-frames S] [--threads N] [--seed N]\n"
-    "                       [--max-gpu-gib N] [--channels A,B,C,D] [--norm-groups G]\n"
-    "                       [--compare-fp32 0|1] [--tuning KEY=V,...]\n"
-    "                       [--devices 0,1|cpu] [--ranks N] [--scaling 0|1] [--nccl 0|1]\n";
+const char* kAbout =
+    "  decode|encode first. The SeedVR2 VAE (random weights) decoding random latents or encoding\n"
+    "  random video; H and W are video pixels (multiples of 8), --frames video frames (1 + 4k).\n"
+    "  --devices/--ranks: the same run as sequence-parallel ranks, against the one-device run.\n";
 
-Options parse(int argc, char** argv) {
-  Options o;
-  if (argc < 2) throw std::invalid_argument("decode or encode?");
-  o.op = argv[1];
-  if (o.op == "-h" || o.op == "--help") throw std::invalid_argument("");
+// Fills `o` and `device` (argv[1] is decode or encode). Returns -1 when the benchmark should run,
+// else the exit status (the usage or the one-line error printed).
+int parse(int argc, char** argv, Options& o, wm::Device& device) {
+  wm::bench::Args args("wmbench seedvr2 decode|encode", kAbout);
+  args.integer("--frames", &o.frames, 1, "N");
+  wm::bench::add_shared_flags(args, o);
+  args.custom("--channels", "A,B,C,D",
+              [&](const std::string& v) {
+                o.channels.clear();
+                std::stringstream in(v);
+                for (std::string item; std::getline(in, item, ',');) {
+                  o.channels.push_back(wm::bench::parse_int("--channels", item, 1));
+                }
+                if (o.channels.size() != 4) {
+                  throw std::invalid_argument("--channels: expected 4 widths");
+                }
+              })
+      .integer("--norm-groups", &o.norm_groups, 1, "G")
+      .boolean("--compare-fp32", &o.compare_fp32)
+      .text("--devices", &o.devices, "0,1|cpu")
+      .integer("--ranks", &o.ranks, 1, "N")
+      .boolean("--scaling", &o.scaling)
+      .boolean("--nccl", &o.nccl)
+      .hide({"--dim", "--latent-frames", "--pinned-mib"});  // shared, unused here
+  if (args.help(argc, argv)) return 0;
+  o.op = argc > 1 ? argv[1] : "";
   if (o.op != "decode" && o.op != "encode") {
-    throw std::invalid_argument("expected decode or encode, got '" + o.op + "'");
+    return args.fail(o.op.empty() ? "decode or encode?"
+                                  : "expected decode or encode, got '" + o.op + "'");
   }
-  const auto integer = wm::bench::parse_int;
-  for (int i = 2; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "-h" || flag == "--help") throw std::invalid_argument("");
-    if (i + 1 >= argc) throw std::invalid_argument(flag + ": missing value");
-    const std::string v = argv[++i];
-    if (flag == "--frames") {
-      o.frames = integer(flag, v, 1);
-    } else if (flag == "--channels") {
-      o.channels.clear();
-      std::stringstream in(v);
-      for (std::string item; std::getline(in, item, ',');) {
-        o.channels.push_back(integer(flag, item, 1));
-      }
-      if (o.channels.size() != 4) throw std::invalid_argument("--channels: expected 4 widths");
-    } else if (flag == "--norm-groups") {
-      o.norm_groups = integer(flag, v, 1);
-    } else if (flag == "--compare-fp32") {
-      o.compare_fp32 = integer(flag, v, 0) != 0;
-    } else if (flag == "--devices") {
-      o.devices = v;
-    } else if (flag == "--ranks") {
-      o.ranks = integer(flag, v, 1);
-    } else if (flag == "--scaling") {
-      o.scaling = integer(flag, v, 0) != 0;
-    } else if (flag == "--nccl") {
-      o.nccl = integer(flag, v, 0) != 0;
-    } else if (!wm::bench::parse_shared_flag(flag, v, o)) {
-      throw std::invalid_argument("unknown option " + flag);
-    }
-  }
+  if (const int status = args.parse(argc, argv, 2); status >= 0) return status;
   if (o.height % 8 != 0 || o.width % 8 != 0) {
-    throw std::invalid_argument("--height and --width must be multiples of 8");
+    return args.fail("--height and --width must be multiples of 8");
   }
-  if ((o.frames - 1) % 4 != 0) throw std::invalid_argument("--frames must be 1 + 4k");
+  if ((o.frames - 1) % 4 != 0) return args.fail("--frames must be 1 + 4k");
   if (o.op == "encode" && o.slice_frames % 4 != 0) {
-    throw std::invalid_argument("--slice-frames must be a multiple of 4 for encode");
+    return args.fail("--slice-frames must be a multiple of 4 for encode");
   }
-  return o;
+  device = wm::bench::parse_device(o.device);  // checked by --device
+  return -1;
 }
 
 // Multiply-adds ×2 of the whole sequence (all slices together: the frame counts per layer add
@@ -239,14 +229,7 @@ wm::Planar joined(std::vector<wm::Planar>& parts) {
 int bench_seedvr2(int argc, char** argv) {
   Options o;
   wm::Device device;
-  try {
-    o = parse(argc, argv);
-    device = wm::bench::parse_device(o.device);
-  } catch (const std::invalid_argument& e) {
-    if (*e.what()) std::cerr << "wmbench seedvr2: " << e.what() << "\n";
-    std::cerr << kUsage;
-    return wm::kExitUsage;
-  }
+  if (const int status = parse(argc, argv, o, device); status >= 0) return status;
 
   try {
     const bool decode = o.op == "decode";

@@ -53,40 +53,27 @@ struct Options {
   std::string tuning;
 };
 
-const char* kUsage =
-    "usage: wmbench seedvr2-upscale [--model 3b|7b|tiny] [--frames N] [--height H] [--width W]\n"
-    "                               [--dtype bf16|fp16|fp32] [--device cuda:N|cpu] [--warmup N]\n"
-    "                               [--iters N] [--max-gpu-gib N] [--text-tokens N]\n"
-    "                               [--threads N] [--seed N] [--color-fix wavelet|adain|none]\n";
+const char* kAbout =
+    "  The whole SeedVR2 upscale of one batch of --frames frames (input half of H x W), per\n"
+    "  stage, with random weights (tiny: the golden data's sizes).\n";
 
-Options parse(int argc, char** argv) {
-  Options o;
-  const auto integer = wm::bench::parse_int;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "-h" || flag == "--help") throw std::invalid_argument("");
-    if (i + 1 >= argc) throw std::invalid_argument(flag + ": missing value");
-    const std::string v = argv[++i];
-    if (flag == "--model") {
-      if (v != "3b" && v != "7b" && v != "tiny") {
-        throw std::invalid_argument("--model: 3b, 7b or tiny");
-      }
-      o.model = v;
-    } else if (flag == "--frames") {
-      o.frames = integer(flag, v, 1);
-    } else if (flag == "--text-tokens") {
-      o.text_tokens = integer(flag, v, 1);
-    } else if (flag == "--color-fix") {
-      o.color_fix = v;
-    } else if (!wm::bench::parse_shared_flag(flag, v, o)) {
-      throw std::invalid_argument("unknown option " + flag);
-    }
-  }
-  if ((o.frames - 1) % 4 != 0) throw std::invalid_argument("--frames must be 1 + 4k");
+// Fills `o` and `device`. Returns -1 when the benchmark should run, else the exit status (the
+// usage or the one-line error printed).
+int parse(int argc, char** argv, Options& o, wm::Device& device) {
+  wm::bench::Args args("wmbench seedvr2-upscale", kAbout);
+  args.choice("--model", &o.model, {"3b", "7b", "tiny"})
+      .integer("--frames", &o.frames, 1, "N")
+      .integer("--text-tokens", &o.text_tokens, 1, "N")
+      .choice("--color-fix", &o.color_fix, {"wavelet", "adain", "none"});
+  wm::bench::add_shared_flags(args, o);
+  args.hide({"--dim", "--latent-frames", "--slice-frames", "--tuning", "--pinned-mib"});  // unused
+  if (const int status = args.parse(argc, argv); status >= 0) return status;
+  if ((o.frames - 1) % 4 != 0) return args.fail("--frames must be 1 + 4k");
   if (o.height % 2 != 0 || o.width % 2 != 0) {
-    throw std::invalid_argument("--height and --width must be even (the input is half of them)");
+    return args.fail("--height and --width must be even (the input is half of them)");
   }
-  return o;
+  device = wm::bench::parse_device(o.device);  // checked by --device
+  return -1;
 }
 
 }  // namespace
@@ -94,14 +81,7 @@ Options parse(int argc, char** argv) {
 int bench_seedvr2_upscale(int argc, char** argv) {
   Options o;
   wm::Device device;
-  try {
-    o = parse(argc, argv);
-    device = wm::bench::parse_device(o.device);
-  } catch (const std::invalid_argument& e) {
-    if (*e.what()) std::cerr << "wmbench seedvr2-upscale: " << e.what() << "\n";
-    std::cerr << kUsage;
-    return wm::kExitUsage;
-  }
+  if (const int status = parse(argc, argv, o, device); status >= 0) return status;
   try {
     wm::models::set_cpu_threads(o.threads);
     seedvr2::DitArchitecture dit = o.model == "7b" ? seedvr2::DitArchitecture::official_7b()

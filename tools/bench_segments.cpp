@@ -16,14 +16,12 @@
 #include "scheduler/segment_encode.h"
 #include "scheduler/upscale_device.h"
 #include "tools/bench.h"
+#include "tools/bench_args.h"
 #include "tools/bench_clip.h"
 
 namespace {
 
-const char* kUsage =
-    "wmbench segments [--input FILE | --make WxH:FRAMES] [--instances 2] [--segment-frames 0]\n"
-    "                 [--codec libx264] [--preset veryfast] [--crf 18] [--threads 0]\n"
-    "                 [--workdir DIR]\n"
+const char* kAbout =
     "  Decodes the clip into memory, encodes it with one encoder (--threads) and with\n"
     "  --instances encoders on segments (--segment-frames, 0: two seconds; threads split),\n"
     "  and prints fps, bytes and PSNR (Y, U, V against the decoded planes) of each.\n";
@@ -79,49 +77,28 @@ std::vector<double> psnr(const Frames& frames, const std::string& path) {
 }  // namespace
 
 int bench_segments(int argc, char** argv) {
-  std::string input, make = "1280x720:200", codec = "libx264", preset = "veryfast";
+  std::string input, codec = "libx264", preset = "veryfast";
   std::string workdir = "/tmp/wmbench-segments";
+  wm::bench::ClipShape make{1280, 720, 200};
   int instances = 2, segment_frames = 0, crf = 18, threads = 0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(64);
-      }
-      return argv[++i];
-    };
-    if (a == "--input")
-      input = value();
-    else if (a == "--make")
-      make = value();
-    else if (a == "--instances")
-      instances = std::stoi(value());
-    else if (a == "--segment-frames")
-      segment_frames = std::stoi(value());
-    else if (a == "--codec")
-      codec = value();
-    else if (a == "--preset")
-      preset = value();
-    else if (a == "--crf")
-      crf = std::stoi(value());
-    else if (a == "--threads")
-      threads = std::stoi(value());
-    else if (a == "--workdir")
-      workdir = value();
-    else {
-      std::fputs(kUsage, a == "--help" ? stdout : stderr);
-      return a == "--help" ? 0 : 64;
-    }
-  }
+  wm::bench::Args args("wmbench segments", kAbout);
+  args.text("--input", &input, "FILE")
+      .custom("--make", "WxH:FRAMES",
+              [&](const std::string& v) { make = wm::bench::parse_clip_shape("--make", v); })
+      .integer("--instances", &instances, 1)
+      .integer("--segment-frames", &segment_frames, 0)
+      .text("--codec", &codec)
+      .text("--preset", &preset)
+      .integer("--crf", &crf, 0)
+      .integer("--threads", &threads, 0)
+      .text("--workdir", &workdir, "DIR");
+  if (const int status = args.parse(argc, argv); status >= 0) return status;
   std::filesystem::create_directories(workdir);
   if (input.empty()) {
-    const auto x = make.find('x'), colon = make.find(':');
-    input = workdir + "/clip_" + make.substr(0, colon) + "_" + make.substr(colon + 1) + ".mp4";
+    input = workdir + "/clip_" + std::to_string(make.width) + "x" + std::to_string(make.height) +
+            "_" + std::to_string(make.count) + ".mp4";
     if (!std::filesystem::exists(input)) {
-      wm::bench::write_synthetic_clip(input, std::stoi(make.substr(0, x)),
-                                      std::stoi(make.substr(x + 1, colon - x - 1)),
-                                      std::stoi(make.substr(colon + 1)), "veryfast", 20);
+      wm::bench::write_synthetic_clip(input, make.width, make.height, make.count, "veryfast", 20);
     }
   }
   const Frames frames = decode(input);

@@ -21,6 +21,7 @@
 #include "src/base/json_text.h"
 #include "src/models/realesrgan.h"
 #include "tools/bench.h"
+#include "tools/bench_args.h"
 #include "tools/bench_clip.h"
 
 namespace {
@@ -43,30 +44,24 @@ double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-const char* kUsage =
-    "wmbench upscale [--input FILE | --make WxH:SECONDS] [--scale 2] [--kind lanczos]\n"
-    "                [--preset veryfast] [--crf 18] [--workdir DIR] [--skip-ffmpeg]\n"
+const char* kAbout =
     "  Upscales the clip with wmbatch (in process) and with\n"
     "  ffmpeg -i IN -vf scale=iw*S:ih*S:flags=KIND -c:v libx264 -preset P -crf C OUT\n"
     "  and prints frames, seconds and fps of both and their ratio as JSON.\n"
-    "  --make generates a clip with the ffmpeg CLI (testsrc2 + noise + a tone).\n"
+    "  --make WxH:SECONDS generates a clip with the ffmpeg CLI (testsrc2 + noise + a tone).\n"
     "  With --model NAME: a Real-ESRGAN network instead (wmbench upscale --model x --help).\n"
     "  With --devices: a batch over several devices (wmbench upscale --devices 0 --help).\n";
 
-const char* kModelUsage =
-    "wmbench upscale --model realesr-animevideov3|realesr-general-x4v3|RealESRGAN_x4plus|\n"
-    "                        RealESRGAN_x2plus|RealESRGAN_x4plus_anime_6B\n"
-    "                [--device cuda:0|cpu] [--precision fp16|bf16|fp32] [--size WxH]\n"
-    "                [--frames 4] [--calls 10] [--warmup 3] [--e2e SECONDS]\n"
-    "                [--baseline tools/bench/realesrgan_baseline.py] [--workdir DIR]\n"
-    "                [--baseline-modes eager,channels_last,compile] [--baseline-frames 1]\n"
-    "  The full-size architecture with random weights. Model only: --frames frames per call on\n"
-    "  device-resident input (fps, peak device MiB, achieved TFLOP/s). --e2e S: also a whole\n"
-    "  upscale job on a generated S-second clip (decode -> model -> libx264 veryfast crf 18).\n"
-    "  --baseline: runs the PyTorch script (python3, same size, --baseline-frames per call) in\n"
-    "  its --baseline-modes (eager; channels_last; compile = torch.compile max-autotune-no-\n"
-    "  cudagraphs on channels_last) and reports their fps and speedup_vs_<mode>. Sizes default\n"
-    "  to 1920x1080 (SRVGG) and 960x540 (RRDB).\n";
+const char* kModelAbout =
+    "  --model: realesr-animevideov3|realesr-general-x4v3|RealESRGAN_x4plus|RealESRGAN_x2plus|\n"
+    "  RealESRGAN_x4plus_anime_6B, the full-size architecture with random weights. Model only:\n"
+    "  --frames frames per call on device-resident input (fps, peak device MiB, achieved\n"
+    "  TFLOP/s; --calls default 10 on CUDA, 1 on the CPU; --warmup 3 and 1). --e2e S: also a\n"
+    "  whole upscale job on a generated S-second clip (decode -> model -> libx264 veryfast crf\n"
+    "  18). --baseline tools/bench/realesrgan_baseline.py: runs the PyTorch script (python3,\n"
+    "  same size, --baseline-frames per call) in its --baseline-modes (eager; channels_last;\n"
+    "  compile = torch.compile max-autotune-no-cudagraphs on channels_last) and reports their\n"
+    "  fps and speedup_vs_<mode>. Sizes default to 1920x1080 (SRVGG) and 960x540 (RRDB).\n";
 
 // A WxH clip of `seconds` at 25 fps written in process (libx264 veryfast crf 20, no audio),
 // for hosts without the ffmpeg CLI. Returns false on failure.
@@ -112,8 +107,7 @@ std::string generated_clip(const std::string& workdir, const std::string& size,
            "-shortest",
            input});
   if (rc == 0) return input;
-  const int width = std::stoi(size.substr(0, size.find('x')));
-  const int height = std::stoi(size.substr(size.find('x') + 1));
+  const auto [width, height] = wm::bench::parse_size("--size", size);
   return write_clip_with_libav(input, width, height, std::stoi(seconds)) ? input : "";
 }
 
@@ -133,72 +127,37 @@ std::string capture(const std::string& command, int& status) {
 }
 
 int bench_upscale_model(int argc, char** argv) {
-  std::string model, device_text = "cuda:0", precision_text = "fp16", size, baseline;
+  std::string model, precision_text = "fp16", size, baseline;
   std::string workdir = "/tmp/wmbench", e2e, tuning, baseline_modes = "eager";
   int frames = 4, calls = -1, warmup = -1, baseline_frames = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(64);
-      }
-      return argv[++i];
-    };
-    if (a == "--model")
-      model = value();
-    else if (a == "--device")
-      device_text = value();
-    else if (a == "--precision")
-      precision_text = value();
-    else if (a == "--size")
-      size = value();
-    else if (a == "--frames")
-      frames = std::stoi(value());
-    else if (a == "--calls")
-      calls = std::stoi(value());
-    else if (a == "--warmup")
-      warmup = std::stoi(value());
-    else if (a == "--e2e")
-      e2e = value();
-    else if (a == "--baseline")
-      baseline = value();
-    else if (a == "--workdir")
-      workdir = value();
-    else if (a == "--tuning")
-      tuning = value();
-    else if (a == "--baseline-modes")
-      baseline_modes = value();
-    else if (a == "--baseline-frames")
-      baseline_frames = std::stoi(value());
-    else {
-      std::fputs(kModelUsage, stderr);
-      return a == "--help" ? 0 : 64;
-    }
-  }
+  wm::Device device{wm::Device::Kind::kCuda, 0};
+  wm::bench::Args args("wmbench upscale", kModelAbout);
+  args.text("--model", &model, "NAME")
+      .custom("--device", "cuda:0|cpu",
+              [&](const std::string& v) { device = wm::bench::parse_device(v); })
+      .choice("--precision", &precision_text, {"fp16", "bf16", "fp32"})
+      .frame_size("--size", &size)
+      .integer("--frames", &frames, 1)
+      .integer("--calls", &calls, 1, "N")
+      .integer("--warmup", &warmup, 0, "N")
+      .text("--e2e", &e2e, "SECONDS")
+      .text("--baseline", &baseline, "SCRIPT")
+      .text("--baseline-modes", &baseline_modes, "eager,channels_last,compile")
+      .integer("--baseline-frames", &baseline_frames, 1)
+      .text("--tuning", &tuning, "KEY=V,...")
+      .text("--workdir", &workdir, "DIR");
+  if (const int status = args.parse(argc, argv); status >= 0) return status;
   wm::models::RealEsrganArch arch;
   try {
     arch = wm::models::realesrgan_preset(model);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "wmbench: %s\n", e.what());
-    return 64;
-  }
-  wm::Device device;
-  if (device_text.rfind("cuda", 0) == 0) {
-    device.kind = wm::Device::Kind::kCuda;
-    const auto colon = device_text.find(':');
-    device.index = colon == std::string::npos ? 0 : std::stoi(device_text.substr(colon + 1));
+    return args.fail(std::string("--model: ") + e.what());
   }
   const bool cuda = device.kind == wm::Device::Kind::kCuda;
-  wm::Precision precision = wm::Precision::kFloat16;
-  if (precision_text == "bf16")
-    precision = wm::Precision::kBFloat16;
-  else if (precision_text == "fp32")
-    precision = wm::Precision::kFloat32;
+  const wm::Precision precision = wm::bench::parse_precision(precision_text);
   if (size.empty())
     size = arch.family == wm::models::RealEsrganArch::Family::kSrvgg ? "1920x1080" : "960x540";
-  const int width = std::stoi(size.substr(0, size.find('x')));
-  const int height = std::stoi(size.substr(size.find('x') + 1));
+  const auto [width, height] = wm::bench::parse_size("--size", size);
   if (calls < 0) calls = cuda ? 10 : 1;
   if (warmup < 0) warmup = cuda ? 3 : 1;
 
@@ -311,36 +270,20 @@ int bench_upscale(int argc, char** argv) {
   std::string workdir = "/tmp/wmbench";
   int scale = 2, crf = 18;
   bool skip_ffmpeg = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(64);
-      }
-      return argv[++i];
-    };
-    if (a == "--input")
-      input = value();
-    else if (a == "--make")
-      make = value();
-    else if (a == "--scale")
-      scale = std::stoi(value());
-    else if (a == "--kind")
-      kind = value();
-    else if (a == "--preset")
-      preset = value();
-    else if (a == "--crf")
-      crf = std::stoi(value());
-    else if (a == "--workdir")
-      workdir = value();
-    else if (a == "--skip-ffmpeg")
-      skip_ffmpeg = true;
-    else {
-      std::fputs(kUsage, stderr);
-      return a == "--help" ? 0 : 64;
-    }
-  }
+  wm::bench::Args args("wmbench upscale", kAbout);
+  args.text("--input", &input, "FILE")
+      .custom("--make", "WxH:SECONDS",
+              [&](const std::string& v) {
+                wm::bench::parse_clip_shape("--make", v);  // checked here, read below
+                make = v;
+              })
+      .integer("--scale", &scale, 1)
+      .choice("--kind", &kind, {"lanczos", "bicubic"})
+      .text("--preset", &preset)
+      .integer("--crf", &crf, 0)
+      .text("--workdir", &workdir, "DIR")
+      .toggle("--skip-ffmpeg", &skip_ffmpeg);
+  if (const int status = args.parse(argc, argv); status >= 0) return status;
   std::filesystem::create_directories(workdir);
   if (input.empty()) {
     const auto colon = make.find(':');

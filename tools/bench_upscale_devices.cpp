@@ -20,27 +20,25 @@
 #include "src/base/json_text.h"
 #include "src/models/realesrgan.h"
 #include "tools/bench.h"
+#include "tools/bench_args.h"
 #include "tools/bench_clip.h"
 #include "tools/bench_job.h"
 
 namespace {
 
-const char* kUsage =
-    "wmbench upscale --devices 0,1,..|cpu [--ranks N] [--inputs 8] [--make WxH:FRAMES]\n"
-    "                [--input FILE] [--kind lanczos|bicubic] [--scale 2]\n"
-    "                [--model realesr-animevideov3|RealESRGAN_x4plus|...] [--precision fp16]\n"
-    "                [--codec libx264] [--preset veryfast] [--crf 18] [--slice-frames 0]\n"
-    "                [--lanes 0] [--warmup 1] [--workdir DIR]\n"
+const char* kAbout =
     "  A batch of --inputs copies of one clip (--input, or made in process: a moving pattern\n"
-    "  with noise, --make, default 1920x1080:48) upscaled by one job on the first device alone,\n"
-    "  then by one job on all of them (one input lane per device: parallel {mode: data}), in\n"
-    "  this process, after --warmup untimed runs of the batch on all devices. --devices cpu\n"
-    "  --ranks N: N in-process CPU ranks (one: the first run). --model: a Real-ESRGAN\n"
-    "  architecture with random weights instead of --kind. JSON: fps of both runs, speed_up,\n"
-    "  per-device busy seconds and busy share of the wall time, per-stage seconds summed over\n"
-    "  the inputs and their share of the lanes' time (decode: stage_source, model (host<->device\n"
-    "  copies included): stage_model, encode: stage_sink + writer_finish), and `bound`, the\n"
-    "  stage with the largest share in the run on all devices. --lanes N: the jobs'\n"
+    "  with noise, --make) upscaled by one job on the first device alone, then by one job on all\n"
+    "  of them (one input lane per device: parallel {mode: data}), in this process, after\n"
+    "  --warmup untimed runs of the batch on all devices. --devices cpu --ranks N: N in-process\n"
+    "  CPU ranks (one: the first run; default 2). --model: a Real-ESRGAN architecture\n"
+    "  (realesr-animevideov3, RealESRGAN_x4plus, ...) with random weights instead of --kind.\n"
+    "  --scale: the output scale, as model.scale in a job (default 2 for --kind, the network's\n"
+    "  for --model; another one resizes the network's output). JSON: fps of both runs,\n"
+    "  speed_up, per-device busy seconds and busy share of the wall time, per-stage seconds\n"
+    "  summed over the inputs and their share of the lanes' time (decode: stage_source, model\n"
+    "  (host<->device copies included): stage_model, encode: stage_sink + writer_finish), and\n"
+    "  `bound`, the stage with the largest share in the run on all devices. --lanes N: the jobs'\n"
     "  parallel.inputs (inputs at once; 0 = auto: one per device, more on a GPU once the first\n"
     "  input's peak memory shows room); input_lanes in the JSON is what each run used.\n";
 
@@ -118,58 +116,37 @@ nlohmann::json describe(const Run& run) {
 }  // namespace
 
 int bench_upscale_devices(int argc, char** argv) {
-  std::string devices, input, make = "1920x1080:48", kind = "lanczos", model, precision;
+  std::string devices, input, kind = "lanczos", model, precision;
   std::string codec = "libx264", preset = "veryfast", workdir = "/tmp/wmbench-devices";
-  int ranks = 0, inputs = 8, scale = 2, crf = 18, slice_frames = 0, warmup = 1, lanes = 0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(64);
-      }
-      return argv[++i];
-    };
-    if (a == "--devices") {
-      devices = value();
-    } else if (a == "--ranks") {
-      ranks = std::stoi(value());
-    } else if (a == "--lanes") {
-      lanes = std::stoi(value());
-    } else if (a == "--inputs") {
-      inputs = std::stoi(value());
-    } else if (a == "--make") {
-      make = value();
-    } else if (a == "--input") {
-      input = value();
-    } else if (a == "--kind") {
-      kind = value();
-    } else if (a == "--scale") {
-      scale = std::stoi(value());
-    } else if (a == "--model") {
-      model = value();
-    } else if (a == "--precision") {
-      precision = value();
-    } else if (a == "--codec") {
-      codec = value();
-    } else if (a == "--preset") {
-      preset = value();
-    } else if (a == "--crf") {
-      crf = std::stoi(value());
-    } else if (a == "--slice-frames") {
-      slice_frames = std::stoi(value());
-    } else if (a == "--warmup") {
-      warmup = std::stoi(value());
-    } else if (a == "--workdir") {
-      workdir = value();
-    } else {
-      std::fputs(kUsage, a == "--help" ? stdout : stderr);
-      return a == "--help" ? 0 : 64;
+  wm::bench::ClipShape make{1920, 1080, 48};
+  int ranks = 0, inputs = 8, scale = 0, crf = 18, slice_frames = 0, warmup = 1, lanes = 0;
+  wm::bench::Args args("wmbench upscale", kAbout);
+  args.text("--devices", &devices, "0,1,..|cpu")
+      .integer("--ranks", &ranks, 0, "N")
+      .integer("--inputs", &inputs, 1)
+      .custom("--make", "WxH:FRAMES",
+              [&](const std::string& v) { make = wm::bench::parse_clip_shape("--make", v); })
+      .text("--input", &input, "FILE")
+      .text("--kind", &kind, "lanczos|bicubic")
+      .integer("--scale", &scale, 1, "S")
+      .text("--model", &model, "NAME")
+      .text("--precision", &precision, "fp16|bf16|fp32")
+      .text("--codec", &codec)
+      .text("--preset", &preset)
+      .integer("--crf", &crf, 0)
+      .integer("--slice-frames", &slice_frames, 0)
+      .integer("--lanes", &lanes, 0)
+      .integer("--warmup", &warmup, 0)
+      .text("--workdir", &workdir, "DIR");
+  if (const int status = args.parse(argc, argv); status >= 0) return status;
+  if (devices.empty()) return args.fail("--devices is required");
+  int model_scale = scale > 0 ? scale : 2;
+  if (!model.empty()) {
+    try {
+      model_scale = scale > 0 ? scale : wm::models::realesrgan_preset(model).scale;
+    } catch (const std::exception& e) {
+      return args.fail(std::string("--model: ") + e.what());
     }
-  }
-  if (devices.empty() || inputs < 1) {
-    std::fputs(kUsage, stderr);
-    return 64;
   }
   const bool cpu = devices == "cpu";
   std::vector<std::string> ids;
@@ -186,13 +163,7 @@ int bench_upscale_devices(int argc, char** argv) {
 
   // The clip, copied once per input (distinct files, as a batch has).
   if (input.empty()) {
-    const size_t x = make.find('x'), colon = make.find(':');
-    if (x == std::string::npos || colon == std::string::npos) {
-      std::fprintf(stderr, "wmbench: --make WxH:FRAMES\n");
-      return 64;
-    }
-    const int w = std::stoi(make.substr(0, x)), h = std::stoi(make.substr(x + 1, colon - x - 1));
-    const int n = std::stoi(make.substr(colon + 1));
+    const int w = make.width, h = make.height, n = make.count;
     input = workdir + "/clip_" + std::to_string(w) + "x" + std::to_string(h) + "_" +
             std::to_string(n) + ".mp4";
     if (!std::filesystem::exists(input)) {
@@ -208,13 +179,16 @@ int bench_upscale_devices(int argc, char** argv) {
                                std::filesystem::copy_options::overwrite_existing);
   }
 
-  std::string model_yaml = "{kind: " + kind + ", scale: " + std::to_string(scale) + "}";
+  // model.scale as a job has it: --scale when given, else 2 for a resampler and the network's
+  // own scale for a Real-ESRGAN model (another one resizes the network's output).
+  std::string model_yaml = "{kind: " + kind + ", scale: " + std::to_string(model_scale) + "}";
   if (!model.empty()) {
     const std::string weights = workdir + "/" + model + ".safetensors";
     if (!std::filesystem::exists(weights)) {
       wm::models::write_random_realesrgan(wm::models::realesrgan_preset(model), weights, 1);
     }
-    model_yaml = "{kind: realesrgan, weights: '" + weights + "'}";
+    model_yaml = "{kind: realesrgan, weights: '" + weights +
+                 "', scale: " + std::to_string(model_scale) + "}";
   }
   auto job = [&](const std::string& name, const std::string& devices_yaml, int job_ranks) {
     std::string yaml = "task: upscale\ninput:\n";
@@ -248,6 +222,7 @@ int bench_upscale_devices(int argc, char** argv) {
                            {"devices", devices},
                            {"ranks", cpu ? ranks : int(ids.size())},
                            {"model", model.empty() ? kind : model},
+                           {"scale", model_scale},
                            {"encode", codec + " " + preset + " crf " + std::to_string(crf)},
                            {"cores", int(std::thread::hardware_concurrency())},
                            {"one_device", describe(single)},

@@ -88,70 +88,50 @@ struct Options {
   bool nccl = false;    // the NCCL exchange (a GPU per rank)
 };
 
-const char* kUsage =
-    "usage: wmbench vae-decode [--dim 96|16] [--latent-frames T] [--height H] [--width W]\n"
-    "                          [--dtype fp32|bf16|fp16] [--device cpu|cuda:N] [--warmup N]\n"
-    "                          [--iters N] [--slice-frames S] [--threads N] [--seed N]\n"
-    "                          [--profile 0|1] [--compare-fp32 0|1] [--tuning KEY=V,...]\n"
-    "                          [--max-gpu-gib N] [--pinned-mib N] [--kernels 0|1]\n"
-    "                          [--gpu-activity 0|1] [--devices 0,1|cpu] [--ranks N]\n"
-    "                          [--parallel sequence|spatial|sequence,spatial]\n"
-    "                          [--scaling 0|1] [--nccl 0|1]\n";
+const char* kAbout =
+    "  Wan2.1 VAE decode of random latents with random weights: fps and peak memory. --ranks:\n"
+    "  rank counts to measure (N,M,...; default one per --devices entry), --parallel the splits.\n";
 
-// Throws std::invalid_argument with a one-line reason.
-Options parse(int argc, char** argv) {
-  Options o;
-  const auto integer = wm::bench::parse_int;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "-h" || flag == "--help") throw std::invalid_argument("");
-    if (i + 1 >= argc) throw std::invalid_argument(flag + ": missing value");
-    const std::string v = argv[++i];
-    if (wm::bench::parse_shared_flag(flag, v, o)) continue;
-    if (flag == "--profile") {
-      o.profile = integer(flag, v, 0) != 0;
-    } else if (flag == "--compare-fp32") {
-      o.compare_fp32 = integer(flag, v, 0) != 0;
-    } else if (flag == "--kernels") {
-      o.kernels = integer(flag, v, 0) != 0;
-    } else if (flag == "--gpu-activity") {
-      o.gpu_activity = integer(flag, v, 0) != 0;
-    } else if (flag == "--devices") {
-      o.devices = v;
-    } else if (flag == "--scaling") {
-      o.scaling = integer(flag, v, 0) != 0;
-    } else if (flag == "--nccl") {
-      o.nccl = integer(flag, v, 0) != 0;
-    } else if (flag == "--ranks") {
-      o.ranks.clear();
-      std::stringstream in(v);
-      for (std::string item; std::getline(in, item, ',');)
-        o.ranks.push_back(integer(flag, item, 1));
-    } else if (flag == "--parallel") {
-      o.parallel.clear();
-      size_t at = 0;
-      while (at <= v.size()) {
-        const size_t end = std::min(v.find(',', at), v.size());
-        const std::string mode = v.substr(at, end - at);
-        if (mode != "sequence" && mode != "spatial") {
-          throw std::invalid_argument("--parallel: expected sequence, spatial or both, got '" + v +
-                                      "'");
-        }
-        o.parallel.push_back(mode);
-        at = end + 1;
-      }
-    } else {
-      throw std::invalid_argument("unknown option " + flag);
-    }
-  }
+// Fills `o` and `device`. Returns -1 when the benchmark should run, else the exit status (the
+// usage or the one-line error printed).
+int parse(int argc, char** argv, Options& o, wm::Device& device) {
+  wm::bench::Args args("wmbench vae-decode", kAbout);
+  wm::bench::add_shared_flags(args, o);
+  args.boolean("--profile", &o.profile)
+      .boolean("--compare-fp32", &o.compare_fp32)
+      .boolean("--kernels", &o.kernels)
+      .boolean("--gpu-activity", &o.gpu_activity)
+      .text("--devices", &o.devices, "0,1|cpu")
+      .custom("--ranks", "N[,M...]",
+              [&](const std::string& v) {
+                o.ranks.clear();
+                std::stringstream in(v);
+                for (std::string item; std::getline(in, item, ',');) {
+                  o.ranks.push_back(wm::bench::parse_int("--ranks", item, 1));
+                }
+              })
+      .custom("--parallel", "sequence|spatial|sequence,spatial",
+              [&](const std::string& v) {
+                o.parallel.clear();
+                for (size_t at = 0; at <= v.size();) {
+                  const size_t end = std::min(v.find(',', at), v.size());
+                  const std::string mode = v.substr(at, end - at);
+                  if (mode != "sequence" && mode != "spatial") {
+                    throw std::invalid_argument(
+                        "--parallel: expected sequence, spatial or both, got '" + v + "'");
+                  }
+                  o.parallel.push_back(mode);
+                  at = end + 1;
+                }
+              })
+      .boolean("--scaling", &o.scaling)
+      .boolean("--nccl", &o.nccl);
+  if (const int status = args.parse(argc, argv); status >= 0) return status;
   if (o.height % 8 != 0 || o.width % 8 != 0) {
-    throw std::invalid_argument(
-        "--height and --width are output pixels and must be multiples of 8");
+    return args.fail("--height and --width are output pixels and must be multiples of 8");
   }
-  if (o.dtype != "fp32" && o.dtype != "bf16" && o.dtype != "fp16") {
-    throw std::invalid_argument("--dtype: expected fp32, bf16 or fp16, got '" + o.dtype + "'");
-  }
-  return o;
+  device = wm::bench::parse_device(o.device);  // checked by --device
+  return -1;
 }
 
 // The same decode as parallel ranks (split in time, or by rows when `spatial`): fps, the
@@ -182,14 +162,7 @@ nlohmann::ordered_json sequence_parallel(const Options& o, const wm::ModelConfig
 int bench_vae_decode(int argc, char** argv) {
   Options o;
   wm::Device device;
-  try {
-    o = parse(argc, argv);
-    device = wm::bench::parse_device(o.device);
-  } catch (const std::invalid_argument& e) {
-    if (*e.what()) std::cerr << "wmbench vae-decode: " << e.what() << "\n";
-    std::cerr << kUsage;
-    return wm::kExitUsage;
-  }
+  if (const int status = parse(argc, argv, o, device); status >= 0) return status;
 
   try {
     wm::models::set_cpu_threads(o.threads);

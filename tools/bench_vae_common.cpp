@@ -17,43 +17,6 @@
 
 namespace wm::bench {
 
-int parse_int(const std::string& flag, const std::string& value, int min) {
-  size_t used = 0;
-  int x = 0;
-  try {
-    x = std::stoi(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != value.size() || used == 0 || x < min) {
-    throw std::invalid_argument(flag + ": expected an integer >= " + std::to_string(min) +
-                                ", got '" + value + "'");
-  }
-  return x;
-}
-
-Device parse_device(const std::string& value) {
-  Device d;
-  if (value == "cpu") return d;
-  if (value == "cuda") {
-    d.kind = Device::Kind::kCuda;
-    return d;
-  }
-  if (value.rfind("cuda:", 0) == 0) {
-    d.kind = Device::Kind::kCuda;
-    d.index = parse_int("--device", value.substr(5), 0);
-    return d;
-  }
-  throw std::invalid_argument("--device: expected cpu or cuda:N, got '" + value + "'");
-}
-
-Precision parse_precision(const std::string& value) {
-  if (value == "fp32") return Precision::kFloat32;
-  if (value == "bf16") return Precision::kBFloat16;
-  if (value == "fp16") return Precision::kFloat16;
-  throw std::invalid_argument("--dtype: expected fp32, bf16 or fp16, got '" + value + "'");
-}
-
 std::vector<Planar> make_slices(const Planar& latents, int slice) {
   std::vector<Planar> slices;
   for (int t0 = 0; t0 < latents.frames; t0 += slice) {

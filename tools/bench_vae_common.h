@@ -14,51 +14,34 @@
 #include "parallel/scaling_model.h"
 #include "src/base/planar.h"
 #include "src/model.h"
+#include "tools/bench_args.h"
 
 namespace wm::bench {
 
-// Option values; each throws std::invalid_argument with a one-line reason naming `flag`.
-int parse_int(const std::string& flag, const std::string& value, int min);
-Device parse_device(const std::string& value);        // cpu | cuda | cuda:N
-Precision parse_precision(const std::string& value);  // fp32 | bf16 | fp16
-
-// The flags both VAE benchmarks take, parsed into any options struct with these members: dim,
-// latent_frames, height, width, dtype, device, warmup, iters, slice_frames, threads, seed, tuning,
-// max_gpu_gib. False when `flag` is not one of them.
+// The flags the VAE benchmarks share, added to `args` for an options struct with these members:
+// dim, latent_frames, height, width, dtype, device, warmup, iters, slice_frames, threads, seed,
+// tuning, max_gpu_gib, pinned_mib (their values now are the defaults). --device is checked as it
+// is read, so parse_device(o.device) afterwards does not throw.
 template <typename Options>
-bool parse_shared_flag(const std::string& flag, const std::string& v, Options& o) {
-  if (flag == "--dim") {
-    o.dim = parse_int(flag, v, 2);
-  } else if (flag == "--latent-frames") {
-    o.latent_frames = parse_int(flag, v, 1);
-  } else if (flag == "--height") {
-    o.height = parse_int(flag, v, 8);
-  } else if (flag == "--width") {
-    o.width = parse_int(flag, v, 8);
-  } else if (flag == "--dtype") {
-    o.dtype = v;
-  } else if (flag == "--device") {
-    o.device = v;
-  } else if (flag == "--warmup") {
-    o.warmup = parse_int(flag, v, 0);
-  } else if (flag == "--iters") {
-    o.iters = parse_int(flag, v, 1);
-  } else if (flag == "--slice-frames") {
-    o.slice_frames = parse_int(flag, v, 0);
-  } else if (flag == "--threads") {
-    o.threads = parse_int(flag, v, 0);
-  } else if (flag == "--seed") {
-    o.seed = uint64_t(parse_int(flag, v, 0));
-  } else if (flag == "--tuning") {
-    o.tuning = v;
-  } else if (flag == "--max-gpu-gib") {
-    o.max_gpu_gib = parse_int(flag, v, 0);
-  } else if (flag == "--pinned-mib") {
-    o.pinned_mib = parse_int(flag, v, 0);
-  } else {
-    return false;
-  }
-  return true;
+void add_shared_flags(Args& args, Options& o) {
+  args.integer("--dim", &o.dim, 2)
+      .integer("--latent-frames", &o.latent_frames, 1, "T")
+      .integer("--height", &o.height, 8, "H")
+      .integer("--width", &o.width, 8, "W")
+      .choice("--dtype", &o.dtype, {"fp32", "bf16", "fp16"})
+      .custom("--device", "cpu|cuda:N",
+              [&o](const std::string& v) {
+                parse_device(v);  // checked here; the benchmark reads o.device
+                o.device = v;
+              })
+      .integer("--warmup", &o.warmup, 0, "N")
+      .integer("--iters", &o.iters, 1, "N")
+      .integer("--slice-frames", &o.slice_frames, 0, "S")
+      .integer("--threads", &o.threads, 0, "N")
+      .integer("--seed", &o.seed, "N")
+      .text("--tuning", &o.tuning, "KEY=V,...")
+      .integer("--max-gpu-gib", &o.max_gpu_gib, 0, "N")
+      .integer("--pinned-mib", &o.pinned_mib, 0, "N");
 }
 
 // The latents [C, T, h, w] cut into consecutive slices of `slice` frames (the last one shorter),

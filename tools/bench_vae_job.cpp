@@ -53,7 +53,6 @@
 #include <thread>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "io/video_reader.h"
 #include "parallel/memory_budget.h"
 #include "scheduler/runner.h"
@@ -64,6 +63,7 @@
 #include "src/models/seedvr2_layout.h"
 #include "src/models/wan21_bench_support.h"
 #include "src/models/wan21_vae.h"
+#include "src/weights/safetensors.h"
 #include "tools/bench.h"
 #include "tools/bench_vae_common.h"
 
@@ -102,76 +102,39 @@ struct Options {
   int batch = 0;       // inputs of the batch job (0: none)
 };
 
-const char* kUsage =
-    "usage: wmbench vae-job [--kind wan2.1-vae|seedvr2-vae] [--dim 96] [--latent-frames T]\n"
-    "                       [--height H] [--width W]\n"
-    "                       [--dtype fp32|bf16|fp16] [--device cpu|cuda:N] [--slice-frames S]\n"
-    "                       [--tokens N] [--preset veryfast] [--crf 18] [--encode-threads N]\n"
-    "                       [--encode-options KEY=V,...]\n"
-    "                       [--warmup N] [--job-warmup N] [--iters N] [--threads N] [--seed N]\n"
-    "                       [--weights-dtype f32|bf16] [--tuning KEY=V,...]\n"
-    "                       [--latent-frames-long N] [--long-job 0|1] [--batch N] [--keep DIR]\n"
-    "                       [--max-gpu-gib N] [--pinned-mib N]\n"
+const char* kAbout =
     "  End-to-end decode_latents job (latents → VAE → libx264 .mp4) vs decode only on the same\n"
     "  latents and model file; H and W are output pixels (multiples of 8).\n";
 
-// Throws std::invalid_argument with a one-line reason (empty for --help).
-Options parse(int argc, char** argv) {
-  Options o;
-  const auto integer = wm::bench::parse_int;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "-h" || flag == "--help") throw std::invalid_argument("");
-    if (i + 1 >= argc) throw std::invalid_argument(flag + ": missing value");
-    const std::string v = argv[++i];
-    if (wm::bench::parse_shared_flag(flag, v, o)) continue;
-    if (flag == "--kind") {
-      if (v != "wan2.1-vae" && v != "seedvr2-vae") {
-        throw std::invalid_argument("--kind: wan2.1-vae or seedvr2-vae, not '" + v + "'");
-      }
-      o.kind = v;
-    } else if (flag == "--tokens") {
-      o.tokens = integer(flag, v, 1);
-    } else if (flag == "--preset") {
-      o.preset = v;
-    } else if (flag == "--crf") {
-      o.crf = integer(flag, v, 0);
-    } else if (flag == "--encode-options") {
-      o.encode_options = v;
-    } else if (flag == "--encode-threads") {
-      o.encode_threads = integer(flag, v, 0);
-    } else if (flag == "--job-warmup") {
-      o.job_warmup = integer(flag, v, 0);
-    } else if (flag == "--weights-dtype") {
-      o.weights_dtype = v;
-    } else if (flag == "--latent-frames-long") {
-      o.latent_frames_long = integer(flag, v, 0);
-    } else if (flag == "--long-job") {
-      o.long_job = integer(flag, v, 0) != 0;
-    } else if (flag == "--batch") {
-      o.batch = integer(flag, v, 0);
-    } else if (flag == "--keep") {
-      o.keep = v;
-    } else {
-      throw std::invalid_argument("unknown option " + flag);
-    }
-  }
+// Fills `o` and `device`. Returns -1 when the benchmark should run, else the exit status (the
+// usage or the one-line error printed).
+int parse(int argc, char** argv, Options& o, wm::Device& device) {
+  wm::bench::Args args("wmbench vae-job", kAbout);
+  args.choice("--kind", &o.kind, {"wan2.1-vae", "seedvr2-vae"});
+  wm::bench::add_shared_flags(args, o);
+  args.integer("--tokens", &o.tokens, 1)
+      .text("--preset", &o.preset)
+      .integer("--crf", &o.crf, 0)
+      .integer("--encode-threads", &o.encode_threads, 0, "N")
+      .text("--encode-options", &o.encode_options, "KEY=V,...")
+      .integer("--job-warmup", &o.job_warmup, 0, "N")
+      .choice("--weights-dtype", &o.weights_dtype, {"f32", "bf16"})
+      .integer("--latent-frames-long", &o.latent_frames_long, 0, "N")
+      .boolean("--long-job", &o.long_job)
+      .integer("--batch", &o.batch, 0, "N")
+      .text("--keep", &o.keep, "DIR");
+  if (const int status = args.parse(argc, argv); status >= 0) return status;
   if (o.height % 8 != 0 || o.width % 8 != 0) {
-    throw std::invalid_argument(
-        "--height and --width are output pixels and must be multiples of 8");
-  }
-  if (o.weights_dtype != "f32" && o.weights_dtype != "bf16") {
-    throw std::invalid_argument("--weights-dtype: expected f32 or bf16, got '" + o.weights_dtype +
-                                "'");
+    return args.fail("--height and --width are output pixels and must be multiples of 8");
   }
   if (o.preset.empty() || o.preset.find_first_of(" \t\n:{}[],#'\"") != std::string::npos) {
-    throw std::invalid_argument("--preset: expected an x264 preset name, got '" + o.preset + "'");
+    return args.fail("--preset: expected an x264 preset name, got '" + o.preset + "'");
   }
   if (o.encode_options.find_first_of("'\n") != std::string::npos) {
-    throw std::invalid_argument("--encode-options: quotes and newlines are not allowed");
+    return args.fail("--encode-options: quotes and newlines are not allowed");
   }
-  wm::bench::parse_precision(o.dtype);  // validates
-  return o;
+  device = wm::bench::parse_device(o.device);  // checked by --device
+  return -1;
 }
 
 double seconds_since(Clock::time_point start) {
@@ -448,14 +411,7 @@ struct WorkDir {
 int bench_vae_job(int argc, char** argv) {
   Options o;
   wm::Device device;
-  try {
-    o = parse(argc, argv);
-    device = wm::bench::parse_device(o.device);
-  } catch (const std::invalid_argument& e) {
-    if (*e.what()) std::cerr << "wmbench vae-job: " << e.what() << "\n";
-    std::cerr << kUsage;
-    return *e.what() ? wm::kExitUsage : 0;
-  }
+  if (const int status = parse(argc, argv, o, device); status >= 0) return status;
 
   WorkDir work;
   try {

@@ -8,11 +8,11 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "io/safetensors.h"
-#include "io/torch_pickle.h"
 #include "src/base/clip_text.h"
 #include "src/base/error.h"
 #include "src/models/tensor.h"
+#include "src/weights/safetensors.h"
+#include "src/weights/torch_pickle.h"
 
 namespace wm::models {
 namespace {

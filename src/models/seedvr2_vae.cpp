@@ -30,8 +30,6 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
-#include "io/safetensors.h"
-#include "io/torch_pickle.h"
 #include "src/base/error.h"
 #include "src/base/log_text.h"
 #include "src/exec/device_context.h"
@@ -39,6 +37,8 @@
 #include "src/models/state_tensor.h"
 #include "src/models/tensor.h"
 #include "src/models/weights_file.h"
+#include "src/weights/safetensors.h"
+#include "src/weights/torch_pickle.h"
 
 namespace wm::models {
 

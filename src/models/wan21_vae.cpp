@@ -25,7 +25,6 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
-#include "io/safetensors.h"
 #include "src/base/error.h"
 #include "src/base/log_text.h"
 #include "src/exec/device_context.h"
@@ -33,6 +32,7 @@
 #include "src/models/state_tensor.h"
 #include "src/models/tensor.h"
 #include "src/models/wan21_blocks.h"
+#include "src/weights/safetensors.h"
 
 namespace wm::models {
 

@@ -1,5 +1,5 @@
 // The tensors of a checkpoint file as the models read them: a `.safetensors` file, or a released
-// `.pth`/`.pt` (torch.save zip) through the restricted pickle reader (io/torch_pickle.h: nothing in
+// `.pth`/`.pt` (torch.save zip) through the restricted pickle reader (src/weights/torch_pickle.h: nothing in
 // the file runs) — a bare state dict, or one nested under "state_dict". Both are memory-mapped;
 // the tensors point into the mapping.
 //
@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
-#include "io/torch_pickle.h"
+#include "src/weights/safetensors.h"
+#include "src/weights/torch_pickle.h"
 
 namespace wm::models {
 

@@ -18,12 +18,12 @@
 
 #include <filesystem>
 
-#include "io/safetensors.h"
-#include "io/torch_pickle.h"
 #include "io/video_reader.h"
 #include "io/video_writer.h"
 #include "src/base/error.h"
 #include "src/job_spec.h"
+#include "src/weights/safetensors.h"
+#include "src/weights/torch_pickle.h"
 #include "tests/support/stored_zip.h"
 #include "watch/http_request.h"
 #include "watch/watch_spec.h"

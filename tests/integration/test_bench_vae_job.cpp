@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "io/safetensors.h"
 #include "src/models/wan21_vae.h"
+#include "src/weights/safetensors.h"
 #include "tests/support/media.h"
 #include "tests/support/run.h"
 

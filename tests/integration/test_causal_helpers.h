@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "io/safetensors.h"
+#include "src/weights/safetensors.h"
 #include "tests/integration/test_farm_helpers.h"
 #include "tests/integration/test_watch_helpers.h"
 #include "tests/support/media.h"

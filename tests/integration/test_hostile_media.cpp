@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "src/base/json_text.h"
+#include "src/weights/safetensors.h"
 #include "tests/support/media.h"
 #include "tests/support/planar_ops.h"
 #include "tests/support/run.h"

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "io/safetensors.h"
+#include "src/weights/safetensors.h"
 #include "tests/support/media.h"
 #include "tests/support/planar_ops.h"
 #include "tests/support/run.h"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
+#include "src/weights/safetensors.h"
 #include "tests/support/media.h"
 #include "tests/support/run.h"
 

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "io/safetensors.h"
+#include "src/weights/safetensors.h"
 #include "tests/support/media.h"
 #include "tests/support/planar_ops.h"
 #include "tests/support/run.h"

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "src/base/planar.h"
+#include "src/weights/safetensors.h"
 
 namespace wm::test {
 

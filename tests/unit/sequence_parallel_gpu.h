@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "parallel/device_worker.h"
 #include "parallel/halo_nccl.h"
 #include "parallel/sequence_parallel.h"
 #include "src/model.h"
+#include "src/weights/safetensors.h"
 
 namespace wm::test {
 

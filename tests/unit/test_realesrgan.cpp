@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "src/base/error.h"
 #include "src/model.h"
 #include "src/models/lanczos_resize.h"
 #include "src/models/realesrgan.h"
 #include "src/models/realesrgan_weights.h"
+#include "src/weights/safetensors.h"
 #include "tests/support/media.h"
 
 namespace wm::models {

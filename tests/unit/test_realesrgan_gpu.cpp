@@ -11,9 +11,9 @@
 #include <iostream>
 #include <string>
 
-#include "io/safetensors.h"
 #include "src/model.h"
 #include "src/models/realesrgan.h"
+#include "src/weights/safetensors.h"
 
 namespace wm::models {
 namespace {

@@ -1,6 +1,6 @@
-// io/safetensors: round trip through the writer and reader, and clear errors (never a crash) for
-// missing, truncated and malformed files.
-#include "io/safetensors.h"
+// src/weights/safetensors: round trip through the writer and reader, and clear errors (never a
+// crash) for missing, truncated and malformed files.
+#include "src/weights/safetensors.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "src/base/error.h"
 #include "src/models/seedvr2_dit_layout.h"
 #include "src/models/weights_file.h"
+#include "src/weights/safetensors.h"
 #include "tests/support/media.h"
 
 namespace seedvr2 = wm::models::seedvr2;

@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "src/base/error.h"
 #include "src/models/seedvr2_blocks.h"
 #include "src/models/seedvr2_layout.h"
 #include "src/models/seedvr2_vae.h"
+#include "src/weights/safetensors.h"
 
 using wm::Planar;
 using wm::RunContext;

@@ -21,12 +21,12 @@
 #include <utility>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "parallel/device_worker.h"
 #include "parallel/halo_inprocess.h"
 #include "parallel/sequence_parallel.h"
 #include "src/models/seedvr2_blocks.h"
 #include "src/models/seedvr2_vae.h"
+#include "src/weights/safetensors.h"
 #include "tests/support/planar_ops.h"
 #include "tests/support/rank_threads.h"
 #include "tests/support/slice_pipeline.h"

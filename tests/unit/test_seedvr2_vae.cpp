@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "src/base/error.h"
 #include "src/models/seedvr2_blocks.h"
 #include "src/models/seedvr2_layout.h"
+#include "src/weights/safetensors.h"
 #include "tests/support/media.h"
 #include "tests/support/planar_ops.h"
 

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "parallel/device_worker.h"
 #include "parallel/sequence_parallel.h"
 #include "src/models/seedvr2_vae.h"
+#include "src/weights/safetensors.h"
 
 using wm::Planar;
 

@@ -19,7 +19,6 @@
 #include <utility>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "parallel/device_worker.h"
 #include "parallel/halo_inprocess.h"
 #include "parallel/sequence_parallel.h"
@@ -28,6 +27,7 @@
 #include "src/exec/halo_exchange.h"
 #include "src/models/wan21_blocks.h"
 #include "src/models/wan21_vae.h"
+#include "src/weights/safetensors.h"
 #include "tests/support/planar_ops.h"
 #include "tests/support/rank_threads.h"
 #include "tests/support/run.h"

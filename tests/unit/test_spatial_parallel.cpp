@@ -25,7 +25,6 @@
 #include <thread>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "parallel/device_worker.h"
 #include "parallel/halo_inprocess.h"
 #include "parallel/scaling_model.h"
@@ -35,6 +34,7 @@
 #include "src/exec/halo_exchange.h"
 #include "src/models/wan21_blocks.h"
 #include "src/models/wan21_vae.h"
+#include "src/weights/safetensors.h"
 #include "tests/support/planar_ops.h"
 #include "tests/support/run.h"
 #include "tests/support/slice_pipeline.h"

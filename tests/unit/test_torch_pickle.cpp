@@ -1,8 +1,8 @@
-// io/torch_pickle.h: the golden torch.save files of tests/data/golden/upscalers read as the
-// safetensors copies of the same weights, and files that must be refused: truncated, foreign,
+// src/weights/torch_pickle.h: the golden torch.save files of tests/data/golden/upscalers read as
+// the safetensors copies of the same weights, and files that must be refused: truncated, foreign,
 // compressed, pickles that name code (os.system) or call what a state dict never calls, and
 // pickles built to exhaust the reader (deep nesting, many values, recursive structures, FIFOs).
-#include "io/torch_pickle.h"
+#include "src/weights/torch_pickle.h"
 
 #include <gtest/gtest.h>
 
@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "src/base/error.h"
+#include "src/weights/safetensors.h"
 #include "tests/support/media.h"
 #include "tests/support/stored_zip.h"
 

@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "parallel/offload.h"
 #include "src/base/error.h"
 #include "src/models/wan21_blocks.h"
+#include "src/weights/safetensors.h"
 #include "tests/support/planar_ops.h"
 
 namespace fs = std::filesystem;

@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "parallel/device_worker.h"
 #include "parallel/offload.h"
 #include "src/models/cuda_kernels.h"
 #include "src/models/wan21_vae.h"
+#include "src/weights/safetensors.h"
 #include "tests/support/run.h"
 
 namespace fs = std::filesystem;

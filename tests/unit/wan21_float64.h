@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "src/base/planar.h"
 #include "src/models/wan21_blocks.h"
 #include "src/models/wan21_vae.h"
+#include "src/weights/safetensors.h"
 #include "tests/support/run.h"
 
 namespace wm::test {

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "src/weights/mapped_file.h"
+
 namespace wm::io {
 
 // Bytes per element of a safetensors dtype ("F32" → 4), or 0 when the dtype is unknown.
@@ -35,11 +37,8 @@ struct TensorInfo {
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::string& path);
-  ~SafetensorsFile();
-  SafetensorsFile(SafetensorsFile&& other) noexcept;
-  SafetensorsFile& operator=(SafetensorsFile&& other) noexcept;
-  SafetensorsFile(const SafetensorsFile&) = delete;
-  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+  SafetensorsFile(SafetensorsFile&& other) = default;
+  SafetensorsFile& operator=(SafetensorsFile&& other) = default;
 
   const std::string& path() const { return path_; }
   // Tensor names, sorted.
@@ -56,11 +55,8 @@ class SafetensorsFile {
                                         bool whole = false, bool min_exclusive = false) const;
 
  private:
-  void unmap() noexcept;
-
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
+  MappedFile file_;
   std::map<std::string, TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
 };

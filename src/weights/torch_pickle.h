@@ -34,6 +34,8 @@
 #include <string>
 #include <vector>
 
+#include "src/weights/mapped_file.h"
+
 namespace wm::io {
 
 struct TorchTensor {
@@ -50,11 +52,8 @@ struct TorchTensor {
 class TorchCheckpoint {
  public:
   explicit TorchCheckpoint(const std::string& path);
-  ~TorchCheckpoint();
-  TorchCheckpoint(TorchCheckpoint&& other) noexcept;
-  TorchCheckpoint& operator=(TorchCheckpoint&& other) noexcept;
-  TorchCheckpoint(const TorchCheckpoint&) = delete;
-  TorchCheckpoint& operator=(const TorchCheckpoint&) = delete;
+  TorchCheckpoint(TorchCheckpoint&& other) = default;
+  TorchCheckpoint& operator=(TorchCheckpoint&& other) = default;
 
   const std::string& path() const { return path_; }
   // Tensors of the top-level dict, by key ("body.0.weight" in a bare state dict).
@@ -66,11 +65,8 @@ class TorchCheckpoint {
   const std::map<std::string, std::string>& top_level() const { return top_level_; }
 
  private:
-  void unmap() noexcept;
-
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
+  MappedFile file_;
   std::map<std::string, TorchTensor> tensors_;
   std::map<std::string, std::map<std::string, TorchTensor>> dicts_;
   std::map<std::string, std::string> top_level_;

@@ -1,7 +1,6 @@
-#include "io/safetensors.h"
+#include "src/weights/safetensors.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -72,146 +71,108 @@ size_t safetensors_dtype_size(const std::string& dtype) {
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  uint64_t file_size = 0;
-  FdCloser fd{fs::open_regular_file(path, &file_size)};  // a FIFO is refused, not waited on
+  file_ = MappedFile(path);
+  const uint64_t file_size = file_.size();
   if (file_size < 8)
     malformed(path, "file has " + std::to_string(file_size) +
                         " bytes, less than the 8-byte header length");
-
-  void* map = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd.fd, 0);
-  if (map == MAP_FAILED) throw InputError(path + ": cannot map: " + errno_text(), kExitNoInput);
-  map_ = map;
-  map_size_ = file_size;
-
+  const unsigned char* bytes = file_.data();
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
+  if (header_len > file_size - 8) {
+    malformed(path, "header length " + std::to_string(header_len) + " exceeds the file (" +
+                        std::to_string(file_size) + " bytes)");
+  }
+  if (header_len > kMaxHeaderBytes) {
+    malformed(path, "header length " + std::to_string(header_len) + " exceeds 100 MiB");
+  }
+  const char* header = reinterpret_cast<const char*>(bytes + 8);
+  json root;
   try {
-    const auto* bytes = static_cast<const unsigned char*>(map_);
-    uint64_t header_len = 0;
-    for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
-    if (header_len > file_size - 8) {
-      malformed(path, "header length " + std::to_string(header_len) + " exceeds the file (" +
-                          std::to_string(file_size) + " bytes)");
-    }
-    if (header_len > kMaxHeaderBytes) {
-      malformed(path, "header length " + std::to_string(header_len) + " exceeds 100 MiB");
-    }
-    const char* header = reinterpret_cast<const char*>(bytes + 8);
-    json root;
-    try {
-      root = json::parse(header, header + header_len);
-    } catch (const json::exception& e) {
-      // The parser quotes header bytes, control characters included (malformed() escapes them).
-      malformed(path, std::string("header is not valid JSON: ") + e.what());
-    }
-    if (!root.is_object()) malformed(path, "header is not a JSON object");
-
-    const uint64_t data_size = file_size - 8 - header_len;
-    const unsigned char* data = bytes + 8 + header_len;
-    for (auto it = root.begin(); it != root.end(); ++it) {
-      const std::string& name = it.key();
-      const json& v = it.value();
-      if (name == "__metadata__") {
-        if (!v.is_object()) malformed(path, "__metadata__ is not an object");
-        for (auto m = v.begin(); m != v.end(); ++m) {
-          if (!m.value().is_string())
-            malformed(path, "__metadata__." + clip(m.key()) + " is not a string");
-          metadata_[m.key()] = m.value().get<std::string>();
-        }
-        continue;
-      }
-      const std::string where = "tensor '" + clip(name) + "': ";
-      if (!v.is_object()) malformed(path, where + "entry is not an object");
-      auto dt = v.find("dtype");
-      auto sh = v.find("shape");
-      auto off = v.find("data_offsets");
-      if (dt == v.end() || !dt->is_string()) malformed(path, where + "missing string 'dtype'");
-      if (sh == v.end() || !sh->is_array()) malformed(path, where + "missing array 'shape'");
-      if (off == v.end() || !off->is_array() || off->size() != 2)
-        malformed(path, where + "missing 'data_offsets' [begin, end]");
-
-      TensorInfo info;
-      info.dtype = dt->get<std::string>();
-      const size_t elem = safetensors_dtype_size(info.dtype);
-      if (elem == 0) malformed(path, where + "unknown dtype '" + clip(info.dtype) + "'");
-      for (const json& d : *sh) {
-        if (!d.is_number_integer() || d.get<int64_t>() < 0)
-          malformed(path, where + "shape entries must be non-negative integers");
-        info.shape.push_back(d.get<int64_t>());
-      }
-      for (const json& o : *off) {
-        if (!o.is_number_unsigned())
-          malformed(path, where + "data_offsets must be non-negative integers");
-      }
-      const uint64_t begin = (*off)[0].get<uint64_t>();
-      const uint64_t end = (*off)[1].get<uint64_t>();
-      if (begin > end) malformed(path, where + "data_offsets begin > end");
-      if (end > data_size) {
-        malformed(path, where + "data_offsets [" + std::to_string(begin) + ", " +
-                            std::to_string(end) + "] past the end of the data area (" +
-                            std::to_string(data_size) + " bytes)");
-      }
-      size_t expected = 0;
-      if (!byte_count(info.shape, elem, &expected)) malformed(path, where + "shape too large");
-      if (expected != end - begin) {
-        malformed(path, where + info.dtype + " " + shape_string(info.shape) + " needs " +
-                            std::to_string(expected) + " bytes, data_offsets span " +
-                            std::to_string(end - begin));
-      }
-      info.data = data + begin;
-      info.bytes = size_t(end - begin);
-      tensors_.emplace(name, std::move(info));
-    }
-    // No two tensors may share bytes: a write through one would change the other, and the
-    // reference reader refuses such files too.
-    std::vector<std::pair<const unsigned char*, const std::string*>> starts;
-    for (const auto& [name, info] : tensors_) {
-      if (info.bytes) starts.emplace_back(static_cast<const unsigned char*>(info.data), &name);
-    }
-    std::sort(starts.begin(), starts.end());
-    for (size_t i = 1; i < starts.size(); ++i) {
-      const TensorInfo& prev = tensors_.at(*starts[i - 1].second);
-      const size_t prev_begin = size_t(static_cast<const unsigned char*>(prev.data) - data);
-      if (starts[i].first < data + prev_begin + prev.bytes) {
-        const TensorInfo& next = tensors_.at(*starts[i].second);
-        const size_t next_begin = size_t(starts[i].first - data);
-        malformed(path, "tensors '" + clip(*starts[i - 1].second) + "' [" +
-                            std::to_string(prev_begin) + ", " +
-                            std::to_string(prev_begin + prev.bytes) + "] and '" +
-                            clip(*starts[i].second) + "' [" + std::to_string(next_begin) + ", " +
-                            std::to_string(next_begin + next.bytes) +
-                            "] share bytes (data_offsets overlap)");
-      }
-    }
-  } catch (...) {
-    unmap();
-    throw;
+    root = json::parse(header, header + header_len);
+  } catch (const json::exception& e) {
+    // The parser quotes header bytes, control characters included (malformed() escapes them).
+    malformed(path, std::string("header is not valid JSON: ") + e.what());
   }
-}
+  if (!root.is_object()) malformed(path, "header is not a JSON object");
 
-SafetensorsFile::~SafetensorsFile() { unmap(); }
+  const uint64_t data_size = file_size - 8 - header_len;
+  const unsigned char* data = bytes + 8 + header_len;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string& name = it.key();
+    const json& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) malformed(path, "__metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string())
+          malformed(path, "__metadata__." + clip(m.key()) + " is not a string");
+        metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = "tensor '" + clip(name) + "': ";
+    if (!v.is_object()) malformed(path, where + "entry is not an object");
+    auto dt = v.find("dtype");
+    auto sh = v.find("shape");
+    auto off = v.find("data_offsets");
+    if (dt == v.end() || !dt->is_string()) malformed(path, where + "missing string 'dtype'");
+    if (sh == v.end() || !sh->is_array()) malformed(path, where + "missing array 'shape'");
+    if (off == v.end() || !off->is_array() || off->size() != 2)
+      malformed(path, where + "missing 'data_offsets' [begin, end]");
 
-SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept
-    : path_(std::move(other.path_)),
-      map_(std::exchange(other.map_, nullptr)),
-      map_size_(std::exchange(other.map_size_, 0)),
-      tensors_(std::move(other.tensors_)),
-      metadata_(std::move(other.metadata_)) {}
-
-SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
-  if (this != &other) {
-    unmap();
-    path_ = std::move(other.path_);
-    map_ = std::exchange(other.map_, nullptr);
-    map_size_ = std::exchange(other.map_size_, 0);
-    tensors_ = std::move(other.tensors_);
-    metadata_ = std::move(other.metadata_);
+    TensorInfo info;
+    info.dtype = dt->get<std::string>();
+    const size_t elem = safetensors_dtype_size(info.dtype);
+    if (elem == 0) malformed(path, where + "unknown dtype '" + clip(info.dtype) + "'");
+    for (const json& d : *sh) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0)
+        malformed(path, where + "shape entries must be non-negative integers");
+      info.shape.push_back(d.get<int64_t>());
+    }
+    for (const json& o : *off) {
+      if (!o.is_number_unsigned())
+        malformed(path, where + "data_offsets must be non-negative integers");
+    }
+    const uint64_t begin = (*off)[0].get<uint64_t>();
+    const uint64_t end = (*off)[1].get<uint64_t>();
+    if (begin > end) malformed(path, where + "data_offsets begin > end");
+    if (end > data_size) {
+      malformed(path, where + "data_offsets [" + std::to_string(begin) + ", " +
+                          std::to_string(end) + "] past the end of the data area (" +
+                          std::to_string(data_size) + " bytes)");
+    }
+    size_t expected = 0;
+    if (!byte_count(info.shape, elem, &expected)) malformed(path, where + "shape too large");
+    if (expected != end - begin) {
+      malformed(path, where + info.dtype + " " + shape_string(info.shape) + " needs " +
+                          std::to_string(expected) + " bytes, data_offsets span " +
+                          std::to_string(end - begin));
+    }
+    info.data = data + begin;
+    info.bytes = size_t(end - begin);
+    tensors_.emplace(name, std::move(info));
   }
-  return *this;
-}
-
-void SafetensorsFile::unmap() noexcept {
-  if (map_) ::munmap(map_, map_size_);
-  map_ = nullptr;
-  map_size_ = 0;
+  // No two tensors may share bytes: a write through one would change the other, and the
+  // reference reader refuses such files too.
+  std::vector<std::pair<const unsigned char*, const std::string*>> starts;
+  for (const auto& [name, info] : tensors_) {
+    if (info.bytes) starts.emplace_back(static_cast<const unsigned char*>(info.data), &name);
+  }
+  std::sort(starts.begin(), starts.end());
+  for (size_t i = 1; i < starts.size(); ++i) {
+    const TensorInfo& prev = tensors_.at(*starts[i - 1].second);
+    const size_t prev_begin = size_t(static_cast<const unsigned char*>(prev.data) - data);
+    if (starts[i].first < data + prev_begin + prev.bytes) {
+      const TensorInfo& next = tensors_.at(*starts[i].second);
+      const size_t next_begin = size_t(starts[i].first - data);
+      malformed(path, "tensors '" + clip(*starts[i - 1].second) + "' [" +
+                          std::to_string(prev_begin) + ", " +
+                          std::to_string(prev_begin + prev.bytes) + "] and '" +
+                          clip(*starts[i].second) + "' [" + std::to_string(next_begin) + ", " +
+                          std::to_string(next_begin + next.bytes) +
+                          "] share bytes (data_offsets overlap)");
+    }
+  }
 }
 
 std::optional<double> SafetensorsFile::metadata_number(const std::string& key, double min,

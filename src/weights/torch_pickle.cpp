@@ -1,11 +1,5 @@
-#include "io/torch_pickle.h"
+#include "src/weights/torch_pickle.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -16,19 +10,9 @@
 
 #include "src/base/clip_text.h"
 #include "src/base/error.h"
-#include "src/base/fs.h"
 
 namespace wm::io {
 namespace {
-
-std::string errno_text() { return std::strerror(errno); }
-
-struct FdCloser {
-  int fd = -1;
-  ~FdCloser() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 // `what` may quote the file (zip entry names, storage types): one printable line.
 [[noreturn]] void bad(const std::string& path, const std::string& what) {
@@ -146,8 +130,8 @@ const ZipEntry& stored(const std::string& path, const std::map<std::string, ZipE
 
 // --- the restricted unpickler ----------------------------------------------------------------
 
-// Bounds on what a pickle may build (io/torch_pickle.h): a state dict is a few levels deep and
-// a few values per tensor; these are far above any real checkpoint and keep a hostile one from
+// Bounds on what a pickle may build (src/weights/torch_pickle.h): a state dict is a few levels deep
+// and a few values per tensor; these are far above any real checkpoint and keep a hostile one from
 // exhausting the C++ stack (destroying a deep chain recurses), the memory or the time.
 constexpr size_t kMaxPickleBytes = size_t(64) << 20;  // data.pkl
 constexpr int kMaxDepth = 100;                        // containers inside containers
@@ -707,79 +691,66 @@ bool TorchTensor::contiguous() const {
 }
 
 TorchCheckpoint::TorchCheckpoint(const std::string& path) : path_(path) {
-  uint64_t file_size = 0;
-  FdCloser fd{fs::open_regular_file(path, &file_size)};  // a FIFO is refused, not waited on
-  map_size_ = size_t(file_size);
-  if (map_size_ == 0) bad(path, "empty file, not a PyTorch checkpoint");
-  map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd.fd, 0);
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    throw InputError(path + ": cannot map: " + errno_text(), kExitNoInput);
+  file_ = MappedFile(path);
+  if (file_.size() == 0) bad(path, "empty file, not a PyTorch checkpoint");
+  const unsigned char* bytes = file_.data();
+  const std::map<std::string, ZipEntry> zip = read_zip(path, bytes, file_.size());
+  std::string stem;
+  for (const auto& [name, entry] : zip) {
+    const size_t slash = name.find('/');
+    if (slash != std::string::npos && name.substr(slash) == "/data.pkl") {
+      if (!stem.empty()) bad(path, "two data.pkl entries in one checkpoint");
+      stem = name.substr(0, slash);
+    }
   }
-  try {
-    const auto* bytes = static_cast<const unsigned char*>(map_);
-    const std::map<std::string, ZipEntry> zip = read_zip(path, bytes, map_size_);
-    std::string stem;
-    for (const auto& [name, entry] : zip) {
-      const size_t slash = name.find('/');
-      if (slash != std::string::npos && name.substr(slash) == "/data.pkl") {
-        if (!stem.empty()) bad(path, "two data.pkl entries in one checkpoint");
-        stem = name.substr(0, slash);
+  if (stem.empty()) bad(path, "a zip without <name>/data.pkl, not a torch.save checkpoint");
+  if (zip.count(stem + "/constants.pkl") || zip.count(stem + "/code/__torch__.py")) {
+    bad(path, "refused: a TorchScript archive, not a state dict (load it with kind torchscript)");
+  }
+  if (const auto it = zip.find(stem + "/byteorder"); it != zip.end()) {
+    const ZipEntry& e = stored(path, zip, it->first);
+    const std::string order(reinterpret_cast<const char*>(bytes + e.offset), e.size);
+    if (order != "little")
+      bad(path, "storages are " + clip(order) + "-endian (only little-endian)");
+  }
+  const auto load_storage = [&](const std::string& key, const std::string& type, int64_t numel) {
+    Storage s;
+    if (!storage_dtype(type, s.dtype, s.element_size)) bad(path, "unknown storage " + type);
+    const auto it = zip.find(stem + "/data/" + key);
+    if (it == zip.end()) bad(path, "malformed checkpoint: storage '" + clip(key) + "' is missing");
+    if (uint64_t(numel) > stored(path, zip, it->first).size / s.element_size) {
+      bad(path, "malformed checkpoint: storage '" + clip(key) + "' is shorter than its " +
+                    std::to_string(numel) + " elements");
+    }
+    s.data = bytes + it->second.offset;
+    s.numel = size_t(numel);
+    return s;
+  };
+  const ZipEntry& pkl = stored(path, zip, stem + "/data.pkl");
+  Unpickler unpickler(path, bytes + pkl.offset, pkl.size, load_storage);
+  const ValuePtr root = unpickler.run();
+  if (root->kind != Value::Kind::kDict) {
+    bad(path,
+        std::string("the checkpoint holds a ") + kind_name(root->kind) + ", not a dict of tensors");
+  }
+  // One dict may be the value of many keys (memo references): the entries looked at are
+  // bounded too (kMaxNestedEntries), so this stays linear in what was read.
+  size_t copied = 0;
+  for (const auto& [key, value] : root->entries) {
+    if (key->kind != Value::Kind::kString) continue;
+    top_level_[key->text] = kind_name(value->kind);
+    if (value->kind == Value::Kind::kTensor) tensors_[key->text] = value->payload->tensor;
+    if (value->kind != Value::Kind::kDict) continue;
+    auto& inner = dicts_[key->text];
+    for (const auto& [k, v] : value->entries) {
+      if (++copied > kMaxNestedEntries) {
+        bad(path, "refused: the checkpoint's nested dicts hold more than " +
+                      std::to_string(kMaxNestedEntries) + " entries in all");
+      }
+      if (k->kind == Value::Kind::kString && v->kind == Value::Kind::kTensor) {
+        inner[k->text] = v->payload->tensor;
       }
     }
-    if (stem.empty()) bad(path, "a zip without <name>/data.pkl, not a torch.save checkpoint");
-    if (zip.count(stem + "/constants.pkl") || zip.count(stem + "/code/__torch__.py")) {
-      bad(path, "refused: a TorchScript archive, not a state dict (load it with kind torchscript)");
-    }
-    if (const auto it = zip.find(stem + "/byteorder"); it != zip.end()) {
-      const ZipEntry& e = stored(path, zip, it->first);
-      const std::string order(reinterpret_cast<const char*>(bytes + e.offset), e.size);
-      if (order != "little")
-        bad(path, "storages are " + clip(order) + "-endian (only little-endian)");
-    }
-    const auto load_storage = [&](const std::string& key, const std::string& type, int64_t numel) {
-      Storage s;
-      if (!storage_dtype(type, s.dtype, s.element_size)) bad(path, "unknown storage " + type);
-      const auto it = zip.find(stem + "/data/" + key);
-      if (it == zip.end())
-        bad(path, "malformed checkpoint: storage '" + clip(key) + "' is missing");
-      if (uint64_t(numel) > stored(path, zip, it->first).size / s.element_size) {
-        bad(path, "malformed checkpoint: storage '" + clip(key) + "' is shorter than its " +
-                      std::to_string(numel) + " elements");
-      }
-      s.data = bytes + it->second.offset;
-      s.numel = size_t(numel);
-      return s;
-    };
-    const ZipEntry& pkl = stored(path, zip, stem + "/data.pkl");
-    Unpickler unpickler(path, bytes + pkl.offset, pkl.size, load_storage);
-    const ValuePtr root = unpickler.run();
-    if (root->kind != Value::Kind::kDict) {
-      bad(path, std::string("the checkpoint holds a ") + kind_name(root->kind) +
-                    ", not a dict of tensors");
-    }
-    // One dict may be the value of many keys (memo references): the entries looked at are
-    // bounded too (kMaxNestedEntries), so this stays linear in what was read.
-    size_t copied = 0;
-    for (const auto& [key, value] : root->entries) {
-      if (key->kind != Value::Kind::kString) continue;
-      top_level_[key->text] = kind_name(value->kind);
-      if (value->kind == Value::Kind::kTensor) tensors_[key->text] = value->payload->tensor;
-      if (value->kind != Value::Kind::kDict) continue;
-      auto& inner = dicts_[key->text];
-      for (const auto& [k, v] : value->entries) {
-        if (++copied > kMaxNestedEntries) {
-          bad(path, "refused: the checkpoint's nested dicts hold more than " +
-                        std::to_string(kMaxNestedEntries) + " entries in all");
-        }
-        if (k->kind == Value::Kind::kString && v->kind == Value::Kind::kTensor) {
-          inner[k->text] = v->payload->tensor;
-        }
-      }
-    }
-  } catch (...) {
-    unmap();
-    throw;
   }
 }
 
@@ -787,29 +758,6 @@ const std::map<std::string, TorchTensor>& TorchCheckpoint::dict(const std::strin
   static const std::map<std::string, TorchTensor> kEmpty;
   const auto it = dicts_.find(key);
   return it == dicts_.end() ? kEmpty : it->second;
-}
-
-void TorchCheckpoint::unmap() noexcept {
-  if (map_) ::munmap(map_, map_size_);
-  map_ = nullptr;
-  map_size_ = 0;
-}
-
-TorchCheckpoint::~TorchCheckpoint() { unmap(); }
-
-TorchCheckpoint::TorchCheckpoint(TorchCheckpoint&& other) noexcept { *this = std::move(other); }
-
-TorchCheckpoint& TorchCheckpoint::operator=(TorchCheckpoint&& other) noexcept {
-  if (this != &other) {
-    unmap();
-    path_ = std::move(other.path_);
-    map_ = std::exchange(other.map_, nullptr);
-    map_size_ = std::exchange(other.map_size_, 0);
-    tensors_ = std::move(other.tensors_);
-    dicts_ = std::move(other.dicts_);
-    top_level_ = std::move(other.top_level_);
-  }
-  return *this;
 }
 
 }  // namespace wm::io
