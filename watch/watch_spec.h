@@ -64,9 +64,9 @@ struct WatchSpec {
   double poll_seconds = 30;
   double settle_seconds = 5;
   int max_parallel = 1;
-  // Each file runs as chunks of about this many frames (scheduler/farm_input.h run_input_chunks), so a
-  // killed or stopped daemon resumes a file from its last finished chunk; 0: whole files (a kill
-  // redoes the file).
+  // Each file runs as chunks of about this many frames (scheduler/farm_input.h run_input_chunks),
+  // so a killed or stopped daemon resumes a file from its last finished chunk; 0: whole files (a
+  // kill redoes the file).
   int64_t chunk_frames = 240;
   RetrySpec retry;
   HttpSpec http;

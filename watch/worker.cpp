@@ -510,8 +510,7 @@ void Worker::process(const Item& item, const WatchEntry& entry, const WatchSpec&
   struct stat link {};
   if (::lstat(work.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) ::unlink(work.c_str());
   if (spec.chunk_frames <= 0) {
-    const int64_t frames =
-        runners.whole_runner().process(item.input, staging, options, progress_);
+    const int64_t frames = runners.whole_runner().process(item.input, staging, options, progress_);
     commit(frames, seconds_since(start));
     return;
   }

@@ -1,9 +1,9 @@
 // Real-ESRGAN upscalers (kind `realesrgan`): SRVGGNetCompact (realesr-animevideov3,
 // realesr-general-x4v3) and RRDBNet (RealESRGAN_x4plus, RealESRGAN_x2plus,
 // RealESRGAN_x4plus_anime_6B), computed natively with ATen from the released `.pth` files
-// (read by src/weights/torch_pickle.h, never by Python's pickle) or `.safetensors` files with the same keys.
-// The architecture is inferred from the keys and shapes (realesrgan_weights.h); the layer
-// sequences follow ../shared/upscalers-spec.md.
+// (read by src/weights/torch_pickle.h, never by Python's pickle) or `.safetensors` files with the
+// same keys. The architecture is inferred from the keys and shapes (realesrgan_weights.h); the
+// layer sequences follow ../shared/upscalers-spec.md.
 //
 // Input and output are RGB in 0..1 as the official scripts feed them; the output is not clamped
 // here (the video sink clamps when it writes; the tensor path keeps the raw values). The ×2 (and

@@ -1,7 +1,7 @@
 // Checkpoint layouts of the Real-ESRGAN networks, apart from their math (realesrgan.cpp): which
 // keys and shapes each architecture has, how an architecture is inferred from a file, and how
-// the files are read (`.pth` through src/weights/torch_pickle.h: `params_ema`, else `params`, else a bare
-// state dict; `.safetensors` with the same keys). Old-ESRGAN key names (`model.0`,
+// the files are read (`.pth` through src/weights/torch_pickle.h: `params_ema`, else `params`, else
+// a bare state dict; `.safetensors` with the same keys). Old-ESRGAN key names (`model.0`,
 // `model.1.sub.<i>.RDB<j>.conv<k>.0`, ...) are mapped to the official ones.
 #pragma once
 

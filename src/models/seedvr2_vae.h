@@ -30,9 +30,9 @@ namespace wm::models {
 
 // Builds the decoder (config.task == "decode") or the encoder ("encode") from config.weights:
 // a .safetensors file, or the release .pth (torch.save zip, read by the restricted pickle reader
-// src/weights/torch_pickle.h), with the official key layout (F32/F16/BF16/F64), channel widths read from
-// its shapes, config.norm_groups groups. Throws ModelError (exit 65) naming the file and the key
-// for a missing, mis-shaped or unexpected key, and for bad configs.
+// src/weights/torch_pickle.h), with the official key layout (F32/F16/BF16/F64), channel widths read
+// from its shapes, config.norm_groups groups. Throws ModelError (exit 65) naming the file and the
+// key for a missing, mis-shaped or unexpected key, and for bad configs.
 std::unique_ptr<Model> make_seedvr2_vae(const ModelConfig& config, const Device& device);
 
 // The same model with random weights (benchmarks, tests; config.weights and config.norm_groups
