@@ -438,6 +438,7 @@ at::Tensor Seedvr2Model::upscale(const Pipeline& p, const at::Tensor& frames, co
     x = at::replication_pad2d(x, {0, g.w - g.rw, 0, g.h - g.rh});
   }
   const at::Tensor reference = ((x - 0.5) / 0.5).contiguous();  // [T, 3, h, w]
+  x.reset();  // (device memory: the VAE and the DiT need it more)
   // 6: 4k + 1 frames, the last repeated.
   at::Tensor padded = reference;
   if (F > T)
@@ -645,6 +646,17 @@ Seedvr2StageSeconds seedvr2_time_batch(const Model& model, const Planar& frames,
       if (m->torch_device().is_cuda()) c10::cuda::device_synchronize();
 #endif
     };
+    auto allocated = [&](const std::string& stage) {
+#ifdef WMBATCH_WITH_CUDA
+      if (!m->torch_device().is_cuda()) return;
+      const auto stats =
+          c10::cuda::CUDACachingAllocator::getDeviceStats(m->torch_device().index());
+      out.allocated.emplace_back(stage, stats.allocated_bytes[0].current);
+      out.peak_allocated = std::max<int64_t>(out.peak_allocated, stats.allocated_bytes[0].peak);
+#else
+      (void)stage;
+#endif
+    };
     auto lap = [&](double& into) {
       sync();
       const Clock::time_point now = Clock::now();
@@ -660,10 +672,18 @@ Seedvr2StageSeconds seedvr2_time_batch(const Model& model, const Planar& frames,
     ctx.device = context;
     Pipeline p{*m, *encoder, *decoder, &ctx, [&](const std::string& name, const at::Tensor&) {
                  const auto it = stages.find(name);
-                 if (it != stages.end()) lap(*it->second);
+                 if (it == stages.end()) return;
+                 lap(*it->second);
+                 allocated(name);
                }};
     Planar copy = frames.clone();
     const at::Tensor x = to_tensor(std::move(copy)).squeeze(0).permute({1, 0, 2, 3});
+#ifdef WMBATCH_WITH_CUDA
+    if (m->torch_device().is_cuda()) {
+      c10::cuda::CUDACachingAllocator::resetPeakStats(m->torch_device().index());
+    }
+#endif
+    allocated("start");
     const Clock::time_point start = Clock::now();
     last = start;
     m->upscale(p, x, m->geometry(frames.height, frames.width), 0);
