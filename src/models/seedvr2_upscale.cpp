@@ -369,8 +369,13 @@ class Seedvr2Model final : public Model, public TensorModel {
 
  private:
 #ifdef WMBATCH_WITH_CUDA
-  // Device bytes the DiT's blocks may keep: the budget (or what the device has) less what is
-  // allocated, the first batch's activations and a reserve for the VAE; −1: all of them.
+  // Device bytes the DiT's blocks may keep: −1 (all of them) when they all fit beside what is
+  // allocated, the first batch's activations and a reserve for the VAE, within the budget (or
+  // what the device has); else 0: every block streams from pinned host memory. Blocks kept
+  // resident in part stay on the device while the VAE runs, and the VAE's smallest plan at
+  // 1080p needs more than what is left then (the second batch of a 1080p upscale in 16 GiB ran
+  // out of memory in its encoder with 17 of 32 blocks resident); a streamed block's copy takes
+  // less time than its compute at these token counts, so streaming them all costs little.
   int64_t resident_budget(exec::DeviceContext* context, int64_t tokens) const {
     const c10::cuda::CUDAGuard guard(tdevice_.index());
     size_t free_bytes = 0, total_bytes = 0;
@@ -392,7 +397,7 @@ class Seedvr2Model final : public Model, public TensorModel {
         blocks += int64_t(t.numel()) * (t.dim() == 2 ? int64_t(t.element_size()) : 4);
     }
     const int64_t room = cap - allocated - activations - kVaeReserve;
-    return room >= blocks ? -1 : std::max<int64_t>(room, 0);
+    return room >= blocks ? -1 : 0;
   }
 #endif
 
