@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <set>
 
@@ -32,6 +33,12 @@ WeightsFile::WeightsFile(const std::string& path) : path_(path) {
       torch_.emplace(path);
       const std::map<std::string, io::TorchTensor>* dict = &torch_->tensors();
       if (dict->empty()) dict = &torch_->dict("state_dict");
+      // A file of one bare tensor: that tensor, named by the file's stem ("pos_emb").
+      std::map<std::string, io::TorchTensor> bare;
+      if (const io::TorchTensor* root = torch_->root_tensor()) {
+        bare.emplace(std::filesystem::path(path).stem().string(), *root);
+        dict = &bare;
+      }
       for (const auto& [name, t] : *dict) {
         if (!t.contiguous()) {
           throw ModelError(path + ": tensor " + name + " is not stored contiguously");

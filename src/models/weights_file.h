@@ -1,6 +1,7 @@
 // The tensors of a checkpoint file as the models read them: a `.safetensors` file, or a released
 // `.pth`/`.pt` (torch.save zip) through the restricted pickle reader (src/weights/torch_pickle.h:
-// nothing in the file runs) — a bare state dict, or one nested under "state_dict". Both are
+// nothing in the file runs) — a bare state dict, one nested under "state_dict", or one bare
+// tensor (`torch.save(tensor)`, as pos_emb.pt), named by the file's stem. Both are
 // memory-mapped; the tensors point into the mapping.
 //
 // host_tensor() widens one tensor to a float32 host tensor: F32, F16, BF16, F64 and F8_E4M3 (the

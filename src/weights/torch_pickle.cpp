@@ -729,9 +729,14 @@ TorchCheckpoint::TorchCheckpoint(const std::string& path) : path_(path) {
   const ZipEntry& pkl = stored(path, zip, stem + "/data.pkl");
   Unpickler unpickler(path, bytes + pkl.offset, pkl.size, load_storage);
   const ValuePtr root = unpickler.run();
+  if (root->kind == Value::Kind::kTensor) {  // torch.save(tensor): pos_emb.pt, for one
+    root_ = root->payload->tensor;
+    has_root_ = true;
+    return;
+  }
   if (root->kind != Value::Kind::kDict) {
-    bad(path,
-        std::string("the checkpoint holds a ") + kind_name(root->kind) + ", not a dict of tensors");
+    bad(path, std::string("the checkpoint holds a ") + kind_name(root->kind) +
+                  ", not a tensor or a dict of tensors");
   }
   // One dict may be the value of many keys (memo references): the entries looked at are
   // bounded too (kMaxNestedEntries), so this stays linear in what was read.

@@ -2,7 +2,8 @@
 // running anything the file says: a zip of `<stem>/data.pkl` (a pickle), `<stem>/data/<key>` (raw
 // little-endian storages, stored uncompressed) and small entries such as `<stem>/version`.
 //
-// The pickle is run by a restricted interpreter that knows only what a dict of tensors needs:
+// The pickle is run by a restricted interpreter that knows only what a dict of tensors (or one
+// bare tensor) needs:
 // dicts (plain and `collections.OrderedDict`, nested: `{'params_ema': OrderedDict(...)}`), lists,
 // tuples, strings, numbers, booleans, None, the persistent ids of storages, the globals
 // `collections.OrderedDict`, `torch._utils._rebuild_tensor_v2`, `torch._utils._rebuild_parameter`
@@ -63,6 +64,9 @@ class TorchCheckpoint {
   const std::map<std::string, TorchTensor>& dict(const std::string& key) const;
   // Every top-level key, sorted, with what it holds ("tensor", "dict", "int", "str", ...).
   const std::map<std::string, std::string>& top_level() const { return top_level_; }
+  // The tensor a file of one bare tensor holds (`torch.save(tensor)`, as SeedVR2's pos_emb.pt);
+  // null for a dict (then tensors() and dict() hold what it has).
+  const TorchTensor* root_tensor() const { return has_root_ ? &root_ : nullptr; }
 
  private:
   std::string path_;
@@ -70,6 +74,8 @@ class TorchCheckpoint {
   std::map<std::string, TorchTensor> tensors_;
   std::map<std::string, std::map<std::string, TorchTensor>> dicts_;
   std::map<std::string, std::string> top_level_;
+  TorchTensor root_;
+  bool has_root_ = false;
 };
 
 }  // namespace wm::io

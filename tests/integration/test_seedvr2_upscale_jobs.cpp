@@ -15,6 +15,7 @@
 #include "src/weights/safetensors.h"
 #include "tests/support/media.h"
 #include "tests/support/run.h"
+#include "tests/support/stored_zip.h"
 
 namespace wm::test {
 namespace {
@@ -73,6 +74,37 @@ std::string upscale_job(const std::string& name, const std::vector<int>& resolut
          "weights.safetensors', vae: '" + kVae + "', heads: 2, norm_groups: 4, text_embedding: '" +
          c + ".safetensors#text_pos'" + (noise ? ", noise: '" + c + ".f64.safetensors'" : "") +
          extra + "}\n";
+}
+
+// A pickle int (BININT1, BININT2 or BININT).
+std::string pickle_int(int64_t v) {
+  std::string s;
+  if (v < 256) return s + 'K' + char(v);
+  if (v < 65536) {
+    s += 'M';
+    put_le(s, uint64_t(v), 2);
+    return s;
+  }
+  s += 'J';
+  put_le(s, uint64_t(v), 4);
+  return s;
+}
+
+// `torch.save(t)` of a 2-D float32 tensor as SeedVR2's pos_emb.pt is: one bare tensor, not a dict.
+void write_bare_tensor_pt(const std::string& path, const io::TensorInfo& t) {
+  ASSERT_EQ(t.dtype, "F32");
+  ASSERT_EQ(t.shape.size(), 2u);
+  const int64_t rows = t.shape[0], cols = t.shape[1];
+  using namespace std::string_literals;  // (the pickle holds NUL bytes)
+  std::string p = "\x80\x02"s + "ctorch._utils\n_rebuild_tensor_v2\n(";
+  p += "(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x00"s;
+  p += "0X\x03\x00\x00\x00"s + "cpu" + pickle_int(rows * cols) + "tQ";
+  p += pickle_int(0) + pickle_int(rows) + pickle_int(cols) + "\x86" + pickle_int(cols) +
+       pickle_int(1) + "\x86\x89"s + "ccollections\nOrderedDict\n)RtR.";
+  const std::string data(static_cast<const char*>(t.data), t.bytes);
+  write_text(
+      path,
+      stored_zip({{"pos_emb/data.pkl", p}, {"pos_emb/data/0", data}, {"pos_emb/version", "3\n"}}));
 }
 
 CommandResult run(const TempDir& dir, const std::string& job, const std::string& output) {
@@ -198,16 +230,25 @@ TEST(SeedVR2UpscaleJob, EveryIntermediateOfBothGoldenClips) {
 }
 
 // Without `noise:` the draws come from `seed`: the same job gives the same bits, another seed
-// other ones; without debug_tensors the output holds final_u8 alone.
+// other ones; without debug_tensors the output holds final_u8 alone. The second job reads the
+// text embedding from a `torch.save(tensor)` file, as the released pos_emb.pt is.
 TEST(SeedVR2UpscaleJob, SeededDrawsAreReproducible) {
   TempDir dir;
-  // Three jobs of one file: seeds 5, 5 and 6.
+  {
+    io::SafetensorsFile golden(kGolden + "upscale_t5.safetensors");
+    write_bare_tensor_pt(dir.file("pos_emb.pt"), golden.info("text_pos"));
+  }
+  // Three jobs of one file: seeds 5, 5 (the .pt embedding) and 6.
   std::string jobs;
   for (const auto& [file, seed] : std::vector<std::pair<std::string, int>>{
            {"a.safetensors", 5}, {"b.safetensors", 5}, {"c.safetensors", 6}}) {
+    std::string job = upscale_job("upscale_t5", {48, 52}, ", seed: " + std::to_string(seed), false);
+    if (file[0] == 'b') {
+      const std::string from = kGolden + "upscale_t5.safetensors#text_pos";
+      job.replace(job.find(from), from.size(), dir.file("pos_emb.pt"));
+    }
     jobs += std::string(jobs.empty() ? "" : "---\n") + "job: " + file.substr(0, 1) +
-            "\noutput: " + file + "\non_exists: overwrite\n" +
-            upscale_job("upscale_t5", {48, 52}, ", seed: " + std::to_string(seed), false);
+            "\noutput: " + file + "\non_exists: overwrite\n" + job;
   }
   write_text(dir.file("jobs.yaml"), jobs);
   const CommandResult r = wmbatch({dir.file("jobs.yaml")});

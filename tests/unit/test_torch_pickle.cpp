@@ -121,6 +121,37 @@ TEST(TorchCheckpoint, ReadsATensorAtItsOffset) {
   EXPECT_EQ(v[1], 2.5f);
 }
 
+// torch.save(tensor): the root is the tensor (SeedVR2's pos_emb.pt), not a dict.
+TEST(TorchCheckpoint, ReadsABareTensor) {
+  test::TempDir tmp("pickle");
+  const std::string path = tmp.file("pos_emb.pt");
+  std::string p =
+      "\x80\x02"
+      "ctorch._utils\n_rebuild_tensor_v2\n("s;
+  p += "(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x00"s
+       "0X\x03\x00\x00\x00"s
+       "cpuK\x07tQK\x01K\x02K\x03\x86K\x03K\x01\x86\x89"
+       "ccollections\nOrderedDict\n)RtR."s;
+  write_file(path, make_zip({{"archive/data.pkl", p}, {"archive/data/0", storage(7)}}));
+  TorchCheckpoint c(path);
+  ASSERT_NE(c.root_tensor(), nullptr);
+  EXPECT_TRUE(c.tensors().empty());
+  const TorchTensor& t = *c.root_tensor();
+  EXPECT_EQ(t.dtype, "F32");
+  EXPECT_EQ(t.shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(t.strides, (std::vector<int64_t>{3, 1}));
+  float v[6];
+  std::memcpy(v, t.data, sizeof v);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(v[i], float(i + 1) + 0.5f) << i;  // from offset 1
+  // A dict has no root tensor; a bare number is neither.
+  write_file(path, make_zip({{"archive/data.pkl", tensor_pickle(1, 2, 4)},
+                             {"archive/data/0", storage(4)}}));
+  EXPECT_EQ(TorchCheckpoint(path).root_tensor(), nullptr);
+  write_file(path, make_zip({{"archive/data.pkl", "\x80\x02K\x05."s}}));
+  EXPECT_NE(error_of(path).find("holds a int, not a tensor or a dict of tensors"),
+            std::string::npos);
+}
+
 TEST(TorchCheckpoint, RefusesTruncatedAndForeignFiles) {
   test::TempDir tmp("pickle");
   const std::string whole = read_file(kGolden + "srvgg-tiny/model.pth");
