@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -27,6 +28,7 @@
 #include "src/exec/device_context.h"
 #include "src/models/seedvr2_dit.h"
 #include "src/models/seedvr2_pixels.h"
+#include "src/models/seedvr2_sequence.h"
 #include "src/models/seedvr2_vae.h"
 #include "src/models/tensor.h"
 #include "src/models/tensor_model.h"
@@ -367,8 +369,13 @@ class Seedvr2Model final : public Model, public TensorModel {
 
  private:
 #ifdef WMBATCH_WITH_CUDA
-  // Device bytes the DiT's blocks may keep: the budget (or what the device has) less what is
-  // allocated, the first batch's activations and a reserve for the VAE; −1: all of them.
+  // Device bytes the DiT's blocks may keep: −1 (all of them) when they all fit beside what is
+  // allocated, the first batch's activations and a reserve for the VAE, within the budget (or
+  // what the device has); else 0: every block streams from pinned host memory. Blocks kept
+  // resident in part stay on the device while the VAE runs, and the VAE's smallest plan at
+  // 1080p needs more than what is left then (the second batch of a 1080p upscale in 16 GiB ran
+  // out of memory in its encoder with 17 of 32 blocks resident); a streamed block's copy takes
+  // less time than its compute at these token counts, so streaming them all costs little.
   int64_t resident_budget(exec::DeviceContext* context, int64_t tokens) const {
     const c10::cuda::CUDAGuard guard(tdevice_.index());
     size_t free_bytes = 0, total_bytes = 0;
@@ -390,7 +397,7 @@ class Seedvr2Model final : public Model, public TensorModel {
         blocks += int64_t(t.numel()) * (t.dim() == 2 ? int64_t(t.element_size()) : 4);
     }
     const int64_t room = cap - allocated - activations - kVaeReserve;
-    return room >= blocks ? -1 : std::max<int64_t>(room, 0);
+    return room >= blocks ? -1 : 0;
   }
 #endif
 
@@ -409,15 +416,14 @@ class Seedvr2Model final : public Model, public TensorModel {
   mutable std::unique_ptr<DitNetwork> net_;
 };
 
-// One pass of a VAE session over a whole sequence (a fresh state).
+// One pass of a VAE session over a whole sequence (a fresh state), on the model's device:
+// [1, C, T, H, W] float32 there.
 at::Tensor run_vae(ModelSession& session, const at::Tensor& x, const RunContext* outer) {
+  auto* sequence = dynamic_cast<Seedvr2SequenceSession*>(&session);
+  if (!sequence) throw ModelError("seedvr2: its VAE sessions take whole sequences", kExitSoftware);
   RunContext ctx;
-  ctx.first_slice = true;
-  ctx.last_slice = true;
   if (outer) ctx.device = outer->device;
-  Planar in = to_planar(x);
-  Planar out = session.run(std::move(in), ctx);
-  return to_tensor(std::move(out));  // [1, C, T, H, W] float32 host
+  return sequence->run_sequence(x, ctx).to(at::kFloat);
 }
 
 at::Tensor Seedvr2Model::upscale(const Pipeline& p, const at::Tensor& frames, const Geometry& g,
@@ -437,6 +443,7 @@ at::Tensor Seedvr2Model::upscale(const Pipeline& p, const at::Tensor& frames, co
     x = at::replication_pad2d(x, {0, g.w - g.rw, 0, g.h - g.rh});
   }
   const at::Tensor reference = ((x - 0.5) / 0.5).contiguous();  // [T, 3, h, w]
+  x.reset();  // (device memory: the VAE and the DiT need it more)
   // 6: 4k + 1 frames, the last repeated.
   at::Tensor padded = reference;
   if (F > T)
@@ -444,10 +451,31 @@ at::Tensor Seedvr2Model::upscale(const Pipeline& p, const at::Tensor& frames, co
   const at::Tensor vae_input = padded.permute({1, 0, 2, 3}).unsqueeze(0);  // [1, 3, F, h, w]
   show("vae_input", vae_input);
 
-  // 7: the posterior, sampled.
+  // 7: the posterior, sampled. The seeded draws (host generator: the same numbers on every
+  // device) are made on another thread while the encoder runs.
+  const ModelTraits& vae = encoder_->traits();
+  const int64_t L = vae.out_channels / 2, Tl = encoder_->output_frames(F);
+  const int64_t lh = g.h / vae.scale_den, lw = g.w / vae.scale_den;
+  std::future<Draws> draws;
+  if (!file_draws_) {
+    const uint64_t seed = batch_seed(uint64_t(o_.seed), first_frame);
+    draws = std::async(std::launch::async, [seed, L, Tl, lh, lw] {
+      c10::InferenceMode inference;
+      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+      Draws d;
+      d.eps = at::randn({1, L, Tl, lh, lw}, gen, at::kFloat);
+      d.noise = at::randn({Tl, lh, lw, L}, gen, at::kFloat);
+      d.aug = at::randn({Tl, lh, lw, L}, gen, at::kFloat);
+      return d;
+    });
+  }
   const at::Tensor posterior = run_vae(p.encoder, vae_input, p.ctx);  // [1, 32, T_l, h/8, w/8]
-  const int64_t L = posterior.size(1) / 2, Tl = posterior.size(2);
-  const int64_t lh = posterior.size(3), lw = posterior.size(4);
+  if (posterior.size(1) != 2 * L || posterior.size(2) != Tl || posterior.size(3) != lh ||
+      posterior.size(4) != lw) {
+    throw ModelError("seedvr2: the VAE encoder made a posterior of " + shape_of(posterior) +
+                         ", expected " + shape_text({1, 2 * L, Tl, lh, lw}),
+                     kExitSoftware);
+  }
   const at::Tensor mean = posterior.narrow(1, 0, L), logvar = posterior.narrow(1, L, L);
   show("vae_posterior_mean", mean);
   show("vae_posterior_logvar", logvar);
@@ -463,14 +491,10 @@ at::Tensor Seedvr2Model::upscale(const Pipeline& p, const at::Tensor& frames, co
                        ", " + shape_of(d.aug) + ")");
     }
   } else {
-    at::Generator gen =
-        at::make_generator<at::CPUGeneratorImpl>(batch_seed(uint64_t(o_.seed), first_frame));
-    d.eps = at::randn({1, L, Tl, lh, lw}, gen, at::kFloat);
-    d.noise = at::randn({Tl, lh, lw, L}, gen, at::kFloat);
-    d.aug = at::randn({Tl, lh, lw, L}, gen, at::kFloat);
+    d = draws.get();
   }
   show("vae_sample_eps", d.eps);
-  const at::Tensor z = mean + at::exp(logvar / 2) * d.eps.to(at::kFloat);
+  const at::Tensor z = mean + at::exp(logvar / 2) * d.eps.to(dev, at::kFloat);
   const at::Tensor cond_latent = (z * kLatentScale).squeeze(0).permute({1, 2, 3, 0}).to(dev);
   show("cond_latent", cond_latent);
   const at::Tensor noise = d.noise.to(dev, at::kFloat);
@@ -627,6 +651,17 @@ Seedvr2StageSeconds seedvr2_time_batch(const Model& model, const Planar& frames,
       if (m->torch_device().is_cuda()) c10::cuda::device_synchronize();
 #endif
     };
+    auto allocated = [&](const std::string& stage) {
+#ifdef WMBATCH_WITH_CUDA
+      if (!m->torch_device().is_cuda()) return;
+      const auto stats =
+          c10::cuda::CUDACachingAllocator::getDeviceStats(m->torch_device().index());
+      out.allocated.emplace_back(stage, stats.allocated_bytes[0].current);
+      out.peak_allocated = std::max<int64_t>(out.peak_allocated, stats.allocated_bytes[0].peak);
+#else
+      (void)stage;
+#endif
+    };
     auto lap = [&](double& into) {
       sync();
       const Clock::time_point now = Clock::now();
@@ -642,10 +677,18 @@ Seedvr2StageSeconds seedvr2_time_batch(const Model& model, const Planar& frames,
     ctx.device = context;
     Pipeline p{*m, *encoder, *decoder, &ctx, [&](const std::string& name, const at::Tensor&) {
                  const auto it = stages.find(name);
-                 if (it != stages.end()) lap(*it->second);
+                 if (it == stages.end()) return;
+                 lap(*it->second);
+                 allocated(name);
                }};
     Planar copy = frames.clone();
     const at::Tensor x = to_tensor(std::move(copy)).squeeze(0).permute({1, 0, 2, 3});
+#ifdef WMBATCH_WITH_CUDA
+    if (m->torch_device().is_cuda()) {
+      c10::cuda::CUDACachingAllocator::resetPeakStats(m->torch_device().index());
+    }
+#endif
+    allocated("start");
     const Clock::time_point start = Clock::now();
     last = start;
     m->upscale(p, x, m->geometry(frames.height, frames.width), 0);
