@@ -420,6 +420,10 @@ int Daemon::run(const Signals& signals) {
   log->info("watching {} (queue {}{})", folders, queue_.path(),
             queue_.wal() ? "" : ", rollback journal");
 
+  // Rescans finished (walk, settle check and queueing of what settled), logged at debug level as
+  // `scan N done` so that an observer (the tests) can tell that the daemon looked again.
+  int64_t scans = 0;
+  bool rescanned = true;  // make_detector rescanned
   auto last_scan = Clock::now();
   while (!g_stop.load()) {
     spec = this->spec();
@@ -435,12 +439,14 @@ int Daemon::run(const Signals& signals) {
         spec = this->spec();
         detector = make_detector(*spec);
         last_scan = Clock::now();
+        rescanned = true;
       }
     }
     detector->read_events();
     if (seconds_since(last_scan) >= spec->poll_seconds) {
       detector->rescan();
       last_scan = Clock::now();
+      rescanned = true;
     }
     bool queued = false;
     for (const ReadyFile& f : detector->take_ready()) {
@@ -454,6 +460,10 @@ int Daemon::run(const Signals& signals) {
       }
     }
     if (queued) wake_.notify_all();
+    if (rescanned) {
+      log->debug("scan {} done: {} file(s) settling", ++scans, detector->candidates());
+      rescanned = false;
+    }
   }
 
   log->info("stopping: the running files stop at their next slice boundary");

@@ -232,7 +232,7 @@ std::vector<ReadyFile> Detector::take_ready() {
   for (const auto& [id, path] : settled) {
     Candidate& c = candidates_.at(path);
     if (writing.count(id)) {
-      log::get("watch")->debug("{}: still open for writing; waiting", path);
+      log::get("watch")->debug("{}: still open for writing ({} bytes); waiting", path, c.size);
       c.stable_since = now;
       continue;
     }

@@ -229,8 +229,23 @@ TEST(SeedVR2Jobs, VideoJobsKeepTheFrameCount) {
 
 // --- tiles -------------------------------------------------------------------------------------
 
-// Spatial tiles are approximate (GroupNorm statistics and the attention span the whole frame);
-// the seam error is measured and reported, and must stay small against the output's range.
+// The columns [x0, x1) of a [1, C, T, H, W] tensor.
+Tensor columns(const Tensor& t, int64_t x0, int64_t x1) {
+  const int64_t w = t.shape[4], rows = t.shape[1] * t.shape[2] * t.shape[3];
+  Tensor out{{t.shape[0], t.shape[1], t.shape[2], t.shape[3], x1 - x0}, {}, t.metadata};
+  for (int64_t r = 0; r < rows; ++r) {
+    out.data.insert(out.data.end(), t.data.begin() + r * w + x0, t.data.begin() + r * w + x1);
+  }
+  return out;
+}
+
+// Spatial tiles are approximate: the GroupNorm statistics and the attention of a tile see its
+// window (the tile and the model's halo of 8 latent pixels), not the whole frame, so its values
+// differ from the untiled decode everywhere, by an amount that depends on the weights and the
+// picture, not on the tiling code (no bound follows from the mechanism; docs/seedvr2-vae.md has
+// the measured seam errors, reported here as test properties). What the mechanism does promise is
+// exact: with overlap 0 (no blending) every output pixel is its tile's window decoded on its own,
+// cropped to the tile, bit for bit (the same calls on the same sizes).
 TEST(SeedVR2Jobs, TiledDecodeSeamErrorIsMeasured) {
   TempDir dir("seedvr2-tiles");
   // A wider latent than the golden ones: 16 × 2 × 8 × 32 (output 64 × 256, 5 frames).
@@ -240,12 +255,28 @@ TEST(SeedVR2Jobs, TiledDecodeSeamErrorIsMeasured) {
   for (size_t i = 0; i < z.data.size(); ++i) z.data[i] = g.data[(i * 7) % g.data.size()];
   write(dir.file("wide.safetensors"), "latent", z);
   const Tensor whole = run_job(dir, decode_job(dir.file("wide.safetensors"), 0), "output");
-  double range = 0;
-  for (float v : whole.data) range = std::max(range, double(std::fabs(v)));
-  // Two tiles of 16 latent columns, each seeing 8 more (the model's halo) beyond the cut.
+  // Two tiles of 16 latent columns: windows [0, 24) and [8, 32) (8 beyond each cut), placed at
+  // output columns [0, 128) from the first window's [0, 128) and [128, 256) from the second's
+  // [64, 192).
   const Tensor tiled =
       run_job(dir, decode_job(dir.file("wide.safetensors"), 0, "tiling: {tile: 16, overlap: 0}\n"),
               "output");
+  ASSERT_EQ(tiled.shape, (std::vector<int64_t>{1, 3, 5, 64, 256}));
+  struct Window {
+    int64_t latent_x0, latent_x1, out_x0, out_x1, from_x0;
+  };
+  for (const Window& w : {Window{0, 24, 0, 128, 0}, Window{8, 32, 128, 256, 64}}) {
+    SCOPED_TRACE(w.latent_x0);
+    const std::string file = dir.file("window.safetensors");
+    write(file, "latent", columns(z, w.latent_x0, w.latent_x1));
+    const Tensor alone = run_job(dir, decode_job(file, 0), "output");
+    ASSERT_EQ(alone.shape, (std::vector<int64_t>{1, 3, 5, 64, 8 * (w.latent_x1 - w.latent_x0)}));
+    const Tensor want = columns(alone, w.from_x0, w.from_x0 + (w.out_x1 - w.out_x0));
+    EXPECT_EQ(max_abs_diff(columns(tiled, w.out_x0, w.out_x1), want), 0.0);
+  }
+
+  double range = 0;
+  for (float v : whole.data) range = std::max(range, double(std::fabs(v)));
   double sum = 0;
   for (size_t i = 0; i < tiled.data.size(); ++i) sum += std::fabs(tiled.data[i] - whole.data[i]);
   const double err = max_abs_diff(tiled, whole);
@@ -255,7 +286,6 @@ TEST(SeedVR2Jobs, TiledDecodeSeamErrorIsMeasured) {
   RecordProperty("seam_max_abs_error", std::to_string(err));
   RecordProperty("seam_mean_abs_error", std::to_string(mean));
   EXPECT_GT(err, 0.0);  // the tiles really differ from the whole frame
-  EXPECT_LT(mean, 0.05 * range);
 }
 
 // --- errors ------------------------------------------------------------------------------------

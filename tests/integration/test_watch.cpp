@@ -103,8 +103,11 @@ TEST(Watch, SlowCopyHeldOpenIsTakenOnceAfterItSettles) {
   const std::string bytes = read_text(clip);
   Background& daemon = s.start();
 
-  // Written in three pieces with pauses longer than settle_seconds, held open throughout: only
-  // the open-for-writing check keeps the daemon from taking a partial file.
+  // Written in three pieces, held open throughout, each piece left until the daemon found it
+  // settled at its size (its size and mtime held settle_seconds) and held it back because it is
+  // open for writing (the debug line naming that size): only the open-for-writing check keeps
+  // the daemon from taking a partial file. One more rescan after that line: the loop pass that
+  // logged it has queued whatever it took.
   const std::string target = s.in("slow.mp4");
   const int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   ASSERT_GE(fd, 0);
@@ -112,8 +115,13 @@ TEST(Watch, SlowCopyHeldOpenIsTakenOnceAfterItSettles) {
   for (int piece = 0; piece < 3; ++piece) {
     const size_t from = piece * third, to = piece == 2 ? bytes.size() : from + third;
     ASSERT_EQ(::write(fd, bytes.data() + from, to - from), ssize_t(to - from));
-    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
-    EXPECT_TRUE(s.queue().empty()) << "taken while still being written";
+    const std::string held =
+        "slow.mp4: still open for writing (" + std::to_string(to) + " bytes); waiting";
+    ASSERT_TRUE(wait_until([&] {
+      return s.log().find(held) != std::string::npos || !s.queue().empty();
+    })) << s.log();
+    ASSERT_TRUE(s.wait_scans(1)) << s.log();
+    EXPECT_TRUE(s.queue().empty()) << "taken while still being written, at " << to << " bytes";
   }
   ::close(fd);
   ASSERT_TRUE(s.wait_finished(1)) << s.log();
@@ -141,8 +149,9 @@ TEST(Watch, RenamedInIsTakenAndAnAbandonedPartNever) {
   stdfs::copy_file(s.dir().file("clip.mp4"), s.in("renamed.mp4.part"));
   stdfs::rename(s.in("renamed.mp4.part"), s.in("renamed.mp4"));
   ASSERT_TRUE(s.wait_finished(1)) << s.log();
-  // Two more rescans (poll_seconds: 1) that must still leave the .part alone.
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  // Two more finished rescans that must still leave the .part alone (not even settling).
+  ASSERT_TRUE(s.wait_scans(2)) << s.log();
+  EXPECT_EQ(s.last_scan().second, 0) << s.log();
   EXPECT_EQ(s.stop(), 0) << s.log();
 
   const auto rows = s.queue();
@@ -490,8 +499,12 @@ TEST(Watch, ANewVersionOfAFileIsProcessedAgainTheSameVersionNever) {
   s.start();
   stdfs::copy_file(s.dir().file("v1.mp4"), s.in("a.mp4"));
   ASSERT_TRUE(s.wait_finished(1)) << s.log();
-  // The same version stays in the folder (on_done: keep) and is seen by rescans: never again.
-  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  // The same version stays in the folder (on_done: keep) and is seen by rescans: never again,
+  // not even a file settling. Two finished rescans: the first walks the folder after the item
+  // was done, and a candidate it made would have settled (settle_seconds 0.3 < poll_seconds 0.5)
+  // and been queued by the end of the second.
+  ASSERT_TRUE(s.wait_scans(2)) << s.log();
+  EXPECT_EQ(s.last_scan().second, 0) << s.log();
   EXPECT_EQ(s.queue().size(), 1u) << s.log();
   EXPECT_EQ(probe(s.out("a_x2.mp4")).video_frames, 8);
   // A new version (another size and mtime) is a new item.

@@ -297,6 +297,26 @@ class WatchSetup {
       return disposed >= n;
     });
   }
+  // The running daemon's last finished rescan (its `scan N done: K file(s) settling` debug
+  // line): N (0 before the first) and K, the files it left settling (-1 before the first).
+  std::pair<int, int> last_scan() const {
+    const std::string text = log();
+    static const std::regex kScan("scan ([0-9]+) done: ([0-9]+) file");
+    std::pair<int, int> last{0, -1};
+    for (std::sregex_iterator it(text.begin(), text.end(), kScan), end; it != end; ++it) {
+      last = {std::stoi((*it)[1]), std::stoi((*it)[2])};
+    }
+    return last;
+  }
+  int scans() const { return last_scan().first; }
+  // Waits until `more` rescans finished after this call: each walked every folder, checked what
+  // settled and queued it, so what the daemon would take from the folders as they are now, it
+  // has taken once two have (a scan under way at the call may have walked the folders before).
+  bool wait_scans(int more) const {
+    const int from = scans();
+    return wait_until([&] { return scans() >= from + more || daemon_->exited(); }) &&
+           !daemon_->exited();
+  }
   // The status page's port, from the daemon's log.
   int http_port() const {
     std::smatch m;
