@@ -75,9 +75,10 @@ class WorkerContext final : public exec::DeviceContext {
   std::unique_ptr<exec::MemoryHold> hold_host_memory(int64_t bytes) override {
     return host_memory().hold(bytes);
   }
-  at::Tensor host_empty(at::IntArrayRef sizes, const at::TensorOptions& options) override {
-    return at::empty(sizes,
-                     options.device(at::kCPU).pinned_memory(dev.kind == Device::Kind::kCuda));
+  at::Tensor host_empty_like(const at::Tensor& like, at::MemoryFormat format) override {
+    return at::empty_like(
+        like, like.options().device(at::kCPU).pinned_memory(dev.kind == Device::Kind::kCuda),
+        format);
   }
   c10::Stream compute_stream() override {
 #ifdef WMBATCH_WITH_CUDA

@@ -38,8 +38,8 @@ struct DeviceWorker::Impl final : public exec::DeviceContext {
   std::unique_ptr<exec::MemoryHold> hold_host_memory(int64_t bytes) override {
     return real().hold_host_memory(bytes);
   }
-  at::Tensor host_empty(at::IntArrayRef sizes, const at::TensorOptions& options) override {
-    return real().host_empty(sizes, options);
+  at::Tensor host_empty_like(const at::Tensor& like, at::MemoryFormat format) override {
+    return real().host_empty_like(like, format);
   }
   c10::Stream compute_stream() override { return real().compute_stream(); }
   c10::Stream side_stream(int k) override { return real().side_stream(k); }

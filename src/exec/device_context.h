@@ -118,9 +118,10 @@ class DeviceContext {
   // A share of the host budget for what a session keeps in host memory (causal state, spools);
   // released when dropped. Size it from host_memory_available() first.
   virtual std::unique_ptr<MemoryHold> hold_host_memory(int64_t bytes) = 0;
-  // An uninitialised host tensor (`options`: dtype, memory format) for data that copies to and
-  // from this device asynchronously: pinned for a CUDA device, plain otherwise.
-  virtual at::Tensor host_empty(at::IntArrayRef sizes, const at::TensorOptions& options) = 0;
+  // An uninitialised host tensor with the sizes and dtype of `like` (and its strides, for
+  // `format` Preserve) for data that copies to and from this device asynchronously: pinned for a
+  // CUDA device, plain otherwise.
+  virtual at::Tensor host_empty_like(const at::Tensor& like, at::MemoryFormat format) = 0;
   // The stream calls on this device compute on: on a worker's thread the current one during its
   // calls; a direct context's own, which its caller makes current (a CUDAStreamGuard) for the
   // call. CUDA devices only.

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/memory_budget.h"
 #include "src/base/error.h"
 #include "src/models/seedvr2_blocks.h"
 #include "src/models/seedvr2_layout.h"
@@ -277,6 +278,62 @@ TEST(SeedVR2Phases, HostBudgetSubRangesEqualTheWholeSlice) {
     EXPECT_NE(std::string(e.what()).find("host memory"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("host_mib"), std::string::npos) << e.what();
   }
+}
+
+// Without tuning host_mib the phases plan with the process's one host budget (the device
+// layer's, parallel::host_memory) less what other sessions hold of it: room for n latent
+// frames' spools gives sub-ranges of n, exactly the whole slice's result; a session holding the
+// budget leaves the next one too little (the same clear error); while it runs a session holds
+// its share (the parked state and its spools), and gives it back when it ends.
+TEST(SeedVR2Phases, SessionsShareTheProcessHostBudget) {
+  const Planar z = to_planar(golden("decode_t5", "latent"));
+  const auto net = tiny_network(true, at::MemoryFormat::Contiguous);
+  const int64_t h = z.height, w = z.width, elt = 4;
+  int64_t state = 0;
+  for (int k = 0; k < net->state_slots(); ++k) state += net->slot_bytes(k, h, w, elt);
+  const std::vector<size_t> starts = net->phase_starts(2);
+  ASSERT_EQ(starts.size(), 2u);
+  const int64_t per = net->stage_input_bytes(starts[1], h, w, elt);
+  ASSERT_GT(per, 0);
+  auto whole = wm::models::make_seedvr2_vae(tiny_config("decode", "phased=1"), wm::Device{});
+  wm::parallel::MemoryPool& host = wm::parallel::host_memory();
+  host.set_capacity(int64_t(1) << 40);
+  const at::Tensor want = run_session(*whole, z, {3, 2});
+  EXPECT_EQ(host.held(), 0);  // the session ended: its share is back
+
+  // Room for the state and 1 latent frame's spool, while another session holds 64 MiB.
+  const int64_t other = int64_t(64) << 20;
+  host.set_capacity(other + state + per + per / 2);
+  auto held = host.hold(other);
+  auto session = whole->open_session(wm::Device{});
+  std::vector<at::Tensor> outs;
+  int t0 = 0;
+  const std::vector<int> sizes = {3, 2};
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    RunContext ctx;
+    ctx.slice_index = int64_t(i);
+    ctx.first_slice = i == 0;
+    ctx.last_slice = i + 1 == sizes.size();
+    outs.push_back(to_tensor(session->run(frames_of(z, t0, sizes[i]), ctx)));
+    t0 += sizes[i];
+    EXPECT_EQ(host.held(), other + state + per);  // its share: the state and one frame's spools
+  }
+  EXPECT_EQ(max_diff(at::cat(outs, 2), want), 0.0);
+  session.reset();
+  EXPECT_EQ(host.held(), other);
+
+  // Another session holds more: less than the state and one latent frame's spools are left.
+  held->resize(other + per);
+  try {
+    run_session(*whole, z, {3, 2});
+    ADD_FAILURE() << "no error with " << ((other + per) >> 10) << " KiB held by another session";
+  } catch (const wm::ModelError& e) {
+    EXPECT_EQ(e.exit_code(), wm::kExitFailure);
+    EXPECT_NE(std::string(e.what()).find("host memory"), std::string::npos) << e.what();
+  }
+  held.reset();
+  EXPECT_EQ(max_diff(run_session(*whole, z, {3, 2}), want), 0.0);
+  host.set_capacity(0);
 }
 
 // The reference path (the CPU session's contiguous network) through a session forced to keep
