@@ -529,6 +529,8 @@ class UpscaleRunner : public FinishingRunner {
     run.on_slice = options.on_slice;
     run.progress = &progress;
 
+    int64_t frames_total = reader.info().frames_estimate - run.write_from;
+    if (options.end_frame >= 0) frames_total = options.end_frame - run.write_from;
     WriterPlaneSink single(*writer);
     PlaneSink* sink = &single;
     std::unique_ptr<SegmentEncoder> segments;
@@ -540,7 +542,8 @@ class UpscaleRunner : public FinishingRunner {
       writer.reset();  // its temp file goes: the segments' join writes the output
       SegmentOptions split;
       split.instances = instances;
-      split.segment_frames = segment_frames_for(reader.info().frame_rate);
+      split.segment_frames = segment_frames_for(reader.info().frame_rate,
+                                                std::max<int64_t>(frames_total, 0), instances);
       split.cancel = options.cancel;
       segments = std::make_unique<SegmentEncoder>(each, split);
       sink = segments.get();
@@ -552,8 +555,6 @@ class UpscaleRunner : public FinishingRunner {
         instances > 1 ? " instances on segments" : "",
         threads > 0 ? std::to_string(threads) : "auto", instances > 1 ? " each" : "",
         budget.decode_threads);
-    int64_t frames_total = reader.info().frames_estimate - run.write_from;
-    if (options.end_frame >= 0) frames_total = options.end_frame - run.write_from;
     const DeviceMeter meter(models_);
     progress.begin(input, std::max<int64_t>(frames_total, 0));
     const DeviceRunResult done = run_device_upscale(reader, *sink, lanes, frames, run);

@@ -175,10 +175,14 @@ HostBudget host_budget(const JobSpec& job, int cores, int out_width, int out_hei
   return b;
 }
 
-int segment_frames_for(const io::Rational& frame_rate) {
+int segment_frames_for(const io::Rational& frame_rate, int64_t frames, int instances) {
   const double fps =
       frame_rate.num > 0 && frame_rate.den > 0 ? double(frame_rate.num) / frame_rate.den : 25.0;
-  return std::max(24, int(std::lround(2.0 * fps)));
+  const int64_t most = std::max(24, int(std::lround(2.0 * fps)));
+  if (frames <= 0 || instances <= 1) return int(most);
+  // Whole rounds of one segment per instance, the segments as even as the frames allow.
+  const int64_t rounds = (frames + instances * most - 1) / (instances * most);
+  return int((frames + instances * rounds - 1) / (instances * rounds));
 }
 
 std::map<std::string, double> DeviceRunResult::shares() const {

@@ -55,9 +55,13 @@ struct HostBudget {
 };
 HostBudget host_budget(const JobSpec& job, int cores, int out_width, int out_height);
 
-// Frames per encoder segment when several instances encode one output: two seconds of frames
-// (at least 24).
-int segment_frames_for(const io::Rational& frame_rate);
+// Frames per encoder segment when `instances` encoders share one output of `frames` frames (0:
+// not known): at most two seconds of frames (at least 24), and as many segments as make whole
+// rounds of one segment per instance, as even as they come — so every instance starts within
+// one segment of the first frame and they all finish together (with segments of two seconds
+// each, 100 frames at 24 fps made segments of 48, 48 and 4 frames: the second instance started
+// at frame 48 and the first had 52 frames to encode; now 4 × 25).
+int segment_frames_for(const io::Rational& frame_rate, int64_t frames, int instances);
 
 // One device lane: a model rank's model, its device and worker.
 struct DeviceLane {

@@ -88,7 +88,8 @@ double encoder_alone(const std::vector<std::pair<wm::io::VideoFrame, wm::io::Yuv
     if (budget.instances > 1) {
       wm::sched::SegmentOptions o;
       o.instances = budget.instances;
-      o.segment_frames = wm::sched::segment_frames_for(info.frame_rate);
+      o.segment_frames =
+          wm::sched::segment_frames_for(info.frame_rate, int64_t(frames.size()), o.instances);
       wm::sched::SegmentEncoder encoder(c, o);
       for (const auto& [t, image] : frames) encoder.write(t, image);
       encoder.finish();

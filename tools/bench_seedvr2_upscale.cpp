@@ -127,6 +127,16 @@ int bench_seedvr2_upscale(int argc, char** argv) {
       }
       const auto s = worker.call(
           [&] { return wm::models::seedvr2_time_batch(*model, input, worker.context()); });
+      // Where device memory goes, stage by stage (also for the warm-up: a later batch that
+      // runs out of memory shows what the first left behind).
+      std::string memory;
+      for (const auto& [stage, bytes] : s.allocated) {
+        memory += " " + stage + " " + std::to_string(bytes >> 20);
+      }
+      if (!memory.empty()) {
+        std::cerr << "seedvr2-upscale: batch " << it << " MiB allocated after:" << memory
+                  << "; peak " << (s.peak_allocated >> 20) << "\n";
+      }
       if (it < o.warmup) continue;
       sum.resize += s.resize, sum.encode += s.encode, sum.dit += s.dit, sum.decode += s.decode;
       sum.color_fix += s.color_fix, sum.total += s.total;

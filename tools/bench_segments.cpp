@@ -23,8 +23,9 @@ namespace {
 
 const char* kAbout =
     "  Decodes the clip into memory, encodes it with one encoder (--threads) and with\n"
-    "  --instances encoders on segments (--segment-frames, 0: two seconds; threads split),\n"
-    "  and prints fps, bytes and PSNR (Y, U, V against the decoded planes) of each.\n";
+    "  --instances encoders on segments (--segment-frames, 0: up to two seconds, even over the\n"
+    "  instances; threads split), and prints fps, bytes and PSNR (Y, U, V against the decoded\n"
+    "  planes) of each.\n";
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -103,7 +104,10 @@ int bench_segments(int argc, char** argv) {
   }
   const Frames frames = decode(input);
   const wm::io::VideoInfo info = wm::io::VideoReader(input).info();
-  if (segment_frames <= 0) segment_frames = wm::sched::segment_frames_for(info.frame_rate);
+  if (segment_frames <= 0) {
+    segment_frames =
+        wm::sched::segment_frames_for(info.frame_rate, int64_t(frames.size()), instances);
+  }
   const int cores = int(std::thread::hardware_concurrency());
   wm::io::WriterConfig c;
   c.width = info.width;

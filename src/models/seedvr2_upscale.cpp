@@ -369,8 +369,13 @@ class Seedvr2Model final : public Model, public TensorModel {
 
  private:
 #ifdef WMBATCH_WITH_CUDA
-  // Device bytes the DiT's blocks may keep: the budget (or what the device has) less what is
-  // allocated, the first batch's activations and a reserve for the VAE; −1: all of them.
+  // Device bytes the DiT's blocks may keep: −1 (all of them) when they all fit beside what is
+  // allocated, the first batch's activations and a reserve for the VAE, within the budget (or
+  // what the device has); else 0: every block streams from pinned host memory. Blocks kept
+  // resident in part stay on the device while the VAE runs, and the VAE's smallest plan at
+  // 1080p needs more than what is left then (the second batch of a 1080p upscale in 16 GiB ran
+  // out of memory in its encoder with 17 of 32 blocks resident); a streamed block's copy takes
+  // less time than its compute at these token counts, so streaming them all costs little.
   int64_t resident_budget(exec::DeviceContext* context, int64_t tokens) const {
     const c10::cuda::CUDAGuard guard(tdevice_.index());
     size_t free_bytes = 0, total_bytes = 0;
@@ -392,7 +397,7 @@ class Seedvr2Model final : public Model, public TensorModel {
         blocks += int64_t(t.numel()) * (t.dim() == 2 ? int64_t(t.element_size()) : 4);
     }
     const int64_t room = cap - allocated - activations - kVaeReserve;
-    return room >= blocks ? -1 : std::max<int64_t>(room, 0);
+    return room >= blocks ? -1 : 0;
   }
 #endif
 
@@ -438,6 +443,7 @@ at::Tensor Seedvr2Model::upscale(const Pipeline& p, const at::Tensor& frames, co
     x = at::replication_pad2d(x, {0, g.w - g.rw, 0, g.h - g.rh});
   }
   const at::Tensor reference = ((x - 0.5) / 0.5).contiguous();  // [T, 3, h, w]
+  x.reset();  // (device memory: the VAE and the DiT need it more)
   // 6: 4k + 1 frames, the last repeated.
   at::Tensor padded = reference;
   if (F > T)
@@ -645,6 +651,17 @@ Seedvr2StageSeconds seedvr2_time_batch(const Model& model, const Planar& frames,
       if (m->torch_device().is_cuda()) c10::cuda::device_synchronize();
 #endif
     };
+    auto allocated = [&](const std::string& stage) {
+#ifdef WMBATCH_WITH_CUDA
+      if (!m->torch_device().is_cuda()) return;
+      const auto stats =
+          c10::cuda::CUDACachingAllocator::getDeviceStats(m->torch_device().index());
+      out.allocated.emplace_back(stage, stats.allocated_bytes[0].current);
+      out.peak_allocated = std::max<int64_t>(out.peak_allocated, stats.allocated_bytes[0].peak);
+#else
+      (void)stage;
+#endif
+    };
     auto lap = [&](double& into) {
       sync();
       const Clock::time_point now = Clock::now();
@@ -660,10 +677,18 @@ Seedvr2StageSeconds seedvr2_time_batch(const Model& model, const Planar& frames,
     ctx.device = context;
     Pipeline p{*m, *encoder, *decoder, &ctx, [&](const std::string& name, const at::Tensor&) {
                  const auto it = stages.find(name);
-                 if (it != stages.end()) lap(*it->second);
+                 if (it == stages.end()) return;
+                 lap(*it->second);
+                 allocated(name);
                }};
     Planar copy = frames.clone();
     const at::Tensor x = to_tensor(std::move(copy)).squeeze(0).permute({1, 0, 2, 3});
+#ifdef WMBATCH_WITH_CUDA
+    if (m->torch_device().is_cuda()) {
+      c10::cuda::CUDACachingAllocator::resetPeakStats(m->torch_device().index());
+    }
+#endif
+    allocated("start");
     const Clock::time_point start = Clock::now();
     last = start;
     m->upscale(p, x, m->geometry(frames.height, frames.width), 0);

@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "src/model.h"
 #include "src/models/seedvr2_dit_layout.h"
@@ -81,6 +82,10 @@ std::unique_ptr<Model> make_seedvr2_random(const ModelConfig& config,
 // Seconds of each stage of one batch (each stage synchronised with the device).
 struct Seedvr2StageSeconds {
   double resize = 0, encode = 0, dit = 0, decode = 0, color_fix = 0, total = 0;
+  // CUDA: the device memory allocated at the end of each stage (and at the start: "start"), in
+  // bytes, and the most allocated at once during the batch.
+  std::vector<std::pair<std::string, int64_t>> allocated;
+  int64_t peak_allocated = 0;
 };
 // One batch of `frames` ([3, T, H, W], 0..1) through a model of make_seedvr2(_random), timed per
 // stage (benchmarks), on the calling thread; `context`: the device worker's (its streams,

@@ -5,6 +5,8 @@
 
 #include <dirent.h>
 
+#include <algorithm>
+
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -14,6 +16,7 @@
 #include "io/video_reader.h"
 #include "io/video_writer.h"
 #include "scheduler/segment_encode.h"
+#include "scheduler/upscale_device.h"
 #include "src/base/error.h"
 #include "tests/support/media.h"
 
@@ -204,4 +207,31 @@ TEST(SegmentEncodeFolder, UnwritableFolderIsAnOutputError) {
 }
 
 }  // namespace
+
+// Segments sized for several instances: at most two seconds each (so every instance starts
+// within two seconds of frames), and as even as whole rounds allow: no instance encodes more than
+// its share plus one frame per round (two-second segments gave 240 frames at 24 fps to two
+// instances as 144 + 96).
+TEST(SegmentFrames, EvenRoundsOfAtMostTwoSeconds) {
+  const io::Rational fps24{24, 1};
+  EXPECT_EQ(segment_frames_for(fps24, 0, 2), 48);                // frame count unknown: two seconds
+  EXPECT_EQ(segment_frames_for(fps24, 1000, 1), 48);             // one instance: two seconds
+  EXPECT_EQ(segment_frames_for(io::Rational{10, 1}, 0, 2), 24);  // at least 24
+  for (int instances : {2, 3, 4}) {
+    for (int64_t frames : {1, 7, 48, 95, 96, 97, 100, 240, 241, 1000, 4321}) {
+      const int64_t seg = segment_frames_for(fps24, frames, instances);
+      ASSERT_GE(seg, 1);
+      EXPECT_LE(seg, 48) << frames << " frames, " << instances << " instances";
+      // Frames per instance when segment s goes to instance s mod N.
+      std::vector<int64_t> per(size_t(instances), 0);
+      for (int64_t f = 0; f < frames; ++f) ++per[size_t((f / seg) % instances)];
+      const int64_t rounds = (frames + instances * 48 - 1) / (instances * 48);
+      const int64_t share = (frames + instances - 1) / instances;
+      EXPECT_LE(*std::max_element(per.begin(), per.end()), share + rounds)
+          << frames << " frames, " << instances << " instances";
+    }
+  }
+  EXPECT_EQ(segment_frames_for(fps24, 100, 2), 25);
+  EXPECT_EQ(segment_frames_for(fps24, 240, 2), 40);
+}
 }  // namespace wm::sched

@@ -133,6 +133,8 @@ if [ "$ONLY" != baseline ]; then
 
   # 2. The three job shapes, each with its ceilings in the same call.
   step anime_1080p_to_4k_x264 60 json $E2E --model realesr-animevideov3 --size 1920x1080 --scale 2 --frames 100 $X264
+  # The issue's own clip length (10 s at 24 fps): the encoders' start and drain weigh less.
+  step anime_1080p_to_4k_x264_240f 90 json $E2E --model realesr-animevideov3 --size 1920x1080 --scale 2 --frames 240 $X264
   step x4plus_540p_to_4k_x264 45 json $E2E --model RealESRGAN_x4plus --size 960x540 --scale 4 --frames 40 $X264
   step anime_720p_to_1440p_x264 35 json $E2E --model realesr-animevideov3 --size 1280x720 --scale 2 --frames 100 $X264
 
