@@ -9,9 +9,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel/memory_budget.h"
@@ -119,8 +121,10 @@ Planar frames_of(const Planar& p, int t0, int n) {
   return out;
 }
 
-// `input` through a fresh session of `model` in slices of `sizes` frames.
-at::Tensor run_session(const wm::Model& model, const Planar& input, const std::vector<int>& sizes) {
+// `input` through a fresh session of `model` in slices of `sizes` frames; `after` (if any) is
+// called after each slice, while the session stands.
+at::Tensor run_session(const wm::Model& model, const Planar& input, const std::vector<int>& sizes,
+                       const std::function<void()>& after = {}) {
   auto session = model.open_session(wm::Device{});
   std::vector<at::Tensor> outs;
   int t0 = 0;
@@ -131,6 +135,7 @@ at::Tensor run_session(const wm::Model& model, const Planar& input, const std::v
     ctx.last_slice = i + 1 == sizes.size();
     outs.push_back(to_tensor(session->run(frames_of(input, t0, sizes[i]), ctx)));
     t0 += sizes[i];
+    if (after) after();
   }
   return at::cat(outs, 2);
 }
@@ -242,18 +247,28 @@ TEST(SeedVR2Phases, ForcedOnACpuSessionEqualsTheDefault) {
   }
 }
 
-// A host memory budget (tuning host_kib) too small for a slice's spools: the phases run over
-// sub-ranges of its latent frames, bit for bit the whole slice's result; a budget below the
-// parked state and one latent frame's spools is one clear error (exit 1), not a crash.
-TEST(SeedVR2Phases, HostBudgetSubRangesEqualTheWholeSlice) {
-  const Planar z = to_planar(golden("decode_t5", "latent"));
+namespace {
+
+// What the tiny decoder's two phases hold in host memory for latents `z`: the parked state, and
+// the spool per latent frame (0 when the network has no two phases).
+std::pair<int64_t, int64_t> two_phase_host_bytes(const Planar& z) {
   const auto net = tiny_network(true, at::MemoryFormat::Contiguous);
   const int64_t h = z.height, w = z.width, elt = 4;
   int64_t state = 0;
   for (int k = 0; k < net->state_slots(); ++k) state += net->slot_bytes(k, h, w, elt);
   const std::vector<size_t> starts = net->phase_starts(2);
-  ASSERT_EQ(starts.size(), 2u);
-  const int64_t per = net->stage_input_bytes(starts[1], h, w, elt);
+  if (starts.size() != 2) return {state, 0};
+  return {state, net->stage_input_bytes(starts[1], h, w, elt)};
+}
+
+}  // namespace
+
+// A host memory budget (tuning host_kib) too small for a slice's spools: the phases run over
+// sub-ranges of its latent frames, bit for bit the whole slice's result; a budget below the
+// parked state and one latent frame's spools is one clear error (exit 1), not a crash.
+TEST(SeedVR2Phases, HostBudgetSubRangesEqualTheWholeSlice) {
+  const Planar z = to_planar(golden("decode_t5", "latent"));
+  const auto [state, per] = two_phase_host_bytes(z);
   ASSERT_GT(per, 0);
   auto whole = wm::models::make_seedvr2_vae(tiny_config("decode", "phased=1"), wm::Device{});
   const at::Tensor want = run_session(*whole, z, {3, 2});
@@ -287,13 +302,7 @@ TEST(SeedVR2Phases, HostBudgetSubRangesEqualTheWholeSlice) {
 // its share (the parked state and its spools), and gives it back when it ends.
 TEST(SeedVR2Phases, SessionsShareTheProcessHostBudget) {
   const Planar z = to_planar(golden("decode_t5", "latent"));
-  const auto net = tiny_network(true, at::MemoryFormat::Contiguous);
-  const int64_t h = z.height, w = z.width, elt = 4;
-  int64_t state = 0;
-  for (int k = 0; k < net->state_slots(); ++k) state += net->slot_bytes(k, h, w, elt);
-  const std::vector<size_t> starts = net->phase_starts(2);
-  ASSERT_EQ(starts.size(), 2u);
-  const int64_t per = net->stage_input_bytes(starts[1], h, w, elt);
+  const auto [state, per] = two_phase_host_bytes(z);
   ASSERT_GT(per, 0);
   auto whole = wm::models::make_seedvr2_vae(tiny_config("decode", "phased=1"), wm::Device{});
   wm::parallel::MemoryPool& host = wm::parallel::host_memory();
@@ -305,22 +314,15 @@ TEST(SeedVR2Phases, SessionsShareTheProcessHostBudget) {
   const int64_t other = int64_t(64) << 20;
   host.set_capacity(other + state + per + per / 2);
   auto held = host.hold(other);
-  auto session = whole->open_session(wm::Device{});
-  std::vector<at::Tensor> outs;
-  int t0 = 0;
-  const std::vector<int> sizes = {3, 2};
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    RunContext ctx;
-    ctx.slice_index = int64_t(i);
-    ctx.first_slice = i == 0;
-    ctx.last_slice = i + 1 == sizes.size();
-    outs.push_back(to_tensor(session->run(frames_of(z, t0, sizes[i]), ctx)));
-    t0 += sizes[i];
-    EXPECT_EQ(host.held(), other + state + per);  // its share: the state and one frame's spools
-  }
-  EXPECT_EQ(max_diff(at::cat(outs, 2), want), 0.0);
-  session.reset();
-  EXPECT_EQ(host.held(), other);
+  int slices = 0;
+  const int64_t share = state + per;  // the session's: the state and one frame's spools
+  const at::Tensor got = run_session(*whole, z, {3, 2}, [&] {
+    ++slices;
+    EXPECT_EQ(host.held(), other + share);
+  });
+  EXPECT_EQ(slices, 2);
+  EXPECT_EQ(max_diff(got, want), 0.0);
+  EXPECT_EQ(host.held(), other);  // the session ended
 
   // Another session holds more: less than the state and one latent frame's spools are left.
   held->resize(other + per);
