@@ -139,10 +139,13 @@ std::string plan_key(int device, EsrganDType dtype, const Conv3x3Args& a, bool u
 }
 
 // The operation graph of `a` and its heuristics' engine configurations; then each config's plan
-// is built and timed on the caller's tensors, and the fastest kept. Null when none builds.
+// is built and timed on the caller's tensors, and the fastest kept. With `choice` ≥ 0 (the
+// position in the heuristics' list of the config that won on another handle: the list depends
+// on the graph, not on the handle) only that config is built, untimed. Null when none builds.
 std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, EsrganDType dtype, const Conv3x3Args& a,
                                  bool unit, cudaStream_t stream, const CudnnWorkspace& workspace,
-                                 const std::function<const void*(int64_t uid)>& pointer_of) {
+                                 const std::function<const void*(int64_t uid)>& pointer_of,
+                                 int choice = -1) {
   Builder g;
   const cudnnDataType_t io = dtype == EsrganDType::kFloat16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
   const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
@@ -308,7 +311,9 @@ std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, EsrganDType dtype, const 
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
   int tried = 0;
-  for (const DescPtr& cfg : configs) {
+  for (size_t c = 0; c < configs.size(); ++c) {
+    if (choice >= 0 && int(c) != choice) continue;
+    const DescPtr& cfg = configs[c];
     Builder p;
     DescPtr plan = p.make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
     p.set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
@@ -332,6 +337,19 @@ std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, EsrganDType dtype, const 
     v.set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &scratch);
     v.finalize(pack);
     if (!v.ok()) continue;
+    float ms = 0;
+    if (choice >= 0) {
+      // Chosen on another handle: no timing (which would wait for this stream, and for whatever
+      // other threads queued on the device before it).
+      ++tried;
+      best = std::make_unique<Plan>();
+      best->plan = plan;
+      best->workspace = ws;
+      best->uids = uids;
+      best->info.workspace_bytes = ws;
+      best->info.choice = int(c);
+      break;
+    }
     // One warm-up, then the mean of three.
     if (cudnnBackendExecute(handle, plan->d, pack->d) != CUDNN_STATUS_SUCCESS) {
       cudaGetLastError();
@@ -342,7 +360,6 @@ std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, EsrganDType dtype, const 
     for (int r = 0; r < 3; ++r) cudnnBackendExecute(handle, plan->d, pack->d);
     cudaEventRecord(stop, stream);
     cudaEventSynchronize(stop);
-    float ms = 0;
     cudaEventElapsedTime(&ms, start, stop);
     ms /= 3;
     if (!best || ms < best->info.best_ms) {
@@ -352,6 +369,7 @@ std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, EsrganDType dtype, const 
       best->uids = uids;
       best->info.best_ms = ms;
       best->info.workspace_bytes = ws;
+      best->info.choice = int(c);
       int64_t engine_count = 0;
       DescPtr engine = std::make_shared<Desc>(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
       if (cudnnBackendGetAttribute(cfg->d, CUDNN_ATTR_ENGINECFG_ENGINE,
@@ -376,6 +394,11 @@ std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, EsrganDType dtype, const 
 struct Cache {
   std::mutex mutex;
   std::map<std::string, std::shared_ptr<Plan>> plans;  // null: does not build (don't try again)
+  // Per device and shape (no handle): the winning config's position in the heuristics' list.
+  // Plans are per handle (one per thread), the timing only once per device: several lanes on
+  // one GPU (each its own thread) timed every shape again on each new thread while the others
+  // computed, and their launches took ~50× longer than one lane's.
+  std::map<std::string, int> choices;
 };
 Cache& cache() {
   static auto* c = new Cache();  // never freed: plans may outlive static destruction order
@@ -401,8 +424,8 @@ cudaError_t launch_conv3x3_cudnn(cudnnHandle_t handle, EsrganDType dtype, const 
   int device = 0;
   cudaGetDevice(&device);
   // Handles are per thread (LibTorch's pool), plans are per handle.
-  const std::string key = plan_key(device, dtype, a, prelu_in_unit) + "h" +
-                          std::to_string(reinterpret_cast<uintptr_t>(handle));
+  const std::string shape = plan_key(device, dtype, a, prelu_in_unit);
+  const std::string key = shape + "h" + std::to_string(reinterpret_cast<uintptr_t>(handle));
   if (cudnnSetStream(handle, stream) != CUDNN_STATUS_SUCCESS) return cudaErrorUnknown;
   const float alpha1 = a.alpha1, alpha2 = a.alpha2;
   const std::function<const void*(int64_t)> pointer_of = [&](int64_t uid) -> const void* {
@@ -432,6 +455,7 @@ cudaError_t launch_conv3x3_cudnn(cudnnHandle_t handle, EsrganDType dtype, const 
     }
   };
   std::shared_ptr<Plan> plan;
+  int choice = -1;
   {
     std::lock_guard<std::mutex> lock(cache().mutex);
     auto it = cache().plans.find(key);
@@ -439,12 +463,18 @@ cudaError_t launch_conv3x3_cudnn(cudnnHandle_t handle, EsrganDType dtype, const 
       if (!it->second) return cudaErrorNotSupported;
       plan = it->second;
     }
+    const auto c = cache().choices.find(shape);
+    if (c != cache().choices.end()) choice = c->second;
   }
   if (!plan) {
-    plan = build_plan(handle, dtype, a, prelu_in_unit, stream, workspace, pointer_of);
+    if (choice >= 0) {
+      plan = build_plan(handle, dtype, a, prelu_in_unit, stream, workspace, pointer_of, choice);
+    }
+    if (!plan) plan = build_plan(handle, dtype, a, prelu_in_unit, stream, workspace, pointer_of);
     std::lock_guard<std::mutex> lock(cache().mutex);
     cache().plans[key] = plan;
     if (!plan) return cudaErrorNotSupported;
+    cache().choices.emplace(shape, plan->info.choice);
   }
   void* scratch = workspace(size_t(plan->workspace));
   if (plan->workspace > 0 && !scratch) return cudaErrorMemoryAllocation;
@@ -470,10 +500,14 @@ CudnnPlanInfo cudnn_conv3x3_plan_info(EsrganDType dtype, const Conv3x3Args& a, b
   cudaGetDevice(&device);
   const std::string prefix = plan_key(device, dtype, a, prelu_in_unit) + "h";
   std::lock_guard<std::mutex> lock(cache().mutex);
+  CudnnPlanInfo found;  // the timed plan's (plans of later handles reuse its choice untimed)
   for (const auto& [key, plan] : cache().plans) {
-    if (key.compare(0, prefix.size(), prefix) == 0 && plan) return plan->info;
+    if (key.compare(0, prefix.size(), prefix) == 0 && plan &&
+        (found.choice < 0 || plan->info.best_ms > 0)) {
+      found = plan->info;
+    }
   }
-  return {};
+  return found;
 }
 
 }  // namespace wm::models::cuda

@@ -47,6 +47,7 @@ struct CudnnPlanInfo {
   int64_t workspace_bytes = 0;
   int configs_tried = 0;
   double best_ms = 0;
+  int choice = -1;  // the config's position in the heuristics' list
 };
 CudnnPlanInfo cudnn_conv3x3_plan_info(EsrganDType dtype, const Conv3x3Args& args,
                                       bool prelu_in_unit);
