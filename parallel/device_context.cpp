@@ -1,7 +1,12 @@
 #include "parallel/device_context.h"
 
 #include <ATen/ATen.h>
+#include <torch/version.h>
 
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -15,20 +20,26 @@
 #include "parallel/memory_budget.h"
 #include "parallel/offload.h"
 #include "src/base/error.h"
+#include "src/base/log_text.h"
 
 namespace wm::parallel {
 namespace {
 
+// A worker's context (`worker`: made on its thread, whose current device and stream it sets), or
+// a thread's direct context (exec::DeviceLayer::direct_context: it leaves the thread's current
+// device and stream alone; its caller makes the compute stream current per call).
 class WorkerContext final : public exec::DeviceContext {
  public:
-  explicit WorkerContext(const Device& d) : dev(d) {
+  WorkerContext(const Device& d, bool worker) : dev(d) {
 #ifdef WMBATCH_WITH_CUDA
     if (dev.kind == Device::Kind::kCuda) {
       const c10::DeviceIndex index = c10::DeviceIndex(dev.index);
-      c10::cuda::set_device(index);
+      if (worker) c10::cuda::set_device(index);
       compute = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
-      c10::cuda::setCurrentCUDAStream(*compute);
+      if (worker) c10::cuda::setCurrentCUDAStream(*compute);
     }
+#else
+    (void)worker;
 #endif
   }
 
@@ -55,6 +66,26 @@ class WorkerContext final : public exec::DeviceContext {
   int64_t memory_budget() const override {
     return dev.kind == Device::Kind::kCuda ? parallel::memory_budget(dev.index) : 0;
   }
+  int64_t device_memory_cap() const override {
+    return dev.kind == Device::Kind::kCuda ? device_memory(dev).usable : 0;
+  }
+  int64_t host_memory_available(const exec::MemoryHold* mine) const override {
+    return host_memory().available(mine);
+  }
+  std::unique_ptr<exec::MemoryHold> hold_host_memory(int64_t bytes) override {
+    return host_memory().hold(bytes);
+  }
+  at::Tensor host_empty_like(const at::Tensor& like, at::MemoryFormat format) override {
+    return at::empty_like(
+        like, like.options().device(at::kCPU).pinned_memory(dev.kind == Device::Kind::kCuda),
+        format);
+  }
+  c10::Stream compute_stream() override {
+#ifdef WMBATCH_WITH_CUDA
+    if (compute) return compute->unwrap();
+#endif
+    throw Error("device worker " + dev.str() + ": no compute stream", kExitSoftware);
+  }
   c10::Stream side_stream(int k) override {
 #ifdef WMBATCH_WITH_CUDA
     if (dev.kind == Device::Kind::kCuda && (k == 0 || k == 1)) {
@@ -80,10 +111,71 @@ class WorkerContext final : public exec::DeviceContext {
 #endif
 };
 
+constexpr const char* kLogger = "device";
+
+// The process's LibTorch settings (exec::DeviceLayer::ask) and the threads' direct contexts.
+class Layer final : public exec::DeviceLayer {
+ public:
+  void ask(const exec::DeviceSettings& settings) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+#ifdef WMBATCH_WITH_CUDA
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+    if (settings.growable_segments && !growable_) {
+      growable_ = true;
+      // Read when the allocator first allocates; a user's setting wins.
+      setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", /*overwrite=*/0);
+    }
+#endif
+    if (settings.cudnn_benchmark >= 0) {
+      if (benchmark_ < 0) {
+        benchmark_ = settings.cudnn_benchmark;
+        at::globalContext().setBenchmarkCuDNN(benchmark_ != 0);
+      } else if (benchmark_ != settings.cudnn_benchmark) {
+        log::info(kLogger, std::string("cuDNN benchmark mode stays ") +
+                               (benchmark_ ? "on" : "off") +
+                               " for this process (the first model that asked chose it)");
+      }
+    }
+    if (settings.exact_float32_convs && !exact_convs_) {
+      exact_convs_ = true;
+      at::globalContext().setAllowTF32CuDNN(false);
+    }
+    if (settings.exact_float32_matmuls && !exact_matmuls_) {
+      exact_matmuls_ = true;
+      at::globalContext().setAllowTF32CuBLAS(false);
+    }
+#else
+    (void)settings;
+#endif
+  }
+
+  exec::DeviceContext& direct_context(at::Device device) override {
+    thread_local std::map<std::string, std::unique_ptr<WorkerContext>> contexts;
+    const Device d = device.is_cuda() ? Device{Device::Kind::kCuda, int(device.index())}
+                                      : Device{Device::Kind::kCpu, 0};
+    std::unique_ptr<WorkerContext>& c = contexts[d.str()];
+    if (!c) c = std::make_unique<WorkerContext>(d, /*worker=*/false);
+    return *c;
+  }
+
+ private:
+  std::mutex mutex_;
+  bool growable_ = false;
+  int benchmark_ = -1;
+  bool exact_convs_ = false, exact_matmuls_ = false;
+};
+
+// Installed when this object is linked in or loaded (torch_entry.cpp makes sure it is).
+const bool g_installed = [] {
+  static Layer layer;
+  exec::install_device_layer(&layer);
+  return true;
+}();
+
 }  // namespace
 
 std::unique_ptr<exec::DeviceContext> make_device_context(const Device& device) {
-  return std::make_unique<WorkerContext>(device);
+  return std::make_unique<WorkerContext>(device, /*worker=*/true);
 }
 
 CudaMemory cuda_memory(int device) {

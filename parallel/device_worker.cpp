@@ -31,6 +31,17 @@ struct DeviceWorker::Impl final : public exec::DeviceContext {
     return real().input_stager(pool_bytes);
   }
   int64_t memory_budget() const override { return real().memory_budget(); }
+  int64_t device_memory_cap() const override { return real().device_memory_cap(); }
+  int64_t host_memory_available(const exec::MemoryHold* mine) const override {
+    return real().host_memory_available(mine);
+  }
+  std::unique_ptr<exec::MemoryHold> hold_host_memory(int64_t bytes) override {
+    return real().hold_host_memory(bytes);
+  }
+  at::Tensor host_empty_like(const at::Tensor& like, at::MemoryFormat format) override {
+    return real().host_empty_like(like, format);
+  }
+  c10::Stream compute_stream() override { return real().compute_stream(); }
   c10::Stream side_stream(int k) override { return real().side_stream(k); }
 
   Device dev;

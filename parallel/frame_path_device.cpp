@@ -207,14 +207,14 @@ class FramePathImpl final : public FramePath {
   // The slice's packed device frames → the packed output frames (on the current stream), the
   // model in calls that fit: a call out of memory is halved, as `tiling: auto` does.
   template <typename Mark>
-  at::Tensor compute(const at::Tensor& packed, int64_t budget, Mark&& mark) {
+  at::Tensor compute(const at::Tensor& packed, int64_t cap, Mark&& mark) {
     const int64_t frames = packed.size(0);
     const at::Tensor rgb = in_->to_rgb(packed, model_.frame_dtype());
     mark(0);
     at::Tensor out = at::empty({frames, int64_t(out_->layout().frame_bytes)},
                                at::TensorOptions().dtype(at::kByte).device(packed.device()));
     int64_t per_call = std::max<int64_t>(
-        1, model_.frames_per_call(frames, config_.input.height, config_.input.width, budget));
+        1, model_.frames_per_call(frames, config_.input.height, config_.input.width, cap));
     for (int64_t f0 = 0; f0 < frames;) {
       const int64_t n = std::min(per_call, frames - f0);
       try {
@@ -263,7 +263,7 @@ class FramePathImpl final : public FramePath {
     slice->times_.upload = seconds_since(t);
     input.reset();
     t = Clock::now();
-    const at::Tensor out = compute(packed, context.memory_budget(), [&](int step) {
+    const at::Tensor out = compute(packed, context.device_memory_cap(), [&](int step) {
       const double s = seconds_since(t);
       t = Clock::now();
       if (step == 0) slice->times_.convert += s;
@@ -311,7 +311,7 @@ class FramePathImpl final : public FramePath {
     slice->convert_start.record(compute_stream);
     bool converted = false;
     std::optional<at::cuda::CUDAEvent> model_start, back_start;
-    const at::Tensor out = compute(packed, context.memory_budget(), [&](int step) {
+    const at::Tensor out = compute(packed, context.device_memory_cap(), [&](int step) {
       if (step == 0 && !converted) {
         slice->convert_end.record(compute_stream);
         converted = true;

@@ -1,12 +1,20 @@
 // What a device worker gives the model sessions it runs: the interfaces models call for device
 // execution. They are declared here, in src/, and implemented in parallel/ (device_context.h,
 // offload.h, memory_budget.h, halo_inprocess.h): a model computes; it does not own threads,
-// streams or pinned memory. Include only from LibTorch translation units (models, parallel/).
+// streams, pinned memory, memory budgets or process-wide settings. It asks for them here:
+// - streams: the compute stream (current during a worker's call) and side streams;
+// - pinned host memory: host_empty();
+// - memory: device_memory_cap() for the device, host_memory_available() and hold_host_memory()
+//   for the host budget every session and lane of the process shares;
+// - LibTorch's process-wide allocator and math settings: DeviceLayer::ask() (model load).
+// Include only from LibTorch translation units (models, parallel/).
 //
 // Threading: a DeviceContext belongs to one worker thread; a session reaches it through
 // RunContext::device during run(), on that thread. While the worker runs a call, its device
 // is the current device and its compute stream the current stream of that thread (CUDA), so a
-// session computes on the current stream and never makes one.
+// session computes on the current stream and never makes one. A call made outside a worker (a
+// tensor job's whole-sequence pass, a test calling a session directly) takes the calling thread's
+// context from device_layer().direct_context() and makes its compute stream current itself.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -18,6 +26,7 @@
 #include <utility>
 
 #include "src/base/planar.h"
+#include "src/exec/memory_hold.h"
 
 namespace wm::exec {
 
@@ -98,9 +107,70 @@ class DeviceContext {
   // Memory budget: the bytes sessions on this device may plan to use (0: what the device has
   // free). Set per device (parallel::set_memory_budget, wmbench --max-gpu-gib).
   virtual int64_t memory_budget() const = 0;
+  // What sessions on this device may plan with, in bytes: the budget when one is set, else what
+  // the device has free plus what LibTorch's allocator holds (its cached blocks are ours to
+  // reuse), read now. 0 for the CPU (no limit). A session subtracts what is allocated.
+  virtual int64_t device_memory_cap() const = 0;
+  // The host memory budget, one for the process (parallel::host_memory: measured once, shared by
+  // every session and lane): what a session holding `mine` (or nothing) may plan with, i.e. the
+  // budget less what the other sessions hold.
+  virtual int64_t host_memory_available(const MemoryHold* mine) const = 0;
+  // A share of the host budget for what a session keeps in host memory (causal state, spools);
+  // released when dropped. Size it from host_memory_available() first.
+  virtual std::unique_ptr<MemoryHold> hold_host_memory(int64_t bytes) = 0;
+  // An uninitialised host tensor with the sizes and dtype of `like` (and its strides, for
+  // `format` Preserve) for data that copies to and from this device asynchronously: pinned for a
+  // CUDA device, plain otherwise.
+  virtual at::Tensor host_empty_like(const at::Tensor& like, at::MemoryFormat format) = 0;
+  // The stream calls on this device compute on: on a worker's thread the current one during its
+  // calls; a direct context's own, which its caller makes current (a CUDAStreamGuard) for the
+  // call. CUDA devices only.
+  virtual c10::Stream compute_stream() = 0;
   // Side streams of the worker's device for copies beside the compute stream (k = 0, 1: state
   // uploads and write-backs of host-resident causal state). CUDA devices only.
   virtual c10::Stream side_stream(int k) = 0;
 };
+
+// What a model asks of the process before it computes on a CUDA device (at load). LibTorch's
+// caching allocator and its math flags are process-wide, so the device layer, not the model,
+// sets them, each once (DeviceLayer::ask).
+struct DeviceSettings {
+  // Growable allocator segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, LibTorch >=
+  // 2.1; a user's setting wins): chunks of many sizes fragment fixed segments. Read by LibTorch
+  // when its allocator first allocates, so ask before the model's first upload.
+  bool growable_segments = false;
+  // cuDNN's algorithm search per shape (benchmark mode): 1 on, 0 off, -1 no ask.
+  int cudnn_benchmark = -1;
+  // Float32 meant exact: no TF32 in cuDNN convolutions / in cuBLAS matrix products.
+  bool exact_float32_convs = false;
+  bool exact_float32_matmuls = false;
+};
+
+// The device layer as a model reaches it outside a worker's call: at load (settings) and for
+// calls made without a worker (RunContext::device null). parallel/ installs it when its LibTorch
+// side is linked in or loaded (parallel/device_context.cpp). Thread-safe.
+class DeviceLayer {
+ public:
+  virtual ~DeviceLayer() = default;
+  // Applies `settings` to the process. Each setting is decided once: growable segments and the
+  // exact-float32 flags, once asked, stay on for the process; cuDNN's benchmark mode is the
+  // first ask's, and a later different ask is logged and not followed.
+  virtual void ask(const DeviceSettings& settings) = 0;
+  // The calling thread's context on `device` for calls made outside a device worker: its own
+  // compute stream (not made current) and side streams, the device's budgets, pinned memory.
+  // Lives as long as the thread.
+  virtual DeviceContext& direct_context(at::Device device) = 0;
+};
+
+// The installed device layer (ModelError when none is: a program without wm_parallel_torch).
+DeviceLayer& device_layer();
+// Called once by parallel/ (its LibTorch side's static initialisation).
+void install_device_layer(DeviceLayer* layer);
+
+// A session's context for a call: the worker's (RunContext::device), else the calling thread's
+// direct one on `device`.
+inline DeviceContext& context_for(DeviceContext* worker, at::Device device) {
+  return worker ? *worker : device_layer().direct_context(device);
+}
 
 }  // namespace wm::exec

@@ -19,11 +19,11 @@ class DeviceFrameModel {
   // model's output scale, its resize after the network included), unclamped. Throws what
   // LibTorch throws (c10::OutOfMemoryError when the call does not fit: the caller splits it).
   virtual at::Tensor upscale_frames(const at::Tensor& rgb) const = 0;
-  // Frames of height × width per call that fit `budget` bytes of device memory (0: what the
-  // device has free) where the job asked for automatic sizing (`tiling: auto`); `frames`
-  // otherwise.
+  // Frames of height × width per call that fit under `cap` bytes of device memory
+  // (DeviceContext::device_memory_cap: what the sessions there may plan with, before what is
+  // allocated) where the job asked for automatic sizing (`tiling: auto`); `frames` otherwise.
   virtual int64_t frames_per_call(int64_t frames, int64_t height, int64_t width,
-                                  int64_t budget) const = 0;
+                                  int64_t cap) const = 0;
 };
 
 }  // namespace wm::exec

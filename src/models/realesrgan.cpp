@@ -837,12 +837,14 @@ class RealEsrganModel : public Model, public exec::DeviceFrameModel {
       throw ModelError(std::string("realesrgan: precision ") + to_string(precision_) +
                        " runs on GPUs only (use fp32 on the CPU)");
     }
-#ifdef WMBATCH_WITH_CUDA
-    // fp32 means fp32: cuDNN's TF32 convolutions are ~1e-3 off the reference (spec).
-    if (cuda && precision_ == Precision::kFloat32) at::globalContext().setAllowTF32CuDNN(false);
-    // Tiles and the last slice bring a few new shapes; each is searched once.
-    if (cuda && tuning.benchmark) at::globalContext().setBenchmarkCuDNN(true);
-#endif
+    if (cuda) {
+      // fp32 means fp32: cuDNN's TF32 convolutions are ~1e-3 off the reference (spec). Tiles and
+      // the last slice bring a few new shapes; each is searched once.
+      exec::DeviceSettings settings;
+      settings.exact_float32_convs = precision_ == Precision::kFloat32;
+      if (tuning.benchmark) settings.cudnn_benchmark = 1;
+      exec::device_layer().ask(settings);
+    }
     network_ = guarded("realesrgan: loading weights", [&] {
       return std::make_unique<Network>(std::move(weights), to_device(device),
                                        to_scalar_type(precision_), /*channels_last=*/cuda, tuning);
@@ -870,12 +872,12 @@ class RealEsrganModel : public Model, public exec::DeviceFrameModel {
   }
 
   // frames [T, 3, H, W] float32 on the host → [T, 3, H·o, W·o] float32 on the host. With
-  // `tiling: auto`, frames per call and tiles come from `budget` bytes (0: what the device has
-  // free), and a call that runs out of device memory is retried with fewer frames, then
-  // smaller tiles (see upscale_auto).
-  at::Tensor upscale(const at::Tensor& frames, int64_t budget) const {
+  // `tiling: auto`, frames per call and tiles come from `cap` bytes (DeviceContext::
+  // device_memory_cap; 0 on the CPU: no limit), and a call that runs out of device memory is
+  // retried with fewer frames, then smaller tiles (see upscale_auto).
+  at::Tensor upscale(const at::Tensor& frames, int64_t cap) const {
     if (!auto_tiles_) return upscale_whole(frames);
-    return upscale_auto(frames, budget);
+    return upscale_auto(frames, cap);
   }
 
  private:
@@ -894,27 +896,23 @@ class RealEsrganModel : public Model, public exec::DeviceFrameModel {
     return e * (trunk + 3 * arch.features * 16) / (u * u) + out;
   }
 
-  // What a call may use on the device: the budget, else the allocator's free memory (what it
-  // holds unused plus what the device has free), less a tenth and cuDNN's workspaces. 0 when
-  // unknown (the CPU without a budget: no limit).
-  int64_t available_bytes(int64_t budget) const {
+  // What a call may use on the device: the cap (the device layer's: the budget, else what the
+  // allocator holds unused plus what the device has free) less what is allocated, a tenth and
+  // cuDNN's workspaces. 0 when unknown (the CPU: no limit).
+  int64_t available_bytes(int64_t cap) const {
 #ifdef WMBATCH_WITH_CUDA
     if (device_.kind == Device::Kind::kCuda) {
       const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index);
       const int64_t allocated = stats.allocated_bytes[0].current;
-      const int64_t reserved = stats.reserved_bytes[0].current;
-      size_t free_bytes = 0, total_bytes = 0;
-      cudaMemGetInfo(&free_bytes, &total_bytes);
-      const int64_t cap = budget > 0 ? budget : reserved + int64_t(free_bytes);
       return std::max<int64_t>(cap - allocated - cap / 10 - (int64_t(512) << 20), 1);
     }
 #endif
-    return budget;
+    return cap;
   }
 
-  at::Tensor upscale_auto(const at::Tensor& frames, int64_t budget) const {
+  at::Tensor upscale_auto(const at::Tensor& frames, int64_t cap) const {
     const int64_t t_all = frames.size(0), h = frames.size(2), w = frames.size(3);
-    const int64_t avail = available_bytes(budget);
+    const int64_t avail = available_bytes(cap);
     const int64_t per_frame = bytes_per_input_pixel() * h * w;
     int64_t per_call = t_all;
     int tile = 0;  // input pixels per tile side; 0: whole frames
@@ -1044,16 +1042,17 @@ class RealEsrganModel : public Model, public exec::DeviceFrameModel {
   // The device frame path's entry (exec::DeviceFrameModel).
   at::ScalarType frame_dtype() const override { return to_scalar_type(precision_); }
   at::Tensor upscale_frames(const at::Tensor& rgb) const override { return upscale_on_device(rgb); }
-  int64_t frames_per_call(int64_t frames, int64_t h, int64_t w, int64_t budget) const override {
-    return auto_tiles_ ? frames_that_fit(frames, h, w, budget) : frames;
+  int64_t frames_per_call(int64_t frames, int64_t h, int64_t w, int64_t cap) const override {
+    return auto_tiles_ ? frames_that_fit(frames, h, w, cap) : frames;
   }
 
   bool auto_tiles() const { return auto_tiles_; }
   int out_scale() const { return out_scale_; }
   int64_t pinned_pool_bytes() const { return pinned_pool_bytes_; }
-  // Frames per call that fit `budget` (0: what the device has free) under `tiling: auto`.
-  int64_t frames_that_fit(int64_t frames, int64_t h, int64_t w, int64_t budget) const {
-    const int64_t avail = available_bytes(budget);
+  const Device& device() const { return device_; }
+  // Frames per call that fit under `cap` (DeviceContext::device_memory_cap) under `tiling: auto`.
+  int64_t frames_that_fit(int64_t frames, int64_t h, int64_t w, int64_t cap) const {
+    const int64_t avail = available_bytes(cap);
     if (avail <= 0) return frames;
     return std::clamp<int64_t>(avail / std::max<int64_t>(bytes_per_input_pixel() * h * w, 1), 1,
                                frames);
@@ -1083,8 +1082,9 @@ Planar RealEsrganSession::run(Planar&& input, const RunContext& ctx) {
 #endif
     // [1, C, T, H, W] → frames [T, C, H, W]; the network runs every frame of the slice at once.
     const at::Tensor frames = to_tensor(std::move(input))[0].permute({1, 0, 2, 3});
-    const at::Tensor out =
-        model_.upscale(frames.contiguous(), ctx.device ? ctx.device->memory_budget() : 0);
+    const at::Tensor out = model_.upscale(
+        frames.contiguous(),
+        exec::context_for(ctx.device, to_device(model_.device())).device_memory_cap());
     return to_planar(out.permute({1, 0, 2, 3}));
   });
 }
@@ -1106,7 +1106,7 @@ Planar RealEsrganSession::run_cuda(Planar&& input, const RunContext& ctx) {
   Planar out;
   sink.allocate(out, 3, int(t_all), int(h * o), int(w * o));
   int64_t per_call =
-      model_.auto_tiles() ? model_.frames_that_fit(t_all, h, w, dc.memory_budget()) : t_all;
+      model_.auto_tiles() ? model_.frames_that_fit(t_all, h, w, dc.device_memory_cap()) : t_all;
   std::vector<std::pair<int64_t, at::Tensor>> host_frames;  // tiled on the host after OOM
   try {
     for (int64_t f0 = 0; f0 < t_all;) {
@@ -1126,9 +1126,9 @@ Planar RealEsrganSession::run_cuda(Planar&& input, const RunContext& ctx) {
           continue;
         }
         // One frame that does not fit: the host path's tiles (it retries smaller ones).
-        host_frames.emplace_back(
-            f0,
-            model_.upscale(frames.narrow(0, f0, 1).to(at::kCPU).contiguous(), dc.memory_budget()));
+        host_frames.emplace_back(f0,
+                                 model_.upscale(frames.narrow(0, f0, 1).to(at::kCPU).contiguous(),
+                                                dc.device_memory_cap()));
         f0 += 1;
       }
     }
@@ -1164,10 +1164,12 @@ RealEsrganBench bench_realesrgan(const RealEsrganArch& arch, const Device& devic
   return guarded("realesrgan bench", [&] {
     c10::InferenceMode inference;
     const bool cuda = device.kind == Device::Kind::kCuda;
-#ifdef WMBATCH_WITH_CUDA
-    if (cuda && precision == Precision::kFloat32) at::globalContext().setAllowTF32CuDNN(false);
-    if (cuda) at::globalContext().setBenchmarkCuDNN(tuning.benchmark);
-#endif
+    if (cuda) {
+      exec::DeviceSettings settings;
+      settings.exact_float32_convs = precision == Precision::kFloat32;
+      settings.cudnn_benchmark = tuning.benchmark ? 1 : 0;
+      exec::device_layer().ask(settings);
+    }
     const at::ScalarType dtype = to_scalar_type(precision);
     const Network net(random_realesrgan_weights(arch, 1234), to_device(device), dtype, cuda,
                       tuning);
@@ -1192,7 +1194,8 @@ RealEsrganBench bench_realesrgan(const RealEsrganArch& arch, const Device& devic
     at::Tensor graph_out;
     if (cuda && tuning.graph) {
       graph = std::make_unique<at::cuda::CUDAGraph>();
-      at::cuda::CUDAStream side = at::cuda::getStreamFromPool(false, device.index);
+      const at::cuda::CUDAStream side(
+          exec::device_layer().direct_context(to_device(device)).side_stream(0));
       {
         at::cuda::CUDAStreamGuard guard(side);
         graph->capture_begin();

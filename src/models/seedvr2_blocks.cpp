@@ -574,16 +574,18 @@ at::Tensor packed_frames(const at::Tensor& t, int64_t t0, int64_t n) {
 int64_t head_frames(const Conv& c) { return c.causal ? c.kt - 1 : 0; }
 
 #ifdef WMBATCH_WITH_CUDA
-// The streams of host-state copies: the compute stream (current) and the worker's side streams
-// 0 (uploads) and 1 (write-backs), or streams from LibTorch's pool without a worker.
+// The streams of host-state copies and their pinned memory: the compute stream (current) and
+// the side streams 0 (uploads) and 1 (write-backs) of the worker's context, or of the calling
+// thread's direct context without a worker.
 struct CopyStreams {
-  c10::cuda::CUDAStream compute, up, down;
-  explicit CopyStreams(exec::DeviceContext* context)
+  c10::cuda::CUDAStream compute;
+  exec::DeviceContext& context;
+  c10::cuda::CUDAStream up, down;
+  explicit CopyStreams(exec::DeviceContext* worker)
       : compute(c10::cuda::getCurrentCUDAStream()),
-        up(context ? c10::cuda::CUDAStream(context->side_stream(0))
-                   : c10::cuda::getStreamFromPool(false, compute.device_index())),
-        down(context ? c10::cuda::CUDAStream(context->side_stream(1))
-                     : c10::cuda::getStreamFromPool(false, compute.device_index())) {}
+        context(exec::context_for(worker, at::Device(at::kCUDA, compute.device_index()))),
+        up(context.side_stream(0)),
+        down(context.side_stream(1)) {}
 };
 #endif
 
@@ -651,7 +653,7 @@ void Network::write_back(int index, const at::Tensor& frames, StreamState& s) co
     at::Tensor host;
     {
       const c10::cuda::CUDAStreamGuard guard(streams.down);
-      host = at::empty_like(frames, frames.options().device(at::kCPU).pinned_memory(true));
+      host = streams.context.host_empty_like(frames, at::MemoryFormat::Preserve);
       host.copy_(frames, /*non_blocking=*/true);
       copy->done.record(streams.down);
     }
@@ -980,8 +982,7 @@ void Network::forward_phased(const at::Tensor& input, StreamState& s, bool first
       {
         const c10::cuda::CUDAStreamGuard guard(streams.down);
         try {
-          part.host = at::empty(
-              y.sizes(), y.options().device(at::kCPU).pinned_memory(true).memory_format(format_));
+          part.host = streams.context.host_empty_like(y, format_);
         } catch (const c10::Error& e) {
           // Not a crash without a reason: the host's pinned memory ran out (the session bounds
           // what the phases hold by Tuning::host_mib; other processes may have taken the rest).

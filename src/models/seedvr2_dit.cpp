@@ -153,9 +153,11 @@ DitNetwork::DitNetwork(const DitArchitecture& arch, const DitParams& params,
     : arch_(arch), options_(options), impl_(std::make_unique<Impl>()) {
   arch_.validate();
 #ifdef WMBATCH_WITH_CUDA
-  // float32 means float32: no TF32 matrix products (process-wide, as the VAEs set it).
+  // float32 means float32: no TF32 matrix products (process-wide: asked of the device layer).
   if (options_.device.is_cuda() && options_.dtype == at::kFloat) {
-    at::globalContext().setAllowTF32CuBLAS(false);
+    exec::DeviceSettings settings;
+    settings.exact_float32_matmuls = true;
+    exec::device_layer().ask(settings);
   }
 #endif
   Impl& m = *impl_;
@@ -211,7 +213,12 @@ DitNetwork::DitNetwork(const DitArchitecture& arch, const DitParams& params,
     const DitOptions& where = on_device ? o : host_options;
     auto place = [&](const at::Tensor& t, bool is_matrix) {
       at::Tensor s = to_storage(t, where, is_matrix);
-      if (!on_device && o.device.is_cuda()) s = s.pin_memory();
+      if (!on_device && o.device.is_cuda()) {
+        // Streamed blocks wait in pinned host memory (the device layer's).
+        at::Tensor pinned = exec::device_layer().direct_context(o.device).host_empty_like(
+            s, at::MemoryFormat::Preserve);
+        s = pinned.copy_(s);
+      }
       return s;
     };
     Block b;
@@ -850,8 +857,7 @@ at::Tensor DitNetwork::forward(const at::Tensor& vid_in, const at::Tensor& txt_i
   const int slots = std::max(1, o.prefetch) + 1;
   if (streaming) {
     const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(o.device.index());
-    copy = context ? c10::cuda::CUDAStream(context->side_stream(0))
-                   : c10::cuda::getStreamFromPool(false, o.device.index());
+    copy = c10::cuda::CUDAStream(exec::context_for(context, o.device).side_stream(0));
     if (int(m.ring.size()) != slots) {
       m.ring.assign(size_t(slots), Block{});
       m.ring_ready.clear();

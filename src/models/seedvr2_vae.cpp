@@ -12,7 +12,6 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -20,8 +19,6 @@
 #include <set>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #ifdef WMBATCH_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -71,19 +68,6 @@ void inject_oom_for_test() {
     TORCH_CHECK_WITH(OutOfMemoryError, false,
                      "seedvr2-vae: injected out of memory (test fault) at output chunk ", chunk);
   }
-}
-
-// The host's available memory in bytes (MemAvailable: free plus what the kernel can reclaim),
-// else its free pages.
-int64_t available_host_memory() {
-  std::ifstream in("/proc/meminfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("MemAvailable:", 0) == 0) {
-      const long long kib = std::atoll(line.c_str() + 13);
-      if (kib > 0) return int64_t(kib) << 10;
-    }
-  }
-  return int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -201,12 +185,12 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
         c10::InferenceMode inference;
 #ifdef WMBATCH_WITH_CUDA
         if (device_.is_cuda()) {
-          // A device worker (ctx.device) made its compute stream current; a direct call gets
-          // one of the session's own.
+          // A device worker (ctx.device) made its compute stream current; a direct call computes
+          // on its thread's direct context's.
           std::optional<c10::cuda::CUDAStreamGuard> stream_guard;
           if (!ctx.device) {
-            if (!stream_) stream_ = c10::cuda::getStreamFromPool(false, device_.index());
-            stream_guard.emplace(*stream_);
+            stream_guard.emplace(c10::cuda::CUDAStream(
+                exec::device_layer().direct_context(device_).compute_stream()));
           }
           const c10::cuda::CUDAGuard device_guard(device_.index());
           const at::Tensor x = upload(std::move(input), ctx);
@@ -257,8 +241,8 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
         if (device_.is_cuda()) {
           std::optional<c10::cuda::CUDAStreamGuard> stream_guard;
           if (!ctx.device) {
-            if (!stream_) stream_ = c10::cuda::getStreamFromPool(false, device_.index());
-            stream_guard.emplace(*stream_);
+            stream_guard.emplace(c10::cuda::CUDAStream(
+                exec::device_layer().direct_context(device_).compute_stream()));
           }
           const c10::cuda::CUDAGuard device_guard(device_.index());
           const at::Tensor in = fresh_copy(x);
@@ -423,28 +407,24 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
     return parts.size() == 1 ? parts[0] : at::cat(parts, 2);
   }
 
-  // Host memory the phases may hold: Tuning::host_mib, else what the host had available when the
-  // session first decoded in phases (before its own spools; what the pipeline held then is
-  // already out of it) less a reserve for the pipeline's frames and the encoder: an eighth of it,
-  // at least 8 GiB. (Half of it, tried first, cut the 12 GiB one-slice 1080p decode on a 128 GiB
-  // host into sub-ranges of 15 + 6 latent frames: 7.06 fps instead of 8.26.)
-  int64_t host_budget() {
+  // Host memory the phases may hold: Tuning::host_mib, else the process's host budget less what
+  // other sessions hold of it (exec::DeviceContext::host_memory_available; the device layer
+  // measures the budget once: what the host had available less an eighth, at least 8 GiB. Half
+  // of it, tried first, cut the 12 GiB one-slice 1080p decode on a 128 GiB host into sub-ranges
+  // of 15 + 6 latent frames: 7.06 fps instead of 8.26).
+  int64_t host_budget(const RunContext& ctx) {
     const int64_t bytes = net_->tuning().host_bytes;
     if (bytes > 0) return bytes;
-    if (host_budget_ == 0) {
-      const int64_t avail = available_host_memory();
-      host_budget_ = std::max<int64_t>(avail - std::max<int64_t>(avail / 8, int64_t(8) << 30), 1);
-    }
-    return host_budget_;
+    return exec::context_for(ctx.device, device_).host_memory_available(host_hold_.get());
   }
 
   // Latent frames per sub-range of a slice of `frames` decoded in phases `starts`: as many as
   // keep what the phases hold in host memory — the parked state (all of it, as between slices)
   // and two neighbouring phases' spools (one filling while the one before drains) — within
-  // host_budget(). ModelError (exit 1, like running out of device memory) when not even one
-  // latent frame fits.
+  // host_budget(), and holds that much of the process's budget (none under Tuning::host_mib).
+  // ModelError (exit 1, like running out of device memory) when not even one latent frame fits.
   int64_t phase_range(int64_t frames, int64_t h, int64_t w, int64_t elt,
-                      const std::vector<size_t>& starts) {
+                      const std::vector<size_t>& starts, const RunContext& ctx) {
     int64_t state = 0, per = 0;
     for (int k = 0; k < net_->state_slots(); ++k) state += net_->slot_bytes(k, h, w, elt);
     std::vector<int64_t> spool;
@@ -455,7 +435,7 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
       per = std::max(per, spool[q] + (q + 1 < spool.size() ? spool[q + 1] : 0));
     }
     if (per == 0) return frames;
-    const int64_t budget = host_budget();
+    const int64_t budget = host_budget(ctx);
     if (budget - state < per) {
       throw ModelError(
           traits_.name + ": decoding " + std::to_string(h) + "x" + std::to_string(w) +
@@ -467,7 +447,15 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
               "8 GiB)",
           kExitFailure);
     }
-    return std::min(frames, (budget - state) / per);
+    const int64_t n = std::min(frames, (budget - state) / per);
+    if (net_->tuning().host_bytes <= 0) {
+      if (host_hold_) {
+        host_hold_->resize(state + n * per);
+      } else {
+        host_hold_ = exec::context_for(ctx.device, device_).hold_host_memory(state + n * per);
+      }
+    }
+    return n;
   }
 
   // Network::forward_phased over the slice, in sub-ranges of its latent frames when the whole
@@ -479,12 +467,12 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
                              const std::vector<size_t>& starts, const std::vector<int64_t>& works,
                              const std::function<void(const at::Tensor&)>& emit) {
     const int64_t T = x.size(2);
-    const int64_t n = phase_range(T, x.size(3), x.size(4), int64_t(x.element_size()), starts);
+    const int64_t n = phase_range(T, x.size(3), x.size(4), int64_t(x.element_size()), starts, ctx);
     if (n < T && !ranges_logged_) {
       ranges_logged_ = true;
       log::info(kLogger, traits_.name + ": slices of " + std::to_string(T) +
                              " latent frames in sub-ranges of " + std::to_string(n) +
-                             " (host memory budget " + std::to_string(host_budget() >> 20) +
+                             " (host memory budget " + std::to_string(host_budget(ctx) >> 20) +
                              " MiB, tuning host_mib)");
     }
     for (int64_t a = 0; a < T; a += n) {
@@ -542,11 +530,7 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
     constexpr int64_t kMostWork = int64_t(4) << 30, kLeastWork = int64_t(256) << 20;
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index());
     const int64_t allocated = stats.allocated_bytes[0].current;
-    const int64_t reserved = stats.reserved_bytes[0].current;
-    size_t free_bytes = 0, total_bytes = 0;
-    cudaMemGetInfo(&free_bytes, &total_bytes);
-    const int64_t budget = ctx.device ? ctx.device->memory_budget() : 0;
-    const int64_t cap = (budget > 0 ? budget : reserved + int64_t(free_bytes)) / share;
+    const int64_t cap = exec::context_for(ctx.device, device_).device_memory_cap() / share;
     const int64_t used = (allocated - resident) / share;
     const int64_t avail = cap - used - cap / 10 - (int64_t(768) << 20);
     const int64_t copies = snapshot && !ctx.first_slice ? 2 : 1;
@@ -816,12 +800,9 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
   at::Device device_;
   at::ScalarType dtype_;
   bool logvar_;
-  std::map<int, StreamState> tiles_;  // by RunContext::tile_index
-  int64_t host_budget_ = 0;           // host_budget(), once measured
+  std::map<int, StreamState> tiles_;             // by RunContext::tile_index
+  std::unique_ptr<exec::MemoryHold> host_hold_;  // its share of the host budget (phase_range)
   bool ranges_logged_ = false;
-#ifdef WMBATCH_WITH_CUDA
-  std::optional<c10::cuda::CUDAStream> stream_;
-#endif
 };
 
 class SeedVR2Model final : public Model {
@@ -894,20 +875,15 @@ class SeedVR2Model final : public Model {
         c10::InferenceMode inference;
         const at::Device dev = to_device(device);
         if (device.kind == Device::Kind::kCuda) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
-          // Chunks of several sizes fragment the caching allocator's fixed segments; growable
-          // ones do not (as for wan2.1-vae). Read at the allocator's first allocation; a user's
-          // setting wins.
-          setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", /*overwrite=*/0);
-#endif
-          // Shapes repeat chunk after chunk: let cuDNN time its algorithms once per shape
-          // (process-wide, as for wan2.1-vae).
-          at::globalContext().setBenchmarkCuDNN(tuning_.cudnn_benchmark);
-          if (dtype == at::kFloat) {
-            // Float32 runs are meant to be exact: no TF32 (process-wide, as for wan2.1-vae).
-            at::globalContext().setAllowTF32CuDNN(false);
-            at::globalContext().setAllowTF32CuBLAS(false);
-          }
+          // Asked before the weights' upload (as for wan2.1-vae): chunks of several sizes
+          // fragment the allocator's fixed segments, growable ones do not; shapes repeat chunk
+          // after chunk, so cuDNN times its algorithms once per shape; float32 runs are meant to
+          // be exact (no TF32).
+          exec::DeviceSettings settings;
+          settings.growable_segments = true;
+          settings.cudnn_benchmark = tuning_.cudnn_benchmark ? 1 : 0;
+          settings.exact_float32_convs = settings.exact_float32_matmuls = dtype == at::kFloat;
+          exec::device_layer().ask(settings);
         }
         // channels_last_3d is what cuDNN's fast 3-D convs want; on the CPU (oneDNN) the default
         // layout (as measured for wan2.1-vae).

@@ -1423,28 +1423,23 @@ at::Tensor slot_view(const at::Tensor& flat, at::IntArrayRef sizes, at::MemoryFo
 // Moves tiles' tail state between host tensors and the arena's buffer sets.
 class ArenaMover {
  public:
-  // `context`: the device worker, whose side streams carry the copies (none: streams from
-  // LibTorch's pool).
+  // `context`: the device worker, whose side streams carry the copies and whose pinned memory
+  // holds the state (none: the calling thread's direct context).
   ArenaMover(TailArena& arena, bool cuda, exec::DeviceContext* context)
       : arena_(arena), cuda_(cuda) {
+    (void)context;
 #ifdef WMBATCH_WITH_CUDA
     if (cuda_) {
       const auto current = c10::cuda::getCurrentCUDAStream();
+      context_ = &exec::context_for(context, at::Device(at::kCUDA, current.device_index()));
       if (!arena_.compute || *arena_.compute != current) {
         // A new compute stream (first use): the worker's side streams for the copies.
         arena_.compute = current;
-        if (context) {
-          arena_.up = c10::cuda::CUDAStream(context->side_stream(0));
-          arena_.down = c10::cuda::CUDAStream(context->side_stream(1));
-        } else {
-          arena_.up =
-              c10::cuda::getStreamFromPool(/*isHighPriority=*/false, current.device_index());
-          arena_.down = c10::cuda::getStreamFromPool(false, current.device_index());
-        }
+        arena_.up = c10::cuda::CUDAStream(context_->side_stream(0));
+        arena_.down = c10::cuda::CUDAStream(context_->side_stream(1));
       }
     }
 #else
-    (void)context;
     cuda_ = false;
 #endif
   }
@@ -1500,7 +1495,7 @@ class ArenaMover {
       computed.block(*arena_.down);
       c10::cuda::CUDAStreamGuard guard(*arena_.down);
       for (size_t j = 0; j < views.size(); ++j) {
-        host[j] = at::empty_like(views[j], views[j].options().device(at::kCPU).pinned_memory(true));
+        host[j] = context_->host_empty_like(views[j], at::MemoryFormat::Preserve);
         host[j].copy_(views[j], /*non_blocking=*/true);
       }
       arena_.released[size_t(set)].record(*arena_.down);
@@ -1516,6 +1511,7 @@ class ArenaMover {
  private:
   TailArena& arena_;
   bool cuda_;
+  exec::DeviceContext* context_ = nullptr;  // CUDA: the worker's or the thread's direct one
 };
 
 }  // namespace

@@ -391,21 +391,17 @@ class Wan21Model final : public Model {
         c10::InferenceMode inference;
         const at::Device dev = to_device(device);
         if (device.kind == Device::Kind::kCuda) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
-          // Tiles and chunks of several sizes fragment the caching allocator's fixed segments
-          // (~1 GiB reserved but unusable at a 12 GiB cap); growable segments measured 6 % faster
-          // at 1080p in 12 GiB (fewer out-of-memory retries). Read when the allocator first
-          // allocates, which is below unless something else used CUDA first; a user's setting wins.
-          setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", /*overwrite=*/0);
-#endif
-          // Shapes repeat slice after slice: let cuDNN time its algorithms once per shape. Float32
-          // runs are meant to be exact: no TF32 (LibTorch enables it for cuDNN convs by default,
-          // ~3.5e-3 error here). Both are process-wide settings.
-          at::globalContext().setBenchmarkCuDNN(tuning_.cudnn_benchmark);
-          if (dtype == at::kFloat) {
-            at::globalContext().setAllowTF32CuDNN(false);
-            at::globalContext().setAllowTF32CuBLAS(false);
-          }
+          // Asked of the device layer before the weights' upload below. Tiles and chunks of
+          // several sizes fragment the caching allocator's fixed segments (~1 GiB reserved but
+          // unusable at a 12 GiB cap); growable segments measured 6 % faster at 1080p in 12 GiB
+          // (fewer out-of-memory retries). Shapes repeat slice after slice: cuDNN times its
+          // algorithms once per shape. Float32 runs are meant to be exact: no TF32 (LibTorch
+          // enables it for cuDNN convs by default, ~3.5e-3 error here).
+          exec::DeviceSettings settings;
+          settings.growable_segments = true;
+          settings.cudnn_benchmark = tuning_.cudnn_benchmark ? 1 : 0;
+          settings.exact_float32_convs = settings.exact_float32_matmuls = dtype == at::kFloat;
+          exec::device_layer().ask(settings);
         }
         // channels_last_3d is what cuDNN's fast 3-D convs want; on CPU (oneDNN) the default
         // layout measured as fast or faster.
@@ -701,11 +697,7 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, const RunContext& ctx) {
   auto tail_avail = [&] {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
     const int64_t allocated = stats.allocated_bytes[0].current;
-    const int64_t reserved = stats.reserved_bytes[0].current;
-    size_t free_bytes = 0, total_bytes = 0;
-    cudaMemGetInfo(&free_bytes, &total_bytes);
-    const int64_t limit = context_->memory_budget();
-    const int64_t cap = limit > 0 ? limit : reserved + int64_t(free_bytes);
+    const int64_t cap = context_->device_memory_cap();
     const int64_t share = std::max(1, ctx.device_ranks);
     return std::max<int64_t>((cap - allocated - cap / 10) / share - (int64_t(768) << 20), 1);
   };

@@ -9,11 +9,14 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "parallel/memory_budget.h"
 #include "src/base/error.h"
 #include "src/models/seedvr2_blocks.h"
 #include "src/models/seedvr2_layout.h"
@@ -118,8 +121,10 @@ Planar frames_of(const Planar& p, int t0, int n) {
   return out;
 }
 
-// `input` through a fresh session of `model` in slices of `sizes` frames.
-at::Tensor run_session(const wm::Model& model, const Planar& input, const std::vector<int>& sizes) {
+// `input` through a fresh session of `model` in slices of `sizes` frames; `after` (if any) is
+// called after each slice, while the session stands.
+at::Tensor run_session(const wm::Model& model, const Planar& input, const std::vector<int>& sizes,
+                       const std::function<void()>& after = {}) {
   auto session = model.open_session(wm::Device{});
   std::vector<at::Tensor> outs;
   int t0 = 0;
@@ -130,6 +135,7 @@ at::Tensor run_session(const wm::Model& model, const Planar& input, const std::v
     ctx.last_slice = i + 1 == sizes.size();
     outs.push_back(to_tensor(session->run(frames_of(input, t0, sizes[i]), ctx)));
     t0 += sizes[i];
+    if (after) after();
   }
   return at::cat(outs, 2);
 }
@@ -241,18 +247,28 @@ TEST(SeedVR2Phases, ForcedOnACpuSessionEqualsTheDefault) {
   }
 }
 
-// A host memory budget (tuning host_kib) too small for a slice's spools: the phases run over
-// sub-ranges of its latent frames, bit for bit the whole slice's result; a budget below the
-// parked state and one latent frame's spools is one clear error (exit 1), not a crash.
-TEST(SeedVR2Phases, HostBudgetSubRangesEqualTheWholeSlice) {
-  const Planar z = to_planar(golden("decode_t5", "latent"));
+namespace {
+
+// What the tiny decoder's two phases hold in host memory for latents `z`: the parked state, and
+// the spool per latent frame (0 when the network has no two phases).
+std::pair<int64_t, int64_t> two_phase_host_bytes(const Planar& z) {
   const auto net = tiny_network(true, at::MemoryFormat::Contiguous);
   const int64_t h = z.height, w = z.width, elt = 4;
   int64_t state = 0;
   for (int k = 0; k < net->state_slots(); ++k) state += net->slot_bytes(k, h, w, elt);
   const std::vector<size_t> starts = net->phase_starts(2);
-  ASSERT_EQ(starts.size(), 2u);
-  const int64_t per = net->stage_input_bytes(starts[1], h, w, elt);
+  if (starts.size() != 2) return {state, 0};
+  return {state, net->stage_input_bytes(starts[1], h, w, elt)};
+}
+
+}  // namespace
+
+// A host memory budget (tuning host_kib) too small for a slice's spools: the phases run over
+// sub-ranges of its latent frames, bit for bit the whole slice's result; a budget below the
+// parked state and one latent frame's spools is one clear error (exit 1), not a crash.
+TEST(SeedVR2Phases, HostBudgetSubRangesEqualTheWholeSlice) {
+  const Planar z = to_planar(golden("decode_t5", "latent"));
+  const auto [state, per] = two_phase_host_bytes(z);
   ASSERT_GT(per, 0);
   auto whole = wm::models::make_seedvr2_vae(tiny_config("decode", "phased=1"), wm::Device{});
   const at::Tensor want = run_session(*whole, z, {3, 2});
@@ -277,6 +293,49 @@ TEST(SeedVR2Phases, HostBudgetSubRangesEqualTheWholeSlice) {
     EXPECT_NE(std::string(e.what()).find("host memory"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("host_mib"), std::string::npos) << e.what();
   }
+}
+
+// Without tuning host_mib the phases plan with the process's one host budget (the device
+// layer's, parallel::host_memory) less what other sessions hold of it: room for n latent
+// frames' spools gives sub-ranges of n, exactly the whole slice's result; a session holding the
+// budget leaves the next one too little (the same clear error); while it runs a session holds
+// its share (the parked state and its spools), and gives it back when it ends.
+TEST(SeedVR2Phases, SessionsShareTheProcessHostBudget) {
+  const Planar z = to_planar(golden("decode_t5", "latent"));
+  const auto [state, per] = two_phase_host_bytes(z);
+  ASSERT_GT(per, 0);
+  auto whole = wm::models::make_seedvr2_vae(tiny_config("decode", "phased=1"), wm::Device{});
+  wm::parallel::MemoryPool& host = wm::parallel::host_memory();
+  host.set_capacity(int64_t(1) << 40);
+  const at::Tensor want = run_session(*whole, z, {3, 2});
+  EXPECT_EQ(host.held(), 0);  // the session ended: its share is back
+
+  // Room for the state and 1 latent frame's spool, while another session holds 64 MiB.
+  const int64_t other = int64_t(64) << 20;
+  host.set_capacity(other + state + per + per / 2);
+  auto held = host.hold(other);
+  int slices = 0;
+  const int64_t share = state + per;  // the session's: the state and one frame's spools
+  const at::Tensor got = run_session(*whole, z, {3, 2}, [&] {
+    ++slices;
+    EXPECT_EQ(host.held(), other + share);
+  });
+  EXPECT_EQ(slices, 2);
+  EXPECT_EQ(max_diff(got, want), 0.0);
+  EXPECT_EQ(host.held(), other);  // the session ended
+
+  // Another session holds more: less than the state and one latent frame's spools are left.
+  held->resize(other + per);
+  try {
+    run_session(*whole, z, {3, 2});
+    ADD_FAILURE() << "no error with " << ((other + per) >> 10) << " KiB held by another session";
+  } catch (const wm::ModelError& e) {
+    EXPECT_EQ(e.exit_code(), wm::kExitFailure);
+    EXPECT_NE(std::string(e.what()).find("host memory"), std::string::npos) << e.what();
+  }
+  held.reset();
+  EXPECT_EQ(max_diff(run_session(*whole, z, {3, 2}), want), 0.0);
+  host.set_capacity(0);
 }
 
 // The reference path (the CPU session's contiguous network) through a session forced to keep
