@@ -20,7 +20,6 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <cuda_runtime_api.h>
 #endif
 
 #include "src/base/error.h"
@@ -378,13 +377,9 @@ class Seedvr2Model final : public Model, public TensorModel {
   // less time than its compute at these token counts, so streaming them all costs little.
   int64_t resident_budget(exec::DeviceContext* context, int64_t tokens) const {
     const c10::cuda::CUDAGuard guard(tdevice_.index());
-    size_t free_bytes = 0, total_bytes = 0;
-    cudaMemGetInfo(&free_bytes, &total_bytes);
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(tdevice_.index());
     const int64_t allocated = stats.allocated_bytes[0].current;
-    const int64_t reserved = stats.reserved_bytes[0].current;
-    const int64_t budget = context ? context->memory_budget() : 0;
-    const int64_t cap = budget > 0 ? budget : reserved + int64_t(free_bytes);
+    const int64_t cap = exec::context_for(context, tdevice_).device_memory_cap();
     const int64_t elt = int64_t(c10::elementSize(dtype_));
     // Per token: the float32 streams and norms, q/k/v in both dtypes, the MLP's hidden units.
     const int64_t per_token =
