@@ -15,7 +15,7 @@ add_library(wm_sanitize_core STATIC
   ${PROJECT_SOURCE_DIR}/src/job_spec.cpp ${PROJECT_SOURCE_DIR}/src/yaml_load.cpp
   ${PROJECT_SOURCE_DIR}/src/geometry.cpp ${PROJECT_SOURCE_DIR}/src/models/registry.cpp
   ${PROJECT_SOURCE_DIR}/src/models/catalog.cpp ${PROJECT_SOURCE_DIR}/src/media_names.cpp
-  ${PROJECT_SOURCE_DIR}/src/job_command.cpp ${PROJECT_SOURCE_DIR}/src/models/seedvr2_options.cpp
+  ${PROJECT_SOURCE_DIR}/src/job_command.cpp ${PROJECT_SOURCE_DIR}/src/models/seedvr2/seedvr2_options.cpp
   ${PROJECT_SOURCE_DIR}/tests/fuzz/model_stubs.cpp
   ${PROJECT_SOURCE_DIR}/scheduler/journal.cpp ${PROJECT_SOURCE_DIR}/scheduler/sqlite.cpp
   ${PROJECT_SOURCE_DIR}/scheduler/fingerprint.cpp ${PROJECT_SOURCE_DIR}/watch/watch_spec.cpp

@@ -13,7 +13,7 @@
 #endif
 
 #include "parallel/memory_budget.h"
-#include "parallel/offload.h"
+#include "parallel/torch/offload.h"
 #include "src/base/error.h"
 
 namespace wm::parallel {

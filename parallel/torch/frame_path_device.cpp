@@ -28,8 +28,8 @@
 #include "src/base/log_text.h"
 #include "src/exec/device_context.h"
 #include "src/exec/device_frames.h"
-#include "src/models/tensor.h"
-#include "src/models/yuv_colour.h"
+#include "src/models/torch/tensor.h"
+#include "src/models/torch/yuv_colour.h"
 
 namespace wm::parallel {
 namespace {

@@ -1,4 +1,4 @@
-#include "parallel/offload.h"
+#include "parallel/torch/offload.h"
 
 #include <algorithm>
 #include <condition_variable>

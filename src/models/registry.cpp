@@ -6,13 +6,13 @@
 
 #include "src/base/error.h"
 #include "src/models/aoti.h"
-#include "src/models/realesrgan.h"
-#include "src/models/resample.h"
-#include "src/models/seedvr2_upscale.h"
-#include "src/models/seedvr2_vae.h"
+#include "src/models/realesrgan/realesrgan.h"
+#include "src/models/resample/resample.h"
+#include "src/models/seedvr2/seedvr2_upscale.h"
+#include "src/models/seedvr2/seedvr2_vae.h"
 #include "src/models/torch_side.h"
 #include "src/models/torchscript.h"
-#include "src/models/wan21_vae.h"
+#include "src/models/wan21/wan21_vae.h"
 
 // LibTorch's version comes from CMake for wm_core (whose compile has no LibTorch include folder:
 // src/CMakeLists.txt); builds that compile this file on its own (the fuzz and sanitizer harnesses)

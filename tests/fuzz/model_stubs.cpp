@@ -8,7 +8,7 @@
 
 #include "src/base/error.h"
 #include "src/model.h"
-#include "src/models/resample.h"
+#include "src/models/resample/resample.h"
 #include "src/models/torch_side.h"
 
 namespace wm::models {

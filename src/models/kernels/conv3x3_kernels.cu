@@ -1,4 +1,4 @@
-// Our own 3×3 convolution (contract in src/models/conv3x3_launch.h): an implicit GEMM on tensor
+// Our own 3×3 convolution (contract in src/models/kernels/conv3x3_launch.h): an implicit GEMM on tensor
 // cores (mma.sync m16n8k16, fp32 accumulators) with the Real-ESRGAN epilogues fused.
 //
 // Persistent blocks of 8 warps, one per SM: a block keeps its slice of the weights (all nine
@@ -23,8 +23,8 @@
 
 #include <atomic>
 
-#include "src/models/conv3x3_launch.h"
-#include "src/models/cuda_convert.cuh"
+#include "src/models/kernels/conv3x3_launch.h"
+#include "src/models/kernels/cuda_convert.cuh"
 
 namespace wm::models::cuda {
 namespace {

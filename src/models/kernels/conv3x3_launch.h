@@ -1,4 +1,4 @@
-// Raw CUDA launcher of our own 3×3 convolution (src/models/conv3x3_kernels.cu): stride 1,
+// Raw CUDA launcher of our own 3×3 convolution (src/models/kernels/conv3x3_kernels.cu): stride 1,
 // padding 1, pixel-major (channels_last) fp16/bf16 activations, fp32 accumulation on tensor
 // cores, with the Real-ESRGAN epilogues fused (bias, PReLU / leaky ReLU, the RRDB residual sums,
 // several destinations at channel offsets). Plain pointers and sizes only, no LibTorch types, so
@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "src/models/realesrgan_launch.h"
+#include "src/models/kernels/realesrgan_launch.h"
 
 namespace wm::models::cuda {
 

@@ -1,6 +1,6 @@
-// Raw CUDA launchers for the Wan2.1 VAE's memory-bound stages (src/models/cuda_kernels.cu).
+// Raw CUDA launchers for the Wan2.1 VAE's memory-bound stages (src/models/kernels/cuda_kernels.cu).
 // Plain pointers and sizes only — no LibTorch types — so the .cu file builds with nvcc alone.
-// The torch-level wrappers with their checks are in src/models/cuda_kernels.h.
+// The torch-level wrappers with their checks are in src/models/kernels/torch/cuda_kernels.h.
 //
 // Layout: every tensor is "pixel-major" with channels innermost: element (frame t, row h, column w,
 // channel c) at base + t·st + h·sh + w·sw + c, i.e. a channels_last_3d [1, C, T, H, W] tensor or

@@ -1,6 +1,6 @@
 // cuDNN graph-API (backend) form of the Real-ESRGAN 3×3 convolution with its epilogue:
 // cudnn_fused_conv.h says what it computes and why.
-#include "src/models/cudnn_fused_conv.h"
+#include "src/models/kernels/cudnn_fused_conv.h"
 
 #include <cudnn.h>
 

@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "src/models/conv3x3_launch.h"
+#include "src/models/kernels/conv3x3_launch.h"
 
 typedef struct cudnnContext* cudnnHandle_t;
 

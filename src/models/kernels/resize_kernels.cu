@@ -1,7 +1,7 @@
 // The separable Lanczos resize's axis pass on CUDA (resize_launch.h). Memory-bound: every output
 // reads `taps` inputs of its row (the last axis: neighbouring threads read neighbouring inputs)
 // or of its column (an outer axis: neighbouring threads read neighbouring columns, coalesced).
-#include "src/models/resize_launch.h"
+#include "src/models/kernels/resize_launch.h"
 
 namespace wm::models::cuda {
 namespace {

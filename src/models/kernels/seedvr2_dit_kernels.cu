@@ -2,7 +2,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "src/models/seedvr2_dit_launch.h"
+#include "src/models/kernels/seedvr2_dit_launch.h"
 
 namespace wm::models::seedvr2::cuda {
 namespace {

@@ -1,13 +1,13 @@
 // SeedVR2 VAE GroupNorm(+SiLU) per frame on channels-last activations (contract in
-// src/models/seedvr2_launch.h): three passes over x (sum; sum of squared deviations; normalise,
+// src/models/kernels/seedvr2_launch.h): three passes over x (sum; sum of squared deviations; normalise,
 // affine, SiLU and write), 16-byte accesses, float32 arithmetic, per-group sums in double.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 
-#include "src/models/cuda_convert.cuh"
-#include "src/models/seedvr2_launch.h"
+#include "src/models/kernels/cuda_convert.cuh"
+#include "src/models/kernels/seedvr2_launch.h"
 
 namespace wm::models::seedvr2::cuda {
 namespace {

@@ -1,6 +1,6 @@
-// Raw CUDA launcher for the SeedVR2 VAE's GroupNorm(+SiLU) (src/models/seedvr2_kernels.cu).
+// Raw CUDA launcher for the SeedVR2 VAE's GroupNorm(+SiLU) (src/models/kernels/seedvr2_kernels.cu).
 // Plain pointers and sizes only — no LibTorch types — so the .cu file builds with nvcc alone.
-// The torch-level wrapper with its checks is src/models/seedvr2_kernels.h.
+// The torch-level wrapper with its checks is src/models/kernels/torch/seedvr2_kernels.h.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -37,7 +37,7 @@ struct RealEsrganOptions : ModelOptions {
 //                activation + residuals, SRVGG pixel shuffle + upsampled add); fp16/bf16 only
 //   benchmark=1  cuDNN benchmark mode (an algorithm search per new shape; process-wide)
 //   graph=0      (wmbench only) replay the timed forward pass as a CUDA graph
-//   conv=own     our own 3×3 convolution kernel (src/models/conv3x3_kernels.cu: bias,
+//   conv=own     our own 3×3 convolution kernel (src/models/kernels/conv3x3_kernels.cu: bias,
 //                activation and residuals in its epilogue) on the fused path where it measured
 //                faster than cuDNN + the separate passes: SRVGG's body convolutions and RRDB's
 //                dense-block convolutions 1–4; RRDB's conv5 (F + 4G → F) stays on cuDNN + one

@@ -1,4 +1,4 @@
-#include "src/models/resample.h"
+#include "src/models/resample/resample.h"
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>

@@ -1,4 +1,4 @@
-#include "src/models/resample_yuv.h"
+#include "src/models/resample/resample_yuv.h"
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>

@@ -8,7 +8,7 @@
 
 #include <cstddef>
 
-#include "src/models/resample.h"
+#include "src/models/resample/resample.h"
 
 namespace wm::models {
 

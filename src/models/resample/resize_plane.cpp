@@ -1,8 +1,8 @@
-#include "src/models/resize_plane.h"
+#include "src/models/resample/resize_plane.h"
 
 #include <algorithm>
 
-#include "src/models/resample.h"
+#include "src/models/resample/resample.h"
 #include "src/models/torch_side.h"
 
 namespace wm::models {

@@ -1,4 +1,4 @@
-#include "src/models/seedvr2_dit_layout.h"
+#include "src/models/seedvr2/seedvr2_dit_layout.h"
 
 #include <algorithm>
 #include <cmath>

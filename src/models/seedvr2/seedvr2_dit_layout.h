@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "src/models/seedvr2_layout.h"
+#include "src/models/seedvr2/seedvr2_layout.h"
 
 namespace wm::models::seedvr2 {
 

@@ -1,4 +1,4 @@
-#include "src/models/seedvr2_layout.h"
+#include "src/models/seedvr2/seedvr2_layout.h"
 
 #include <algorithm>
 #include <utility>

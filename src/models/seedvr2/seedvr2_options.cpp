@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "src/models/seedvr2_upscale.h"
+#include "src/models/seedvr2/seedvr2_upscale.h"
 
 namespace wm::models {
 

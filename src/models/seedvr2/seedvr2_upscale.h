@@ -25,8 +25,8 @@
 #include <utility>
 
 #include "src/model.h"
-#include "src/models/seedvr2_dit_layout.h"
-#include "src/models/seedvr2_layout.h"
+#include "src/models/seedvr2/seedvr2_dit_layout.h"
+#include "src/models/seedvr2/seedvr2_layout.h"
 
 namespace wm::models {
 

@@ -24,7 +24,7 @@
 #include <memory>
 
 #include "src/model.h"
-#include "src/models/seedvr2_layout.h"
+#include "src/models/seedvr2/seedvr2_layout.h"
 
 namespace wm::models {
 

@@ -3,8 +3,8 @@
 #include <torch/version.h>
 
 #include "src/base/error.h"
-#include "src/models/scripted_model.h"
-#include "src/models/tensor.h"
+#include "src/models/torch/scripted_model.h"
+#include "src/models/torch/tensor.h"
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
 #define WM_HAVE_AOTI 1

@@ -1,4 +1,4 @@
-#include "src/models/state_tensor.h"
+#include "src/models/torch/state_tensor.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "src/models/tensor.h"
+#include "src/models/torch/tensor.h"
 
 #include <ATen/Parallel.h>
 

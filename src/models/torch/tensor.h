@@ -27,4 +27,4 @@ auto guarded(const char* what, Fn&& fn) -> decltype(fn());
 
 }  // namespace wm::models
 
-#include "src/models/tensor_inl.h"
+#include "src/models/torch/tensor_inl.h"

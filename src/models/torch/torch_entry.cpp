@@ -2,15 +2,15 @@
 #include <ATen/ATen.h>
 
 #include "src/models/aoti.h"
-#include "src/models/lanczos_resize.h"
-#include "src/models/realesrgan.h"
-#include "src/models/resample.h"
-#include "src/models/seedvr2_upscale.h"
-#include "src/models/seedvr2_vae.h"
-#include "src/models/tensor.h"
+#include "src/models/resample/torch/lanczos_resize.h"
+#include "src/models/realesrgan/realesrgan.h"
+#include "src/models/resample/resample.h"
+#include "src/models/seedvr2/seedvr2_upscale.h"
+#include "src/models/seedvr2/seedvr2_vae.h"
+#include "src/models/torch/tensor.h"
 #include "src/models/torch_side.h"
 #include "src/models/torchscript.h"
-#include "src/models/wan21_vae.h"
+#include "src/models/wan21/wan21_vae.h"
 
 namespace wm::models {
 namespace {

@@ -3,8 +3,8 @@
 #include <torch/script.h>
 
 #include "src/base/error.h"
-#include "src/models/scripted_model.h"
-#include "src/models/tensor.h"
+#include "src/models/torch/scripted_model.h"
+#include "src/models/torch/tensor.h"
 
 namespace wm::models {
 namespace {

@@ -1,4 +1,4 @@
-#include "src/models/weights_file.h"
+#include "src/models/torch/weights_file.h"
 
 #include <array>
 #include <cmath>

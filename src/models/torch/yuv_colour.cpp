@@ -1,4 +1,4 @@
-#include "src/models/yuv_colour.h"
+#include "src/models/torch/yuv_colour.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "src/models/cuda_kernels.h"
+#include "src/models/kernels/torch/cuda_kernels.h"
 
 #ifdef WMBATCH_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -10,7 +10,7 @@
 #include <string>
 
 #include "src/base/error.h"
-#include "src/models/cuda_launch.h"
+#include "src/models/kernels/cuda_launch.h"
 #endif
 
 namespace wm::models::cuda {

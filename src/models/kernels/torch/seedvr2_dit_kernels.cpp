@@ -1,10 +1,10 @@
-#include "src/models/seedvr2_dit_kernels.h"
+#include "src/models/kernels/torch/seedvr2_dit_kernels.h"
 
 #ifdef WMBATCH_SEEDVR2_DIT_KERNELS
 #include <c10/cuda/CUDAStream.h>
 
 #include "src/base/error.h"
-#include "src/models/seedvr2_dit_launch.h"
+#include "src/models/kernels/seedvr2_dit_launch.h"
 #endif
 
 namespace wm::models::seedvr2::cuda {

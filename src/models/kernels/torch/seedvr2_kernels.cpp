@@ -1,4 +1,4 @@
-#include "src/models/seedvr2_kernels.h"
+#include "src/models/kernels/torch/seedvr2_kernels.h"
 
 #ifdef WMBATCH_SEEDVR2_KERNELS
 #include <c10/cuda/CUDAGuard.h>
@@ -7,7 +7,7 @@
 #include <string>
 
 #include "src/base/error.h"
-#include "src/models/seedvr2_launch.h"
+#include "src/models/kernels/seedvr2_launch.h"
 #endif
 
 namespace wm::models::seedvr2::cuda {

@@ -1,5 +1,5 @@
 // Torch-level entry point of the SeedVR2 VAE's CUDA GroupNorm(+SiLU) kernel
-// (src/models/seedvr2_kernels.cu). Returns false, doing nothing, when it cannot handle its
+// (src/models/kernels/seedvr2_kernels.cu). Returns false, doing nothing, when it cannot handle its
 // arguments (CPU tensors, another layout, misalignment, unsupported widths, a build without
 // CUDA): the caller then runs its ATen fallback. Runs on the current CUDA stream.
 #pragma once

@@ -1,6 +1,6 @@
 // The Real-ESRGAN networks' forward passes (../shared/upscalers-spec.md) and the model/session
 // around them. Weights and their layout: realesrgan_weights.cpp.
-#include "src/models/realesrgan.h"
+#include "src/models/realesrgan/realesrgan.h"
 
 #include <c10/core/InferenceMode.h>
 
@@ -21,9 +21,9 @@
 
 #include <ATen/cudnn/Handle.h>
 
-#include "src/models/conv3x3_launch.h"
-#include "src/models/cudnn_fused_conv.h"
-#include "src/models/realesrgan_launch.h"
+#include "src/models/kernels/conv3x3_launch.h"
+#include "src/models/kernels/cudnn_fused_conv.h"
+#include "src/models/kernels/realesrgan_launch.h"
 #endif
 
 #include "src/base/error.h"
@@ -31,10 +31,10 @@
 #include "src/exec/device_context.h"
 #include "src/exec/device_frames.h"
 #include "src/geometry.h"
-#include "src/models/lanczos_resize.h"
-#include "src/models/realesrgan_weights.h"
-#include "src/models/tensor.h"
-#include "src/models/wan21_bench_support.h"
+#include "src/models/resample/torch/lanczos_resize.h"
+#include "src/models/realesrgan/torch/realesrgan_weights.h"
+#include "src/models/torch/tensor.h"
+#include "src/models/wan21/wan21_bench_support.h"
 
 namespace wm::models {
 

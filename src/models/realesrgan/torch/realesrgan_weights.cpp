@@ -1,4 +1,4 @@
-#include "src/models/realesrgan_weights.h"
+#include "src/models/realesrgan/torch/realesrgan_weights.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 
 #include "src/base/clip_text.h"
 #include "src/base/error.h"
-#include "src/models/tensor.h"
+#include "src/models/torch/tensor.h"
 #include "src/weights/safetensors.h"
 #include "src/weights/torch_pickle.h"
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "src/models/realesrgan.h"
+#include "src/models/realesrgan/realesrgan.h"
 
 namespace wm::models {
 

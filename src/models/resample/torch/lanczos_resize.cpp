@@ -1,4 +1,4 @@
-#include "src/models/lanczos_resize.h"
+#include "src/models/resample/torch/lanczos_resize.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "src/base/error.h"
-#include "src/models/resize_launch.h"
+#include "src/models/kernels/resize_launch.h"
 #endif
 
 namespace wm::models {

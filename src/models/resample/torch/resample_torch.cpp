@@ -2,8 +2,8 @@
 // LibTorch side (src/models/torch_side.h): the CPU resampler in resample.cpp needs no LibTorch.
 #include <ATen/ATen.h>
 
-#include "src/models/resample.h"
-#include "src/models/tensor.h"
+#include "src/models/resample/resample.h"
+#include "src/models/torch/tensor.h"
 
 namespace wm::models {
 namespace {

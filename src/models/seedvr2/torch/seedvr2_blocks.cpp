@@ -1,4 +1,4 @@
-#include "src/models/seedvr2_blocks.h"
+#include "src/models/seedvr2/torch/seedvr2_blocks.h"
 
 #include <torch/version.h>
 
@@ -15,7 +15,7 @@
 
 #include "src/base/error.h"
 #include "src/exec/device_context.h"
-#include "src/models/seedvr2_kernels.h"
+#include "src/models/kernels/torch/seedvr2_kernels.h"
 
 namespace wm::models::seedvr2 {
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "src/exec/halo_exchange.h"
-#include "src/models/seedvr2_layout.h"
+#include "src/models/seedvr2/seedvr2_layout.h"
 
 namespace wm::exec {
 class DeviceContext;

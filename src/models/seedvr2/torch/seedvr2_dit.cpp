@@ -1,4 +1,4 @@
-#include "src/models/seedvr2_dit.h"
+#include "src/models/seedvr2/torch/seedvr2_dit.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/version.h>
@@ -21,8 +21,8 @@
 
 #include "src/base/error.h"
 #include "src/exec/device_context.h"
-#include "src/models/seedvr2_dit_kernels.h"
-#include "src/models/weights_file.h"
+#include "src/models/kernels/torch/seedvr2_dit_kernels.h"
+#include "src/models/torch/weights_file.h"
 
 namespace wm::models::seedvr2 {
 namespace {

@@ -27,7 +27,7 @@
 #include <memory>
 #include <string>
 
-#include "src/models/seedvr2_dit_layout.h"
+#include "src/models/seedvr2/seedvr2_dit_layout.h"
 
 namespace wm::exec {
 class DeviceContext;

@@ -1,4 +1,4 @@
-#include "src/models/seedvr2_pixels.h"
+#include "src/models/seedvr2/torch/seedvr2_pixels.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "src/models/seedvr2_vae.h"
+#include "src/models/seedvr2/seedvr2_vae.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -33,10 +33,10 @@
 #include "src/base/error.h"
 #include "src/base/log_text.h"
 #include "src/exec/device_context.h"
-#include "src/models/seedvr2_blocks.h"
-#include "src/models/state_tensor.h"
-#include "src/models/tensor.h"
-#include "src/models/weights_file.h"
+#include "src/models/seedvr2/torch/seedvr2_blocks.h"
+#include "src/models/torch/state_tensor.h"
+#include "src/models/torch/tensor.h"
+#include "src/models/torch/weights_file.h"
 #include "src/weights/safetensors.h"
 #include "src/weights/torch_pickle.h"
 

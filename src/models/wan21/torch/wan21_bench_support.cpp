@@ -1,4 +1,4 @@
-#include "src/models/wan21_bench_support.h"
+#include "src/models/wan21/wan21_bench_support.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "src/models/wan21_blocks.h"
+#include "src/models/wan21/torch/wan21_blocks.h"
 
 #ifdef WMBATCH_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -16,7 +16,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "src/base/error.h"
-#include "src/models/cuda_kernels.h"
+#include "src/models/kernels/torch/cuda_kernels.h"
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/autograd/profiler_kineto.h>
 #define WMBATCH_WITH_KINETO 1

@@ -1,4 +1,4 @@
-#include "src/models/wan21_blocks.h"
+#include "src/models/wan21/torch/wan21_blocks.h"
 
 #include <ATen/Config.h>
 #include <torch/version.h>
@@ -25,7 +25,7 @@
 #include "src/base/error.h"
 #include "src/exec/device_context.h"
 #include "src/exec/halo_exchange.h"
-#include "src/models/cuda_kernels.h"
+#include "src/models/kernels/torch/cuda_kernels.h"
 
 namespace wm::models::wan21 {
 

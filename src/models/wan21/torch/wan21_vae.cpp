@@ -1,4 +1,4 @@
-#include "src/models/wan21_vae.h"
+#include "src/models/wan21/wan21_vae.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -29,9 +29,9 @@
 #include "src/base/log_text.h"
 #include "src/exec/device_context.h"
 #include "src/exec/halo_exchange.h"
-#include "src/models/state_tensor.h"
-#include "src/models/tensor.h"
-#include "src/models/wan21_blocks.h"
+#include "src/models/torch/state_tensor.h"
+#include "src/models/torch/tensor.h"
+#include "src/models/wan21/torch/wan21_blocks.h"
 #include "src/weights/safetensors.h"
 
 namespace wm::models {
