@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -27,6 +28,7 @@
 #include "src/exec/device_context.h"
 #include "src/models/seedvr2/torch/seedvr2_dit.h"
 #include "src/models/seedvr2/torch/seedvr2_pixels.h"
+#include "src/models/seedvr2/torch/seedvr2_sequence.h"
 #include "src/models/seedvr2/seedvr2_vae.h"
 #include "src/models/torch/tensor.h"
 #include "src/models/tensor_model.h"
@@ -409,15 +411,14 @@ class Seedvr2Model final : public Model, public TensorModel {
   mutable std::unique_ptr<DitNetwork> net_;
 };
 
-// One pass of a VAE session over a whole sequence (a fresh state).
+// One pass of a VAE session over a whole sequence (a fresh state), on the model's device:
+// [1, C, T, H, W] float32 there.
 at::Tensor run_vae(ModelSession& session, const at::Tensor& x, const RunContext* outer) {
+  auto* sequence = dynamic_cast<Seedvr2SequenceSession*>(&session);
+  if (!sequence) throw ModelError("seedvr2: its VAE sessions take whole sequences", kExitSoftware);
   RunContext ctx;
-  ctx.first_slice = true;
-  ctx.last_slice = true;
   if (outer) ctx.device = outer->device;
-  Planar in = to_planar(x);
-  Planar out = session.run(std::move(in), ctx);
-  return to_tensor(std::move(out));  // [1, C, T, H, W] float32 host
+  return sequence->run_sequence(x, ctx).to(at::kFloat);
 }
 
 at::Tensor Seedvr2Model::upscale(const Pipeline& p, const at::Tensor& frames, const Geometry& g,
@@ -444,10 +445,31 @@ at::Tensor Seedvr2Model::upscale(const Pipeline& p, const at::Tensor& frames, co
   const at::Tensor vae_input = padded.permute({1, 0, 2, 3}).unsqueeze(0);  // [1, 3, F, h, w]
   show("vae_input", vae_input);
 
-  // 7: the posterior, sampled.
+  // 7: the posterior, sampled. The seeded draws (host generator: the same numbers on every
+  // device) are made on another thread while the encoder runs.
+  const ModelTraits& vae = encoder_->traits();
+  const int64_t L = vae.out_channels / 2, Tl = encoder_->output_frames(F);
+  const int64_t lh = g.h / vae.scale_den, lw = g.w / vae.scale_den;
+  std::future<Draws> draws;
+  if (!file_draws_) {
+    const uint64_t seed = batch_seed(uint64_t(o_.seed), first_frame);
+    draws = std::async(std::launch::async, [seed, L, Tl, lh, lw] {
+      c10::InferenceMode inference;
+      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+      Draws d;
+      d.eps = at::randn({1, L, Tl, lh, lw}, gen, at::kFloat);
+      d.noise = at::randn({Tl, lh, lw, L}, gen, at::kFloat);
+      d.aug = at::randn({Tl, lh, lw, L}, gen, at::kFloat);
+      return d;
+    });
+  }
   const at::Tensor posterior = run_vae(p.encoder, vae_input, p.ctx);  // [1, 32, T_l, h/8, w/8]
-  const int64_t L = posterior.size(1) / 2, Tl = posterior.size(2);
-  const int64_t lh = posterior.size(3), lw = posterior.size(4);
+  if (posterior.size(1) != 2 * L || posterior.size(2) != Tl || posterior.size(3) != lh ||
+      posterior.size(4) != lw) {
+    throw ModelError("seedvr2: the VAE encoder made a posterior of " + shape_of(posterior) +
+                         ", expected " + shape_text({1, 2 * L, Tl, lh, lw}),
+                     kExitSoftware);
+  }
   const at::Tensor mean = posterior.narrow(1, 0, L), logvar = posterior.narrow(1, L, L);
   show("vae_posterior_mean", mean);
   show("vae_posterior_logvar", logvar);
@@ -463,14 +485,10 @@ at::Tensor Seedvr2Model::upscale(const Pipeline& p, const at::Tensor& frames, co
                        ", " + shape_of(d.aug) + ")");
     }
   } else {
-    at::Generator gen =
-        at::make_generator<at::CPUGeneratorImpl>(batch_seed(uint64_t(o_.seed), first_frame));
-    d.eps = at::randn({1, L, Tl, lh, lw}, gen, at::kFloat);
-    d.noise = at::randn({Tl, lh, lw, L}, gen, at::kFloat);
-    d.aug = at::randn({Tl, lh, lw, L}, gen, at::kFloat);
+    d = draws.get();
   }
   show("vae_sample_eps", d.eps);
-  const at::Tensor z = mean + at::exp(logvar / 2) * d.eps.to(at::kFloat);
+  const at::Tensor z = mean + at::exp(logvar / 2) * d.eps.to(dev, at::kFloat);
   const at::Tensor cond_latent = (z * kLatentScale).squeeze(0).permute({1, 2, 3, 0}).to(dev);
   show("cond_latent", cond_latent);
   const at::Tensor noise = d.noise.to(dev, at::kFloat);

@@ -34,6 +34,7 @@
 #include "src/base/log_text.h"
 #include "src/exec/device_context.h"
 #include "src/models/seedvr2/torch/seedvr2_blocks.h"
+#include "src/models/seedvr2/torch/seedvr2_sequence.h"
 #include "src/models/torch/state_tensor.h"
 #include "src/models/torch/tensor.h"
 #include "src/models/torch/weights_file.h"
@@ -157,7 +158,7 @@ ParamMap random_params(const Architecture& arch, bool decoder, uint64_t seed) {
   return params;
 }
 
-class SeedVR2Session final : public ModelSession {
+class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession {
  public:
   SeedVR2Session(const ModelTraits& traits, std::shared_ptr<const Network> net, at::Device device,
                  at::ScalarType dtype, bool logvar)
@@ -228,6 +229,61 @@ class SeedVR2Session final : public ModelSession {
       return out;
     } catch (...) {
       tiles_.erase(ctx.tile_index);  // half-updated state must not feed a later slice
+      throw;
+    }
+  }
+
+  at::Tensor run_sequence(const at::Tensor& x, const RunContext& outer) override {
+    const ModelTraits& t = traits_;
+    if (x.dim() != 5 || x.size(0) != 1 || x.size(1) != t.in_channels) {
+      throw ModelError(t.name + ": expected a [1, " + std::to_string(t.in_channels) +
+                       ", T, H, W] sequence");
+    }
+    RunContext ctx;
+    ctx.first_slice = true;
+    ctx.last_slice = true;
+    ctx.device = outer.device;
+    constexpr int kTile = -1;  // apart from the tiles run() keeps
+    tiles_[kTile] = StreamState{};
+    StreamState& state = tiles_[kTile];
+    state.received.assign(size_t(net_->state_slots()), 0);
+    state.sends = true;
+    const bool retry = net_->tuning().oom_retry;
+    const StreamState before = state;
+    try {
+      at::Tensor y = guarded(t.name.c_str(), [&] {
+        c10::InferenceMode inference;
+#ifdef WMBATCH_WITH_CUDA
+        if (device_.is_cuda()) {
+          std::optional<c10::cuda::CUDAStreamGuard> stream_guard;
+          if (!ctx.device) {
+            if (!stream_) stream_ = c10::cuda::getStreamFromPool(false, device_.index());
+            stream_guard.emplace(*stream_);
+          }
+          const c10::cuda::CUDAGuard device_guard(device_.index());
+          const at::Tensor in = fresh_copy(x);
+          return attempts(before, state, ctx, retry, [&](int attempt) {
+            state.in_place = true;
+            std::vector<at::Tensor> parts;
+            forward_cuda(in, state, ctx, attempt, retry, [&](const at::Tensor& y) {
+              inject_oom_for_test();
+              parts.push_back(y.clone());  // (a chunk may live in a buffer the next one reuses)
+            });
+            return parts.size() == 1 ? parts[0] : at::cat(parts, 2);
+          });
+        }
+#endif
+        const at::Tensor in = fresh_copy(x);
+        return attempts(before, state, ctx, retry, [&](int attempt) {
+          state.in_place = true;
+          return run_cpu(in, state, ctx, attempt);
+        });
+      });
+      tiles_.erase(kTile);
+      if (!net_->decoder() && !logvar_) y = y.narrow(1, 0, net_->arch().latent_channels);
+      return y;
+    } catch (...) {
+      tiles_.erase(kTile);
       throw;
     }
   }
@@ -315,8 +371,8 @@ class SeedVR2Session final : public ModelSession {
   // allocator's cache is released. Each attempt makes the slice's whole output again, so no
   // frame is lost or delivered twice.
   template <typename Fn>
-  Planar attempts(const StreamState& before, StreamState& state, const RunContext& ctx, bool retry,
-                  Fn&& attempt) {
+  auto attempts(const StreamState& before, StreamState& state, const RunContext& ctx, bool retry,
+                Fn&& attempt) -> decltype(attempt(0)) {
     for (int k = 0;; ++k) {
       state.halo = ctx.halo;
       state.context = ctx.device;
@@ -612,11 +668,10 @@ class SeedVR2Session final : public ModelSession {
     return to_tensor(std::move(input)).to(device_, dtype_).contiguous(format);
   }
 
-  // CUDA: the network in time chunks sized from the memory budget (plan()); with a device worker
-  // decoded chunks leave through its output sink (pinned, off this thread) while later chunks
-  // compute.
-  Planar run_cuda(const at::Tensor& x, StreamState& state, const RunContext& ctx, int attempt,
-                  bool snapshot) {
+  // CUDA: the network over `x` in time chunks sized from the memory budget (plan()), each output
+  // chunk handed to `emit` in order.
+  void forward_cuda(const at::Tensor& x, StreamState& state, const RunContext& ctx, int attempt,
+                    bool snapshot, const std::function<void(const at::Tensor&)>& emit) {
     const Plan p = plan(x.size(3), x.size(4), state, ctx, attempt, snapshot);
     state.on_host = p.on_host;
     const bool phased = !p.starts.empty();
@@ -632,13 +687,19 @@ class SeedVR2Session final : public ModelSession {
               std::to_string(p.host_state >> 20) + " MiB in host memory, " + works +
               " MiB of working memory per chunk");
     }
-    const int64_t work = p.work;
+    if (phased) {
+      forward_phased_ranges(x, state, ctx, p.starts, p.works, emit);
+    } else {
+      net_->forward_chunks(x, state, ctx.first_slice, p.work, emit);
+    }
+  }
+
+  // CUDA: forward_cuda(); with a device worker decoded chunks leave through its output sink
+  // (pinned, off this thread) while later chunks compute.
+  Planar run_cuda(const at::Tensor& x, StreamState& state, const RunContext& ctx, int attempt,
+                  bool snapshot) {
     auto forward = [&](const std::function<void(const at::Tensor&)>& emit) {
-      if (phased) {
-        forward_phased_ranges(x, state, ctx, p.starts, p.works, emit);
-      } else {
-        net_->forward_chunks(x, state, ctx.first_slice, work, emit);
-      }
+      forward_cuda(x, state, ctx, attempt, snapshot, emit);
     };
     if (net_->decoder() && ctx.device) {
       exec::OutputSink& sink = ctx.device->output_sink(0);
@@ -701,6 +762,15 @@ class SeedVR2Session final : public ModelSession {
     return to_slice_output(to_planar(y), ctx);
   }
 #endif
+
+  // `x` as a new tensor of the session's device, dtype and memory format (the network may write
+  // its input's buffer).
+  at::Tensor fresh_copy(const at::Tensor& x) const {
+    at::Tensor y = at::empty(
+        x.sizes(), x.options().device(device_).dtype(dtype_).memory_format(net_->memory_format()));
+    y.copy_(x);
+    return y;
+  }
 
   void check(const Planar& in, const RunContext& ctx) const {
     const ModelTraits& t = traits_;
