@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "src/models/seedvr2/torch/seedvr2_dit.h"
 #include "src/models/seedvr2/seedvr2_upscale.h"
+#include "src/models/seedvr2/torch/seedvr2_dit.h"
 #include "src/models/tensor_model.h"
 #include "src/models/torch/weights_file.h"
 

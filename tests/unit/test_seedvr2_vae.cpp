@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "src/base/error.h"
-#include "src/models/seedvr2/torch/seedvr2_blocks.h"
 #include "src/models/seedvr2/seedvr2_layout.h"
+#include "src/models/seedvr2/torch/seedvr2_blocks.h"
 #include "src/weights/safetensors.h"
 #include "tests/support/media.h"
 #include "tests/support/planar_ops.h"

@@ -1,5 +1,5 @@
-// Checker and benchmark of our 3×3 convolution (src/models/kernels/conv3x3_kernels.cu), built by nvcc
-// alone (no LibTorch):
+// Checker and benchmark of our 3×3 convolution (src/models/kernels/conv3x3_kernels.cu), built by
+// nvcc alone (no LibTorch):
 //   nvcc -std=c++17 -O3 -arch=sm_90a -I. tools/bench/conv3x3_bench.cu \
 //       src/models/kernels/conv3x3_kernels.cu src/models/kernels/realesrgan_kernels.cu \
 //       src/models/kernels/cudnn_fused_conv.cu -lcudnn -o conv3x3_bench

@@ -1,5 +1,5 @@
-// Our own 3×3 convolution (contract in src/models/kernels/conv3x3_launch.h): an implicit GEMM on tensor
-// cores (mma.sync m16n8k16, fp32 accumulators) with the Real-ESRGAN epilogues fused.
+// Our own 3×3 convolution (contract in src/models/kernels/conv3x3_launch.h): an implicit GEMM on
+// tensor cores (mma.sync m16n8k16, fp32 accumulators) with the Real-ESRGAN epilogues fused.
 //
 // Persistent blocks of 8 warps, one per SM: a block keeps its slice of the weights (all nine
 // taps, BN output channels) in shared memory for its whole life and walks output tiles of

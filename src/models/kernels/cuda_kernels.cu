@@ -1,5 +1,6 @@
-// Memory-bound Wan2.1 VAE stages as single CUDA passes (contracts in src/models/kernels/cuda_launch.h).
-// Each element is read once and written once with 16-byte accesses; arithmetic is in float32.
+// Memory-bound Wan2.1 VAE stages as single CUDA passes (contracts in
+// src/models/kernels/cuda_launch.h). Each element is read once and written once with 16-byte
+// accesses; arithmetic is in float32.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

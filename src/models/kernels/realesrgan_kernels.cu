@@ -1,6 +1,7 @@
 // Memory-bound stages of the Real-ESRGAN networks as single CUDA passes (contracts in
-// src/models/kernels/realesrgan_launch.h): the RRDB dense blocks' activation + concat scatter and their
-// residual sums, SRVGG's pixel shuffle + nearest-upsample add. 16-byte accesses, float32 math.
+// src/models/kernels/realesrgan_launch.h): the RRDB dense blocks' activation + concat scatter and
+// their residual sums, SRVGG's pixel shuffle + nearest-upsample add. 16-byte accesses, float32
+// math.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

@@ -1,6 +1,6 @@
 // Raw CUDA launchers for the Real-ESRGAN networks' memory-bound stages
-// (src/models/kernels/realesrgan_kernels.cu). Plain pointers and sizes only, no LibTorch types, so the
-// .cu file builds with nvcc alone; the checks live in realesrgan.cpp's wrappers.
+// (src/models/kernels/realesrgan_kernels.cu). Plain pointers and sizes only, no LibTorch types, so
+// the .cu file builds with nvcc alone; the checks live in realesrgan.cpp's wrappers.
 //
 // Layout: "pixel-major" tensors (channels_last [N, C, H, W]): element (pixel p, channel c) at
 // base + p·stride + c. Strides, channel counts and channel offsets must be multiples of 8

@@ -1,7 +1,7 @@
-// Raw CUDA launcher of the separable Lanczos resize (src/models/resample/torch/lanczos_resize.h) on GPUs:
-// one axis at a time, each output value a weighted sum of at most `taps` input values along the
-// axis (src/models/kernels/resize_kernels.cu). Plain pointers and sizes, no LibTorch types, so the .cu
-// file builds with nvcc alone; lanczos_resize.cpp builds the tables and checks the shapes.
+// Raw CUDA launcher of the separable Lanczos resize (src/models/resample/torch/lanczos_resize.h) on
+// GPUs: one axis at a time, each output value a weighted sum of at most `taps` input values along
+// the axis (src/models/kernels/resize_kernels.cu). Plain pointers and sizes, no LibTorch types, so
+// the .cu file builds with nvcc alone; lanczos_resize.cpp builds the tables and checks the shapes.
 #pragma once
 
 #include <cuda_runtime_api.h>

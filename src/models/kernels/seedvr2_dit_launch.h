@@ -1,7 +1,7 @@
-// Raw CUDA launchers for SeedVR2's DiT (src/models/kernels/seedvr2_dit_kernels.cu): the element-wise
-// passes around its matrix products, fused. Plain pointers and sizes only — no LibTorch types — so
-// the .cu file builds with nvcc alone. The torch-level wrappers with their checks are
-// src/models/kernels/torch/seedvr2_dit_kernels.h.
+// Raw CUDA launchers for SeedVR2's DiT (src/models/kernels/seedvr2_dit_kernels.cu): the
+// element-wise passes around its matrix products, fused. Plain pointers and sizes only — no
+// LibTorch types — so the .cu file builds with nvcc alone. The torch-level wrappers with their
+// checks are src/models/kernels/torch/seedvr2_dit_kernels.h.
 //
 // Half types only (bf16, fp16); arithmetic in float32.
 #pragma once

@@ -1,6 +1,7 @@
 // SeedVR2 VAE GroupNorm(+SiLU) per frame on channels-last activations (contract in
-// src/models/kernels/seedvr2_launch.h): three passes over x (sum; sum of squared deviations; normalise,
-// affine, SiLU and write), 16-byte accesses, float32 arithmetic, per-group sums in double.
+// src/models/kernels/seedvr2_launch.h): three passes over x (sum; sum of squared deviations;
+// normalise, affine, SiLU and write), 16-byte accesses, float32 arithmetic, per-group sums in
+// double.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

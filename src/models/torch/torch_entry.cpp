@@ -2,9 +2,9 @@
 #include <ATen/ATen.h>
 
 #include "src/models/aoti.h"
-#include "src/models/resample/torch/lanczos_resize.h"
 #include "src/models/realesrgan/realesrgan.h"
 #include "src/models/resample/resample.h"
+#include "src/models/resample/torch/lanczos_resize.h"
 #include "src/models/seedvr2/seedvr2_upscale.h"
 #include "src/models/seedvr2/seedvr2_vae.h"
 #include "src/models/torch/tensor.h"

@@ -1,8 +1,8 @@
-// Torch-level entry points of the Wan2.1 VAE's fused CUDA kernels (src/models/kernels/cuda_kernels.cu).
-// Each returns false, doing nothing, when it cannot handle its arguments (CPU tensors, a layout
-// that is not pixel-major, misaligned data, a channel count that is not a multiple of the vector
-// width, a build without CUDA): the caller then runs its ATen fallback. Kernels run on the
-// current CUDA stream of the tensors' device.
+// Torch-level entry points of the Wan2.1 VAE's fused CUDA kernels
+// (src/models/kernels/cuda_kernels.cu). Each returns false, doing nothing, when it cannot handle
+// its arguments (CPU tensors, a layout that is not pixel-major, misaligned data, a channel count
+// that is not a multiple of the vector width, a build without CUDA): the caller then runs its ATen
+// fallback. Kernels run on the current CUDA stream of the tensors' device.
 #pragma once
 
 #include <ATen/ATen.h>

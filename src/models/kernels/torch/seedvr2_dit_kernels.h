@@ -1,5 +1,5 @@
-// The DiT's fused element-wise passes on CUDA (src/models/kernels/seedvr2_dit_kernels.cu), for bf16 and
-// fp16 networks. Each returns false (or an undefined tensor) when it cannot take its tensors —
+// The DiT's fused element-wise passes on CUDA (src/models/kernels/seedvr2_dit_kernels.cu), for bf16
+// and fp16 networks. Each returns false (or an undefined tensor) when it cannot take its tensors —
 // another device or dtype, a shape the kernel does not cover, a build without the kernels — and
 // the caller then runs its ATen ops. Launched on the current stream.
 //

@@ -4,9 +4,9 @@
 // (antialiased, as PIL and swscale do); borders are edge-clamped. Every output value depends only
 // on input values within `lanczos_resize_reach` source pixels of its centre, so tiles with that
 // much halo reproduce the whole-frame result (up to float rounding of the matrix products).
-// On a GPU each axis is one banded pass (src/models/kernels/resize_kernels.cu: every output reads only its
-// taps), with the same weights as the CPU's matrix products (tests/unit/test_lanczos_resize_gpu.cpp
-// compares them).
+// On a GPU each axis is one banded pass (src/models/kernels/resize_kernels.cu: every output reads
+// only its taps), with the same weights as the CPU's matrix products
+// (tests/unit/test_lanczos_resize_gpu.cpp compares them).
 #pragma once
 
 #include <ATen/ATen.h>

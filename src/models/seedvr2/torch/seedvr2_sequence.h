@@ -1,5 +1,5 @@
-// How the SeedVR2 upscaler (src/models/seedvr2/torch/seedvr2_upscale.cpp) runs its VAE sessions: a whole
-// sequence already on the session's device in, its whole output on that device out, from a
+// How the SeedVR2 upscaler (src/models/seedvr2/torch/seedvr2_upscale.cpp) runs its VAE sessions: a
+// whole sequence already on the session's device in, its whole output on that device out, from a
 // fresh causal state — no host round trip between the upscaler's stages (the frames, the
 // posterior and the decoded frames stay where the DiT and the colour fix run). The sessions of
 // make_seedvr2_vae derive from this. Include only from LibTorch translation units.

@@ -26,12 +26,12 @@
 #include "src/base/error.h"
 #include "src/base/log_text.h"
 #include "src/exec/device_context.h"
+#include "src/models/seedvr2/seedvr2_vae.h"
 #include "src/models/seedvr2/torch/seedvr2_dit.h"
 #include "src/models/seedvr2/torch/seedvr2_pixels.h"
 #include "src/models/seedvr2/torch/seedvr2_sequence.h"
-#include "src/models/seedvr2/seedvr2_vae.h"
-#include "src/models/torch/tensor.h"
 #include "src/models/tensor_model.h"
+#include "src/models/torch/tensor.h"
 #include "src/models/torch/weights_file.h"
 
 namespace wm::models {
