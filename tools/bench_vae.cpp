@@ -53,6 +53,7 @@
 #include "parallel/sequence_parallel.h"
 #include "src/base/error.h"
 #include "src/model.h"
+#include "src/models/bench_support.h"
 #include "src/models/wan21/wan21_bench_support.h"
 #include "src/models/wan21/wan21_vae.h"
 #include "tools/bench.h"

@@ -31,10 +31,10 @@
 #include "src/exec/device_context.h"
 #include "src/exec/device_frames.h"
 #include "src/geometry.h"
+#include "src/models/bench_support.h"
 #include "src/models/realesrgan/torch/realesrgan_weights.h"
 #include "src/models/resample/torch/lanczos_resize.h"
 #include "src/models/torch/tensor.h"
-#include "src/models/wan21/wan21_bench_support.h"
 
 namespace wm::models {
 
