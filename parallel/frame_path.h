@@ -2,7 +2,8 @@
 // planes (8–16-bit YUV, planar or semi-planar, any subsampling the converter takes), and the
 // device does everything between them and the encoder's planes:
 //
-//   host block (pinned) ─► upload (copy stream 0) ─► YUV → RGB (src/models/yuv_colour.h) ─► model
+//   host block (pinned) ─► upload (copy stream 0) ─► YUV → RGB (src/models/torch/yuv_colour.h) ─►
+//   model
 //     (exec::DeviceFrameModel: the network and its resize) ─► RGB → the encoder's YUV (dithered
 //     where the depth drops to 8 bits) ─► download (copy stream 1) ─► host block (pinned)
 //

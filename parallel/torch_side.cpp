@@ -4,7 +4,7 @@
 #include "src/base/error.h"
 #include "src/models/torch_side.h"
 
-// Defined by the LibTorch side (parallel/torch_entry.cpp); weak for the reason given at
+// Defined by the LibTorch side (parallel/torch/torch_entry.cpp); weak for the reason given at
 // wm_torch_models (src/models/torch_side.cpp).
 extern "C" const wm::parallel::TorchDevices* wm_torch_devices() __attribute__((weak));
 

@@ -18,7 +18,7 @@
 #include "scheduler/video_stages.h"
 #include "src/base/error.h"
 #include "src/base/log.h"
-#include "src/models/resize_plane.h"
+#include "src/models/resample/resize_plane.h"
 
 namespace wm::sched {
 namespace {

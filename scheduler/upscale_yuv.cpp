@@ -9,7 +9,7 @@
 
 #include "src/base/error.h"
 #include "src/models/registry.h"
-#include "src/models/resample_yuv.h"
+#include "src/models/resample/resample_yuv.h"
 
 namespace wm::sched {
 namespace {

@@ -1,9 +1,9 @@
 // The built-in resamplers' YUV-native path for video upscale jobs: decoded frames stay in their
 // planar YUV format, each plane is resampled at its own size in integer samples
-// (src/models/resample_yuv.h) and handed to the encoder as it is, with no RGB float frames, no
-// colour conversions and no per-frame large allocations (the decoder's and the writer's buffer
-// pools, per-thread scratch rows). The result is the RGB pipeline's up to its rounding and its
-// clamping of colours outside RGB (docs/performance.md gives the measured difference).
+// (src/models/resample/resample_yuv.h) and handed to the encoder as it is, with no RGB float
+// frames, no colour conversions and no per-frame large allocations (the decoder's and the writer's
+// buffer pools, per-thread scratch rows). The result is the RGB pipeline's up to its rounding and
+// its clamping of colours outside RGB (docs/performance.md gives the measured difference).
 #pragma once
 
 #include <atomic>
@@ -17,7 +17,7 @@
 #include "scheduler/pipeline.h"
 #include "scheduler/progress.h"
 #include "src/job_spec.h"
-#include "src/models/resample.h"
+#include "src/models/resample/resample.h"
 
 namespace wm::sched {
 

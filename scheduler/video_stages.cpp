@@ -8,7 +8,7 @@
 #include <tbb/parallel_for.h>
 
 #include "src/base/error.h"
-#include "src/models/resize_plane.h"
+#include "src/models/resample/resize_plane.h"
 
 namespace wm::sched {
 

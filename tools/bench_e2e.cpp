@@ -23,7 +23,7 @@
 #include "scheduler/segment_encode.h"
 #include "scheduler/upscale_device.h"
 #include "src/job_spec.h"
-#include "src/models/realesrgan.h"
+#include "src/models/realesrgan/realesrgan.h"
 #include "tools/bench.h"
 #include "tools/bench_args.h"
 #include "tools/bench_clip.h"

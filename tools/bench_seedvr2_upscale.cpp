@@ -26,8 +26,8 @@
 #include "parallel/memory_budget.h"
 #include "src/base/error.h"
 #include "src/model.h"
-#include "src/models/seedvr2_upscale.h"
-#include "src/models/wan21_bench_support.h"
+#include "src/models/bench_support.h"
+#include "src/models/seedvr2/seedvr2_upscale.h"
 #include "tools/bench.h"
 #include "tools/bench_vae_common.h"
 

@@ -19,7 +19,7 @@
 #include "io/video_writer.h"
 #include "scheduler/runner.h"
 #include "src/base/json_text.h"
-#include "src/models/realesrgan.h"
+#include "src/models/realesrgan/realesrgan.h"
 #include "tools/bench.h"
 #include "tools/bench_args.h"
 #include "tools/bench_clip.h"

@@ -18,7 +18,7 @@
 #include "scheduler/runner.h"
 #include "src/base/fs.h"
 #include "src/base/json_text.h"
-#include "src/models/realesrgan.h"
+#include "src/models/realesrgan/realesrgan.h"
 #include "tools/bench.h"
 #include "tools/bench_args.h"
 #include "tools/bench_clip.h"

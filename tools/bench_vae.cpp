@@ -30,9 +30,9 @@
 // the PSNR of the timed run's output against it. --kernels 1 (CUDA) adds "kernels": the fused
 // norm and residual passes' bandwidth on activations of this output size, per threads-per-pixel
 // choice and for packed and cropped input. --tuning sets the model's tuning (execution
-// choices of the Wan2.1 model, src/models/wan21_blocks.h) for A/B measurements. tflops_ref counts
-// the reference decoder's 8.5 MFLOP per output pixel. --gpu-activity 1 (CUDA, LibTorch 2) adds
-// one more decode under LibTorch's Kineto profiler and reports what the GPU did
+// choices of the Wan2.1 model, src/models/wan21/torch/wan21_blocks.h) for A/B measurements.
+// tflops_ref counts the reference decoder's 8.5 MFLOP per output pixel. --gpu-activity 1 (CUDA,
+// LibTorch 2) adds one more decode under LibTorch's Kineto profiler and reports what the GPU did
 // ("gpu_activity": kernels, busy time, the idle gaps between kernels split at 20 µs: what CUDA
 // graphs could win).
 #include <cmath>
@@ -53,8 +53,9 @@
 #include "parallel/sequence_parallel.h"
 #include "src/base/error.h"
 #include "src/model.h"
-#include "src/models/wan21_bench_support.h"
-#include "src/models/wan21_vae.h"
+#include "src/models/bench_support.h"
+#include "src/models/wan21/wan21_bench_support.h"
+#include "src/models/wan21/wan21_vae.h"
 #include "tools/bench.h"
 #include "tools/bench_vae_common.h"
 

@@ -33,7 +33,7 @@
 //  5. with --batch N: one job over N copies of the latents file (--iters timed runs), where each
 //     input's encoder flush, fsync and verify overlap the next input's model work; `batch.ratio`
 //     is its fps against decode only.
-// Peak GPU memory is LibTorch's allocated peak (wan21_bench_support.h) per phase; peak RSS is
+// Peak GPU memory is LibTorch's allocated peak (src/models/bench_support.h) per phase; peak RSS is
 // per phase when the kernel lets /proc/self/clear_refs reset it (`rss_per_phase`).
 #include <unistd.h>
 
@@ -60,9 +60,10 @@
 #include "src/base/json_text.h"
 #include "src/geometry.h"
 #include "src/model.h"
-#include "src/models/seedvr2_layout.h"
-#include "src/models/wan21_bench_support.h"
-#include "src/models/wan21_vae.h"
+#include "src/models/bench_support.h"
+#include "src/models/seedvr2/seedvr2_layout.h"
+#include "src/models/wan21/wan21_bench_support.h"
+#include "src/models/wan21/wan21_vae.h"
 #include "src/weights/safetensors.h"
 #include "tools/bench.h"
 #include "tools/bench_vae_common.h"

@@ -1,7 +1,7 @@
 // What the device frame path (parallel/frame_path.h) asks of a model: RGB frames already on the
 // model's device in, upscaled RGB frames out, on the same device and the current stream, with
 // no host copies. A model that can declares ModelTraits::device_frames and derives from this
-// (src/models/realesrgan.cpp). Include only from LibTorch translation units.
+// (src/models/realesrgan/torch/realesrgan.cpp). Include only from LibTorch translation units.
 #pragma once
 
 #include <ATen/ATen.h>

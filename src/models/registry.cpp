@@ -6,23 +6,16 @@
 
 #include "src/base/error.h"
 #include "src/models/aoti.h"
-#include "src/models/realesrgan.h"
-#include "src/models/resample.h"
-#include "src/models/seedvr2_upscale.h"
-#include "src/models/seedvr2_vae.h"
+#include "src/models/realesrgan/realesrgan.h"
+#include "src/models/resample/resample.h"
+#include "src/models/seedvr2/seedvr2_upscale.h"
+#include "src/models/seedvr2/seedvr2_vae.h"
 #include "src/models/torch_side.h"
 #include "src/models/torchscript.h"
-#include "src/models/wan21_vae.h"
+#include "src/models/wan21/wan21_vae.h"
 
-// LibTorch's version comes from CMake for wm_core (whose compile has no LibTorch include folder:
-// src/CMakeLists.txt); builds that compile this file on its own (the fuzz and sanitizer harnesses)
-// read torch/version.h, a header of macros only.
-#ifndef WM_TORCH_VERSION
-#include <torch/version.h>
-#define WM_TORCH_VERSION TORCH_VERSION
-#define WM_TORCH_VERSION_MAJOR TORCH_VERSION_MAJOR
-#define WM_TORCH_VERSION_MINOR TORCH_VERSION_MINOR
-#endif
+// LibTorch's version comes from CMake (src/CMakeLists.txt): wm_core's compile has no LibTorch
+// include folder, and every program that compiles this file links wm_core.
 
 namespace wm {
 namespace {

@@ -13,9 +13,9 @@
 #include "src/base/error.h"
 #include "src/base/log.h"
 
-// Defined by the LibTorch side (src/models/torch_entry.cpp). Weak: null in wmbatch, which does
-// not link that side and loads it instead; programs that link it (tests, wmbench) get it at once
-// (wm_core_torch makes its users' links keep it: -Wl,--undefined=wm_torch_models).
+// Defined by the LibTorch side (src/models/torch/torch_entry.cpp). Weak: null in wmbatch, which
+// does not link that side and loads it instead; programs that link it (tests, wmbench) get it at
+// once (wm_core_torch makes its users' links keep it: -Wl,--undefined=wm_torch_models).
 extern "C" const wm::models::TorchModels* wm_torch_models() __attribute__((weak));
 
 namespace wm::models {

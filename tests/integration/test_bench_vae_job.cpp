@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "src/models/wan21_vae.h"
+#include "src/models/wan21/wan21_vae.h"
 #include "src/weights/safetensors.h"
 #include "tests/support/media.h"
 #include "tests/support/run.h"

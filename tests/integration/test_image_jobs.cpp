@@ -14,8 +14,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "src/models/resample.h"
-#include "src/models/resize_plane.h"
+#include "src/models/resample/resample.h"
+#include "src/models/resample/resize_plane.h"
 #include "tests/support/media.h"
 #include "tests/support/planar_ops.h"
 #include "tests/support/run.h"

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <limits>
 
-#include "src/models/resample.h"
+#include "src/models/resample/resample.h"
 
 namespace wm::test {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "src/base/error.h"
-#include "src/models/realesrgan.h"
+#include "src/models/realesrgan/realesrgan.h"
 #include "src/models/registry.h"
 #include "src/models/torchscript.h"
 #include "src/yaml_load.h"

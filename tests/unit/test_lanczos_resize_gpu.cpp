@@ -1,5 +1,5 @@
-// The Lanczos resize's banded pass on a CUDA device (src/models/resize_kernels.cu) against the
-// CPU's matrix products (label gpu; skipped without a GPU): the ratios a Real-ESRGAN job's
+// The Lanczos resize's banded pass on a CUDA device (src/models/kernels/resize_kernels.cu) against
+// the CPU's matrix products (label gpu; skipped without a GPU): the ratios a Real-ESRGAN job's
 // `scale:` gives (×4 network to scale 2, 1 and 3; ×2 to 1) and odd sizes, within 1e-5.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <tuple>
 #include <vector>
 
-#include "src/models/lanczos_resize.h"
+#include "src/models/resample/torch/lanczos_resize.h"
 
 namespace wm::models {
 namespace {

@@ -10,9 +10,9 @@
 
 #include "src/base/error.h"
 #include "src/model.h"
-#include "src/models/lanczos_resize.h"
-#include "src/models/realesrgan.h"
-#include "src/models/realesrgan_weights.h"
+#include "src/models/realesrgan/realesrgan.h"
+#include "src/models/realesrgan/torch/realesrgan_weights.h"
+#include "src/models/resample/torch/lanczos_resize.h"
 #include "src/weights/safetensors.h"
 #include "tests/support/media.h"
 

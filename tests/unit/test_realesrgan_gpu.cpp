@@ -12,7 +12,7 @@
 #include <string>
 
 #include "src/model.h"
-#include "src/models/realesrgan.h"
+#include "src/models/realesrgan/realesrgan.h"
 #include "src/weights/safetensors.h"
 
 namespace wm::models {

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <random>
 
-#include "src/models/resample.h"
-#include "src/models/resample_yuv.h"
+#include "src/models/resample/resample.h"
+#include "src/models/resample/resample_yuv.h"
 
 namespace wm::models {
 namespace {

@@ -3,7 +3,7 @@
 // golden vectors (float64 reference of the upstream code, tiny random-weight 3B) with every
 // intermediate. The same data through wmbatch jobs:
 // tests/integration/test_seedvr2_upscale_jobs.cpp.
-#include "src/models/seedvr2_dit.h"
+#include "src/models/seedvr2/torch/seedvr2_dit.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "src/base/error.h"
-#include "src/models/seedvr2_dit_layout.h"
-#include "src/models/weights_file.h"
+#include "src/models/seedvr2/seedvr2_dit_layout.h"
+#include "src/models/torch/weights_file.h"
 #include "src/weights/safetensors.h"
 #include "tests/support/media.h"
 

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "src/models/seedvr2_dit.h"
-#include "src/models/seedvr2_upscale.h"
+#include "src/models/seedvr2/seedvr2_upscale.h"
+#include "src/models/seedvr2/torch/seedvr2_dit.h"
 #include "src/models/tensor_model.h"
-#include "src/models/weights_file.h"
+#include "src/models/torch/weights_file.h"
 
 namespace seedvr2 = wm::models::seedvr2;
 using wm::models::WeightsFile;

@@ -18,9 +18,9 @@
 
 #include "parallel/memory_budget.h"
 #include "src/base/error.h"
-#include "src/models/seedvr2_blocks.h"
-#include "src/models/seedvr2_layout.h"
-#include "src/models/seedvr2_vae.h"
+#include "src/models/seedvr2/seedvr2_layout.h"
+#include "src/models/seedvr2/seedvr2_vae.h"
+#include "src/models/seedvr2/torch/seedvr2_blocks.h"
 #include "src/weights/safetensors.h"
 
 using wm::Planar;

@@ -2,7 +2,7 @@
 // of the upstream code, tiny random-weight model with the official structure), exact causal
 // slicing, the checks on weights and inputs. The same data through whole wmbatch jobs:
 // tests/integration/test_seedvr2_jobs.cpp.
-#include "src/models/seedvr2_vae.h"
+#include "src/models/seedvr2/seedvr2_vae.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "src/base/error.h"
-#include "src/models/seedvr2_blocks.h"
-#include "src/models/seedvr2_layout.h"
+#include "src/models/seedvr2/seedvr2_layout.h"
+#include "src/models/seedvr2/torch/seedvr2_blocks.h"
 #include "src/weights/safetensors.h"
 #include "tests/support/media.h"
 #include "tests/support/planar_ops.h"

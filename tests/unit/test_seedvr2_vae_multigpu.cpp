@@ -12,7 +12,7 @@
 
 #include "parallel/device_worker.h"
 #include "parallel/sequence_parallel.h"
-#include "src/models/seedvr2_vae.h"
+#include "src/models/seedvr2/seedvr2_vae.h"
 #include "src/weights/safetensors.h"
 
 using wm::Planar;

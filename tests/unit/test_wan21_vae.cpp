@@ -1,6 +1,6 @@
 // Wan2.1 VAE: golden vectors (float64 reference, dim=16 random weights), exact causal slicing,
 // strict weight checking and input validation.
-#include "src/models/wan21_vae.h"
+#include "src/models/wan21/wan21_vae.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "parallel/offload.h"
+#include "parallel/torch/offload.h"
 #include "src/base/error.h"
-#include "src/models/wan21_blocks.h"
+#include "src/models/wan21/torch/wan21_blocks.h"
 #include "src/weights/safetensors.h"
 #include "tests/support/planar_ops.h"
 

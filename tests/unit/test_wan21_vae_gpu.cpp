@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "parallel/device_worker.h"
-#include "parallel/offload.h"
-#include "src/models/cuda_kernels.h"
-#include "src/models/wan21_vae.h"
+#include "parallel/torch/offload.h"
+#include "src/models/kernels/torch/cuda_kernels.h"
+#include "src/models/wan21/wan21_vae.h"
 #include "src/weights/safetensors.h"
 #include "tests/support/run.h"
 

@@ -1,6 +1,6 @@
-// The device frame path's colour conversions (src/models/yuv_colour.h), run on the CPU, against
-// libswscale as the host path calls it (io::FrameToPlanar, io::PlanarToFrame), for every format
-// the path takes: 8/10-bit, 4:2:0/4:2:2/4:4:4, BT.601/709/2020, full/limited range; chroma
+// The device frame path's colour conversions (src/models/torch/yuv_colour.h), run on the CPU,
+// against libswscale as the host path calls it (io::FrameToPlanar, io::PlanarToFrame), for every
+// format the path takes: 8/10-bit, 4:2:0/4:2:2/4:4:4, BT.601/709/2020, full/limited range; chroma
 // siting against libswscale given the same chroma positions; semi-planar NV12/P010 against their
 // planar twins; the ordered dither. The tolerances (stated in docs/performance.md):
 //   YUV → RGB: every value within 1/255 of libswscale's, 0.5/255 on average;
@@ -18,7 +18,7 @@
 
 #include "io/av_handles.h"
 #include "io/pixel_convert.h"
-#include "src/models/yuv_colour.h"
+#include "src/models/torch/yuv_colour.h"
 
 extern "C" {
 #include <libavutil/opt.h>

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "src/models/yuv_colour.h"
+#include "src/models/torch/yuv_colour.h"
 
 namespace wm::models {
 namespace {

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "src/base/planar.h"
-#include "src/models/wan21_blocks.h"
-#include "src/models/wan21_vae.h"
+#include "src/models/wan21/torch/wan21_blocks.h"
+#include "src/models/wan21/wan21_vae.h"
 #include "src/weights/safetensors.h"
 #include "tests/support/run.h"
 

@@ -1,8 +1,8 @@
-// Checker and benchmark of our 3×3 convolution (src/models/conv3x3_kernels.cu), built by nvcc
-// alone (no LibTorch):
+// Checker and benchmark of our 3×3 convolution (src/models/kernels/conv3x3_kernels.cu), built by
+// nvcc alone (no LibTorch):
 //   nvcc -std=c++17 -O3 -arch=sm_90a -I. tools/bench/conv3x3_bench.cu \
-//       src/models/conv3x3_kernels.cu src/models/realesrgan_kernels.cu \
-//       src/models/cudnn_fused_conv.cu -lcudnn -o conv3x3_bench
+//       src/models/kernels/conv3x3_kernels.cu src/models/kernels/realesrgan_kernels.cu \
+//       src/models/kernels/cudnn_fused_conv.cu -lcudnn -o conv3x3_bench
 //   ./conv3x3_bench [--quick]
 // 1. Correctness against a naive float32 reference kernel on random data (the default and the
 //    candidate variants, Conv3x3Args::variant): every Cin × Cout the
@@ -26,10 +26,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "src/models/conv3x3_launch.h"
-#include "src/models/cuda_convert.cuh"
-#include "src/models/cudnn_fused_conv.h"
-#include "src/models/realesrgan_launch.h"
+#include "src/models/kernels/conv3x3_launch.h"
+#include "src/models/kernels/cuda_convert.cuh"
+#include "src/models/kernels/cudnn_fused_conv.h"
+#include "src/models/kernels/realesrgan_launch.h"
 
 using namespace wm::models::cuda;
 
