@@ -597,7 +597,9 @@ void write_report(const std::string& path, const std::vector<JobOutcome>& outcom
                                                            {"input_height", "height"},
                                                            {"output_width", "output_width"},
                                                            {"output_height", "output_height"}};
-      for (const auto& [name, value] : in.metrics) {
+      for (const auto& metric : in.metrics) {
+        const std::string& name = metric.first;  // (a structured binding: not capturable in C++17)
+        const auto& value = metric.second;
         const auto size = std::find_if(std::begin(sizes), std::end(sizes),
                                        [&](const auto& s) { return name == s.first; });
         if (size != std::end(sizes)) {

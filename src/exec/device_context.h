@@ -148,7 +148,7 @@ struct DeviceSettings {
 
 // The device layer as a model reaches it outside a worker's call: at load (settings) and for
 // calls made without a worker (RunContext::device null). parallel/ installs it when its LibTorch
-// side is linked in or loaded (parallel/device_context.cpp). Thread-safe.
+// side is linked in or loaded (parallel/torch/device_context.cpp). Thread-safe.
 class DeviceLayer {
  public:
   virtual ~DeviceLayer() = default;

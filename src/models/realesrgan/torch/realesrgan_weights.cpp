@@ -222,7 +222,9 @@ RealEsrganArch infer_realesrgan_arch(const std::map<std::string, std::vector<int
     }
   }
   if (shapes.size() != expected.size()) {
-    for (const auto& [name, s] : shapes) {
+    for (const auto& found : shapes) {
+      const auto& name = found.first;  // (a structured binding: not capturable in C++17)
+      const auto& s = found.second;
       const bool known = std::any_of(expected.begin(), expected.end(),
                                      [&](const auto& e) { return e.first == name; });
       if (!known) {
