@@ -649,8 +649,7 @@ Seedvr2StageSeconds seedvr2_time_batch(const Model& model, const Planar& frames,
     auto allocated = [&](const std::string& stage) {
 #ifdef WMBATCH_WITH_CUDA
       if (!m->torch_device().is_cuda()) return;
-      const auto stats =
-          c10::cuda::CUDACachingAllocator::getDeviceStats(m->torch_device().index());
+      const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(m->torch_device().index());
       out.allocated.emplace_back(stage, stats.allocated_bytes[0].current);
       out.peak_allocated = std::max<int64_t>(out.peak_allocated, stats.allocated_bytes[0].peak);
 #else
