@@ -579,7 +579,7 @@ at::Tensor every_window(const Pass& pass, int layout, const at::Tensor& mine) {
   for (size_t q = 0; q + 1 < lay.window_begin.size(); ++q) {
     counts.push_back(lay.window_begin[q + 1] - lay.window_begin[q]);
   }
-  return gather_rows(*pass.split, mine.contiguous(), counts, *pass.exchange);
+  return gather_rows(mine.contiguous(), counts, *pass.exchange);
 }
 
 // Window attention on the fused path: q/k normalised, rotated and packed by one kernel per
@@ -1009,7 +1009,7 @@ at::Tensor DitNetwork::forward(const at::Tensor& vid_in, const at::Tensor& txt_i
     const std::vector<int64_t>& begin = split->layout[last].token_begin;
     std::vector<int64_t> counts;
     for (size_t q = 0; q + 1 < begin.size(); ++q) counts.push_back(begin[q + 1] - begin[q]);
-    y = gather_rows(*split, y, counts, *exchange).index_select(0, shape->plans[last].inverse);
+    y = gather_rows(y, counts, *exchange).index_select(0, shape->plans[last].inverse);
   }
   return y.view({T, pass.h, pass.w, 2, 2, a.out_channels})
       .permute({0, 1, 3, 2, 4, 5})

@@ -143,16 +143,16 @@ at::Tensor move_tokens(const DitSplit& split, int from, const at::Tensor& rows,
   return out;
 }
 
-at::Tensor gather_rows(const DitSplit& split, const at::Tensor& mine,
-                       const std::vector<int64_t>& counts, exec::HaloExchange& exchange) {
+at::Tensor gather_rows(const at::Tensor& mine, const std::vector<int64_t>& counts,
+                       exec::HaloExchange& exchange) {
   std::vector<int64_t> begin{0};
   for (int64_t c : counts) begin.push_back(begin.back() + c);
   std::vector<int64_t> shape = mine.sizes().vec();
   shape[0] = begin.back();
   at::Tensor out = at::empty(shape, mine.options());
-  const size_t me = size_t(split.rank);
+  const size_t me = size_t(exchange.rank());
   out.narrow(0, begin[me], counts[me]).copy_(mine);
-  each_pair(split.rank, split.ranks, [&](int peer, bool first) {
+  each_pair(exchange.rank(), exchange.ranks(), [&](int peer, bool first) {
     auto give = [&] {
       if (counts[me] > 0) exchange.send(peer, mine.contiguous());
     };

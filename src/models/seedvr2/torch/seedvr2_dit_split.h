@@ -53,8 +53,9 @@ DitSplit make_dit_split(const WindowPlan plans[2], int rank, int ranks, at::Devi
 at::Tensor move_tokens(const DitSplit& split, int from, const at::Tensor& rows,
                        exec::HaloExchange& exchange);
 
-// Every rank's rows, concatenated in rank order: `mine` is this rank's [counts[rank], ...].
-at::Tensor gather_rows(const DitSplit& split, const at::Tensor& mine,
-                       const std::vector<int64_t>& counts, exec::HaloExchange& exchange);
+// Every rank's rows, concatenated in rank order: `mine` is this rank's [counts[rank], ...] (the
+// ranks: the exchange's).
+at::Tensor gather_rows(const at::Tensor& mine, const std::vector<int64_t>& counts,
+                       exec::HaloExchange& exchange);
 
 }  // namespace wm::models::seedvr2
