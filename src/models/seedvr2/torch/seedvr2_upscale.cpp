@@ -246,6 +246,7 @@ class Seedvr2Model final : public Model, public TensorModel {
     traits_.slice_frames = o_.batch_frames - o_.batch_overlap;
     traits_.slice_overlap = o_.batch_overlap;
     traits_.precisions = {config.precision};
+    traits_.split_inside_slices = true;
   }
 
   static const Seedvr2Options& options_of(const ModelConfig& config) {
@@ -302,9 +303,10 @@ class Seedvr2Model final : public Model, public TensorModel {
   }
 
   // The frames of a batch (float32 0..1, [T, 3, H0, W0], any device) → the 8-bit result
-  // [T, H', W', 3] (kByte, host). `first_frame` seeds the batch's draws.
+  // [T, H', W', 3] (kByte, host). `first_frame` seeds the batch's draws. A rank of a split batch
+  // (p.ctx->halo) returns its run's frames; `ends`: whether they end the batch.
   at::Tensor upscale(const Pipeline& p, const at::Tensor& frames, const Geometry& g,
-                     int64_t first_frame) const;
+                     int64_t first_frame, bool* ends = nullptr) const;
 
   Geometry geometry(int64_t height, int64_t width) const {
     Geometry g;
@@ -435,13 +437,7 @@ struct RankRun {
   int64_t frame_begin = 0, frame_end = 0;    // of its 4k + 1 frames
   std::vector<int64_t> latents;              // every rank's latent frames
 };
-RankRun rank_run(const exec::HaloExchange& split, int64_t latent_frames, int64_t group) {
-  const int ranks = split.ranks(), rank = split.rank();
-  if (latent_frames < ranks) {
-    throw ModelError("seedvr2: a batch of " + std::to_string(latent_frames) +
-                     " latent frames split over " + std::to_string(ranks) +
-                     " ranks (each rank takes whole latent frames)");
-  }
+RankRun rank_run(int rank, int ranks, int64_t latent_frames, int64_t group) {
   RankRun run;
   int64_t at = 0;
   for (int q = 0; q < ranks; ++q) {
@@ -457,7 +453,7 @@ RankRun rank_run(const exec::HaloExchange& split, int64_t latent_frames, int64_t
 }
 
 at::Tensor Seedvr2Model::upscale(const Pipeline& p, const at::Tensor& frames, const Geometry& g,
-                                 int64_t first_frame) const {
+                                 int64_t first_frame, bool* ends) const {
   const at::Device dev = tdevice_;
   auto show = [&](const std::string& name, const at::Tensor& x) {
     if (p.probe) p.probe(name, x);
@@ -471,10 +467,32 @@ at::Tensor Seedvr2Model::upscale(const Pipeline& p, const at::Tensor& frames, co
       p.ctx && p.ctx->halo && p.ctx->halo->ranks() > 1 ? p.ctx->halo : nullptr;
   RankRun run;
   run.latent_end = Tl, run.frame_end = F;
-  if (split) run = rank_run(*split, Tl, std::max(1, vae.frame_group));
+  std::optional<exec::SliceExchange> view;
+  if (split) {
+    // As many ranks as the batch has latent frames and DiT windows of each layout take part;
+    // the others return no frames at once (a short last batch).
+    const int64_t th = g.h / vae.scale_den / 2, tw = g.w / vae.scale_den / 2;
+    const int active = int(std::min<int64_t>(
+        {split->ranks(), Tl, int64_t(seedvr2::dit_windows(int(Tl), int(th), int(tw), false).size()),
+         int64_t(seedvr2::dit_windows(int(Tl), int(th), int(tw), true).size())}));
+    const int rank = split->rank();
+    if (rank >= active) {
+      if (ends) *ends = false;
+      return at::empty({0, g.crop ? g.h : g.rh, g.crop ? g.w : g.rw, 3}, at::kByte);
+    }
+    run = rank_run(rank, active, Tl, std::max(1, vae.frame_group));
+    if (active > 1) {
+      view.emplace(*split, rank, active, rank > 0 ? rank - 1 : -1,
+                   rank + 1 < active ? rank + 1 : -1);
+      split = &*view;
+    } else {
+      split = nullptr;  // alone: one device's path
+    }
+  }
   const int64_t Tr = run.latent_end - run.latent_begin;
   // The run's frames that are real (the rest repeat the last real one).
   const int64_t real = std::max<int64_t>(0, std::min(run.frame_end, T) - run.frame_begin);
+  if (ends) *ends = real > 0 && run.frame_begin + real == T;
   at::Tensor source = frames;
   if (split) {
     std::vector<int64_t> pick;
@@ -615,10 +633,13 @@ class Seedvr2Session final : public ModelSession {
           to_tensor(std::move(input)).squeeze(0).permute({1, 0, 2, 3}).narrow(0, 0, real);
       const Geometry g = model_.geometry(height, width);
       Pipeline p{model_, *encoder_, *decoder_, &ctx, {}};
-      const at::Tensor u8 = model_.upscale(p, frames, g, ctx.first_frame);  // [T, H', W', 3]
-      // Values k / 255, the frames the writer gets; padding frames repeat the last.
+      bool ends = true;
+      // [T, H', W', 3] (a rank of a split batch: its run's frames)
+      const at::Tensor u8 = model_.upscale(p, frames, g, ctx.first_frame, &ends);
+      // Values k / 255, the frames the writer gets; padding frames repeat the last (after the
+      // rank that ends the batch).
       at::Tensor out = u8.permute({3, 0, 1, 2}).to(at::kFloat).div_(255.0);
-      if (ctx.padded_frames > 0) {
+      if (ctx.padded_frames > 0 && ends) {
         out = at::cat(
             {out,
              out.narrow(1, real - 1, 1).expand({3, ctx.padded_frames, out.size(2), out.size(3)})},
