@@ -34,6 +34,11 @@ SplitBy choose_split(int frames, int rows, int ranks, Device::Kind kind) {
 void fit_to_model(SequenceParallelOptions& options, std::shared_ptr<const Model> model) {
   const ModelTraits& t = model->traits();
   options.costs = t.split_costs;
+  if (t.split_inside_slices) {
+    options.inside = true;
+    options.by = SplitBy::kTime;
+    return;
+  }
   options.frame_group = std::max(1, t.frame_group);
   options.frame_offset = t.frame_group > 1 ? t.frame_offset : 0;
   options.output_shape = [model](int frames, int height, int width, bool first) {
@@ -355,7 +360,9 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
 
   // The runs: latent rows per band, or input frames per rank (whole groups of frame_group).
   std::vector<int> runs;
-  if (rows) {
+  if (options_.inside) {
+    runs.assign(size_t(ranks()), input.frames);  // each rank: the whole slice
+  } else if (rows) {
     runs = options_.bands.empty() ? split_frames(input.height, ranks())
                                   : fit_split(options_.bands, input.height);
   } else {
@@ -388,7 +395,7 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
   // this slice's last rank hands its own to rank 0 when another slice follows.
   const bool follows = !ctx.last_slice;
   int from0 = -1;
-  if (!rows) {
+  if (!rows && !options_.inside) {
     Ring& ring = ring_[ctx.tile_index];
     if (ctx.first_slice) {
       ring = Ring{};
@@ -421,7 +428,7 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
   // Where each part's output starts, in output frames (time) or rows.
   run->offsets.assign(size_t(active), 0);
   std::vector<int> part_frames(size_t(active), -1);  // output frames per part, when known
-  if (options_.output_shape) {
+  if (options_.output_shape && !options_.inside) {
     int start = 0;
     for (int r = 0; r < active; ++r) {
       const int n = runs[size_t(r)];
@@ -461,8 +468,8 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
     RunContext rc = ctx;
     rc.deferred = nullptr;  // the ranks' parts are taken here
     // A band holds every frame of the slice; a run of frames, its part of them.
-    rc.first_slice = ctx.first_slice && (rows || r == 0);
-    rc.padded_frames = rows || r == active - 1 ? ctx.padded_frames : 0;
+    rc.first_slice = ctx.first_slice && (rows || options_.inside || r == 0);
+    rc.padded_frames = rows || options_.inside || r == active - 1 ? ctx.padded_frames : 0;
     rc.device = worker->context();
     rc.halo = nullptr;
     rc.halo_rows = false;
@@ -472,9 +479,13 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
       rc.device_ranks += workers_[size_t(q)]->device().str() == device.str() ? 1 : 0;
     }
     if (exchange) {
-      exec::HaloExchange& inner = rows ? group_->rank(r) : group_->pipelined(r);
+      // (Inside a slice messages go between any two ranks: the group's own views.)
+      exec::HaloExchange& inner = rows || options_.inside ? group_->rank(r) : group_->pipelined(r);
       const int from = rows ? -1 : r > 0 ? r - 1 : from0;
-      const int to = rows ? -1 : r + 1 < active ? r + 1 : follows && r > 0 ? 0 : -1;
+      const int to = rows                                   ? -1
+                     : r + 1 < active                       ? r + 1
+                     : follows && r > 0 && !options_.inside ? 0
+                                                            : -1;
       run->views.push_back(std::make_unique<exec::SliceExchange>(inner, r, active, from, to));
       rc.halo = run->views.back().get();
       rc.halo_rows = rows;
@@ -490,10 +501,11 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
         rc.into_row = rows ? run->offsets[size_t(r)] : 0;
       }
     }
-    Planar part = active == 1 ? std::move(input)
-                  : rows      ? rows_of(input, first, runs[size_t(r)])
-                              : frames_of(input, first, runs[size_t(r)]);
-    first += runs[size_t(r)];
+    Planar part = active == 1       ? std::move(input)
+                  : options_.inside ? input.clone()
+                  : rows            ? rows_of(input, first, runs[size_t(r)])
+                                    : frames_of(input, first, runs[size_t(r)]);
+    if (!options_.inside) first += runs[size_t(r)];
     ModelSession* session = ranks_[size_t(r)].get();
     ExchangeGroup* group = group_.get();
     const bool solo_fault = fault && !rc.halo;

@@ -96,6 +96,10 @@ struct SequenceParallelOptions {
   // time split keeps groups whole (an encoder's temporal downsampling windows).
   int frame_group = 1;
   int frame_offset = 0;
+  // Every rank takes the whole slice and splits it inside (ModelTraits::split_inside_slices):
+  // its ring runs r − 1 → r within each slice (no history between slices), and the session
+  // puts the ranks' outputs together in rank order.
+  bool inside = false;
   // Measurement (wmbench's scaling model): the ranks of each slice run one after another, each
   // alone on its device, and run() returns when the slice is done; rank_seconds() then holds
   // each rank's compute time. Same results.
@@ -104,8 +108,8 @@ struct SequenceParallelOptions {
   SplitCosts costs;
 };
 
-// Sets options.output_shape, frame_group and frame_offset from the model's traits (the model
-// is kept alive by the options).
+// Sets options.output_shape, frame_group and frame_offset (or `inside`) from the model's traits
+// (the model is kept alive by the options).
 void fit_to_model(SequenceParallelOptions& options, std::shared_ptr<const Model> model);
 
 // `frames` in at most `ranks` runs of nearly equal length, the longer runs last (rank 0 also

@@ -74,7 +74,7 @@ ModelSet::ModelSet(const ModelConfig& config, const std::string& devices,
       sequence_ = false;
       break;
     case ParallelMode::kSequence:
-      if (!t.sequence_parallel) {
+      if (!t.sequence_parallel && !t.split_inside_slices) {
         throw Error("parallel: mode sequence needs a model that splits slices in time; " + t.name +
                         " does not (use data)",
                     kExitDataErr);

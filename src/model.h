@@ -135,6 +135,12 @@ struct ModelTraits {
   // The model can run one slice as several ranks that split its frames in time, exchanging
   // causal history through RunContext::halo (parallel/sequence_parallel.h).
   bool sequence_parallel = false;
+  // The model can run one slice as several ranks that each take the whole slice and compute
+  // their own part of it inside (the SeedVR2 upscaler: runs of latent frames through its VAE,
+  // whole windows through its DiT), exchanging through RunContext::halo (a ring r − 1 → r within
+  // the slice, and messages between any two ranks); each rank returns its run of the output
+  // frames, in rank order. Slices stay independent of each other.
+  bool split_inside_slices = false;
   // The model can run one slice as several ranks that each take a band of rows of every frame
   // (spatial parallelism), exchanging boundary rows before every spatial convolution through
   // RunContext::halo with RunContext::halo_rows set (docs/gpu.md).

@@ -265,18 +265,18 @@ TEST(SeedVR2UpscaleJob, SeededDrawsAreReproducible) {
 
 // The tiny models on a 16×16 clip: ×2, batches of 5 frames overlapping by 2 (new frames 5, 3,
 // 3, ...).
-std::string video_job(const std::string& extra = "", int overlap = 2) {
+std::string video_job(const std::string& extra = "", int overlap = 2, int batch = 5) {
   return "task: upscale\ninput: clip.mkv\nprecision: fp32\ndevices: cpu\n"
          "encode: {codec: ffv1}\n" +
          extra + "model: {kind: seedvr2, dit: '" + kGolden + "weights.safetensors', vae: '" + kVae +
          "', heads: 2, norm_groups: 4, text_embedding: '" + kGolden +
-         "upscale_t5.safetensors#text_pos', scale: 2, batch_frames: 5, batch_overlap: " +
-         std::to_string(overlap) + "}\n";
+         "upscale_t5.safetensors#text_pos', scale: 2, batch_frames: " + std::to_string(batch) +
+         ", batch_overlap: " + std::to_string(overlap) + "}\n";
 }
 
-void make_video(const TempDir& dir, int frames) {
+void make_video(const TempDir& dir, int frames, int width = 16, int height = 16) {
   ClipSpec spec;
-  spec.width = 16, spec.height = 16, spec.frames = frames;
+  spec.width = width, spec.height = height, spec.frames = frames;
   spec.codec = "ffv1";
   spec.pix_fmt = "yuv444p";
   spec.container_ext = ".mkv";
@@ -380,6 +380,25 @@ TEST(SeedVR2VideoJob, RanksAndFarmChunksMatchOneRun) {
       {wmbatch_path(), "run", dir.file("farm.yaml"), "--frames", "4-8", "--progress", "none"});
   EXPECT_EQ(r.exit_code, 65) << r.output;
   EXPECT_NE(r.output.find("is not a chunk boundary"), std::string::npos) << r.output;
+}
+
+// Each batch of one video split over two CPU ranks inside (parallel: sequence; runs of latent
+// frames through the VAE, whole windows through the DiT) gives the frames of one rank. Batches of
+// 9 frames with an overlap of 2 over 16 frames of 96 × 64: 3 latent frames and 3 × 8 × 12 DiT
+// tokens each, so both ranks take part in both batches.
+TEST(SeedVR2VideoJob, SequenceParallelRanksMatchOneRun) {
+  TempDir dir;
+  make_video(dir, 16, 96, 64);
+  write_text(dir.file("jobs.yaml"), "job: one\noutput: one.mkv\n" + video_job("", 2, 9) +
+                                        "---\njob: split\noutput: split.mkv\n" +
+                                        video_job("parallel: {mode: sequence, ranks: 2}\n", 2, 9));
+  const CommandResult r = wmbatch({dir.file("jobs.yaml")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto one = read_all(dir.file("one.mkv"));
+  ASSERT_EQ(one.size(), 16u);
+  EXPECT_EQ(one[0].image.width, 192);
+  EXPECT_TRUE(same_frames(one, read_all(dir.file("split.mkv"))));
+  EXPECT_TRUE(probe(dir.file("split.mkv")).has_audio);
 }
 
 // `wmbench seedvr2-upscale` at the golden data's sizes on the CPU: every stage timed, the JSON

@@ -93,6 +93,17 @@ struct Seedvr2StageSeconds {
 // device copy.
 Seedvr2StageSeconds seedvr2_time_batch(const Model& model, const Planar& frames,
                                        exec::DeviceContext* context = nullptr);
+// One batch (`frames` [3, T, H, W], 0..1: its real frames) through a model of
+// make_seedvr2(_random) → the upscaled frames, values k / 255 [3, T, H', W'], seeded by
+// ctx.first_frame. With ctx.halo of more than one rank, this call is rank ctx.halo->rank() of the
+// batch split inside (sequence parallelism): every rank passes the whole batch; rank r runs the
+// r-th run of its latent frames (as even as they fall; each rank at least one) through the VAE,
+// with each causal conv's history from rank r − 1 (ctx.halo's ring: history_from r − 1,
+// history_to r + 1), and its share of whole windows through the DiT; the latents and the text's
+// window outputs move between the ranks. It returns its run's frames: the ranks' outputs in rank
+// order are the batch's, as one device makes them. Errors: ModelError (more ranks than latent
+// frames or than DiT windows: one line).
+Planar seedvr2_upscale_batch(const Model& model, const Planar& frames, const RunContext& ctx);
 // DiT blocks resident on the device (the rest stream from pinned host memory); 0 before the
 // model's first batch.
 int seedvr2_resident_blocks(const Model& model);

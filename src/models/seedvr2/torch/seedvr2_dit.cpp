@@ -21,7 +21,10 @@
 
 #include "src/base/error.h"
 #include "src/exec/device_context.h"
+#include "src/exec/halo_exchange.h"
 #include "src/models/kernels/torch/seedvr2_dit_kernels.h"
+#include "src/models/seedvr2/torch/seedvr2_dit_split.h"
+#include "src/models/seedvr2/torch/seedvr2_dit_windows.h"
 #include "src/models/torch/weights_file.h"
 
 namespace wm::models::seedvr2 {
@@ -53,40 +56,6 @@ at::Tensor dequantised(const at::Tensor& t, at::ScalarType dtype) {
 #endif
 }
 
-// The angle tables of one window shape (or of the text): per token and rotated pair, cos and
-// sin, float32 on the device: [n, 1, pairs] (one head axis to broadcast over).
-struct RopeTable {
-  at::Tensor cos, sin;
-};
-
-// A window plan of a token grid: the video tokens in window order (windows of one shape next to
-// each other, so each shape is one batched attention call), and the way back.
-struct WindowGroup {
-  int64_t offset = 0;   // first position in window order
-  int64_t windows = 0;  // windows of this shape
-  int64_t nt = 0, nh = 0, nw = 0;
-  int64_t tokens() const { return nt * nh * nw; }
-};
-struct WindowPlan {
-  at::Tensor order;    // [N] int64: token index at each position of window order
-  at::Tensor inverse;  // [N]: position in window order of each token
-  std::vector<WindowGroup> groups;
-  int64_t windows = 0;
-  std::map<int, std::vector<RopeTable>> rope;  // per RoPE frequency set: per group
-  // The fused CUDA path's packed layout: every window's sequence (its video rows, then the text
-  // rows) one after another, group by group. Items say which qkv row goes to which packed row
-  // with which RoPE positions (int32/float32 on the device).
-  struct Packed {
-    bool made = false;
-    int64_t rows = 0;
-    std::vector<int64_t> base;  // per group: its first packed row
-    at::Tensor video_src, video_dest, video_pos;
-    at::Tensor text_src, text_dest, text_pos;
-    at::Tensor video_rows;  // [N] int64: the packed row of each token
-    at::Tensor text_rows;   // [windows · L] int64: the text rows, window by window
-  } packed;
-};
-
 // What a token grid and text length need, made once: the regular and shifted window plans
 // and the text's angle tables (3B).
 struct ShapePlans {
@@ -94,6 +63,8 @@ struct ShapePlans {
   bool ready = false;
   WindowPlan plans[2];                 // regular, shifted
   std::map<int, RopeTable> text_rope;  // per RoPE frequency set
+  // Sequence-parallel splits of the plans, per (rank, ranks): made on first use, under `mutex`.
+  std::map<std::pair<int, int>, std::unique_ptr<DitSplit>> splits;
 };
 
 }  // namespace
@@ -371,6 +342,11 @@ struct Pass {
   int64_t text = 0;  // L
   int64_t t = 0, h = 0, w = 0;
   ShapePlans* shape = nullptr;  // the network's plans for this grid and text length
+  // The plans the blocks run (regular, shifted): the shape's, or this rank's part of them.
+  const WindowPlan* plan[2] = {nullptr, nullptr};
+  // Sequence parallelism inside the forward (null: one device runs every window).
+  const DitSplit* split = nullptr;
+  exec::HaloExchange* exchange = nullptr;
 };
 
 // The angles of one axis position for every frequency, in double.
@@ -536,7 +512,7 @@ at::Tensor norm_heads(const at::Tensor& x, const at::Tensor& weight) { return rm
 // order, then each window's text rows, with the RoPE positions of each item.
 void make_packed(const Pass& pass, WindowPlan& plan) {
   WindowPlan::Packed& k = plan.packed;
-  const int64_t L = pass.text, N = pass.t * pass.h * pass.w;
+  const int64_t L = pass.text, N = plan.order.numel();
   const bool pixel = pass.arch.variant == DitVariant::k7B;
   const at::Tensor order = plan.order.to(at::kCPU);
   const int64_t* op = order.data_ptr<int64_t>();
@@ -594,6 +570,18 @@ void make_packed(const Pass& pass, WindowPlan& plan) {
   k.made = true;
 }
 
+// The text's outputs of every window of the layout ([windows, L, inner], window order) from those
+// of this rank's windows: gathered from every rank when the forward is split.
+at::Tensor every_window(const Pass& pass, int layout, const at::Tensor& mine) {
+  if (!pass.split) return mine;
+  const DitSplit::Layout& lay = pass.split->layout[layout];
+  std::vector<int64_t> counts;
+  for (size_t q = 0; q + 1 < lay.window_begin.size(); ++q) {
+    counts.push_back(lay.window_begin[q + 1] - lay.window_begin[q]);
+  }
+  return gather_rows(mine.contiguous(), counts, *pass.exchange);
+}
+
 // Window attention on the fused path: q/k normalised, rotated and packed by one kernel per
 // stream (video, text), one attention call per window shape over the packed rows, outputs
 // gathered back. False when a kernel cannot take the tensors (the ATen path runs instead).
@@ -627,9 +615,10 @@ bool attention_fused(Pass& pass, const DitNetwork::Block& block, int index, cons
     const at::Tensor o = attend(part(qp), part(kp), part(vp), pass.o);  // [B, S, H, hd]
     out.narrow(0, k.base[g], B * S).view({B, S, H, hd}).copy_(o);
   }
-  const at::Tensor text_sum =
-      out.index_select(0, k.text_rows).view({plan.windows, L, inner}).to(at::kFloat).sum(0);
-  const at::Tensor text_out = (text_sum / double(plan.windows)).to(dtype);
+  const at::Tensor text = every_window(
+      pass, index % 2, out.index_select(0, k.text_rows).view({plan.windows, L, inner}));
+  const at::Tensor text_sum = text.to(at::kFloat).sum(0);
+  const at::Tensor text_out = (text_sum / double(text.size(0))).to(dtype);
   ov = at::linear(out.index_select(0, k.video_rows), block.vid.out_w, block.vid.out_b.to(dtype));
   os = at::linear(text_out, block.txt.out_w, block.txt.out_b.to(dtype));
   return true;
@@ -644,7 +633,7 @@ std::pair<at::Tensor, at::Tensor> attention(Pass& pass, const DitNetwork::Block&
   const int64_t N = hv.size(0), L = hs.size(0), H = a.heads, hd = a.head_dim, inner = a.inner();
   const bool shifted = index % 2 == 1;
   // Made by prepare(); read-only here.
-  const WindowPlan& plan = pass.shape->plans[shifted ? 1 : 0];
+  const WindowPlan& plan = *pass.plan[shifted ? 1 : 0];
   if (pass.fused) {
     at::Tensor ov, os;
     if (attention_fused(pass, block, index, hv, hs, plan, ov, os)) return {ov, os};
@@ -671,7 +660,7 @@ std::pair<at::Tensor, at::Tensor> attention(Pass& pass, const DitNetwork::Block&
   k_s = k_s.to(dtype);
 
   at::Tensor out_w = at::empty({N, inner}, hv.options());
-  at::Tensor text_sum = at::zeros({L, inner}, hv.options().dtype(at::kFloat));
+  std::vector<at::Tensor> texts;  // per group: [windows, L, inner] float32
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     const WindowGroup& group = plan.groups[g];
     const int64_t B = group.windows, n = group.tokens();
@@ -685,10 +674,18 @@ std::pair<at::Tensor, at::Tensor> attention(Pass& pass, const DitNetwork::Block&
     const at::Tensor v = at::cat({part(v_v), v_s.unsqueeze(0).expand({B, L, H, hd})}, 1);
     const at::Tensor o = attend(q, k, v, pass.o);  // [B, n + L, H, hd]
     out_w.narrow(0, group.offset, B * n).copy_(o.narrow(1, 0, n).reshape({B * n, inner}));
-    text_sum += o.narrow(1, n, L).to(at::kFloat).sum(0).reshape({L, inner});
+    texts.push_back(o.narrow(1, n, L).to(at::kFloat).reshape({B, L, inner}).contiguous());
   }
-  // Each text token's output: the mean over all windows.
-  const at::Tensor text_out = (text_sum / double(plan.windows)).to(dtype);
+  // Each text token's output: the mean over all windows, summed shape by shape.
+  const at::Tensor text = every_window(pass, shifted ? 1 : 0, at::cat(texts, 0));
+  at::Tensor text_sum;
+  int64_t first = 0;
+  for (const WindowGroup& group : pass.shape->plans[shifted ? 1 : 0].groups) {
+    const at::Tensor part = text.narrow(0, first, group.windows).sum(0);
+    text_sum = text_sum.defined() ? text_sum + part : part;
+    first += group.windows;
+  }
+  const at::Tensor text_out = (text_sum / double(text.size(0))).to(dtype);
   const at::Tensor ov =
       at::linear(out_w.index_select(0, plan.inverse), block.vid.out_w, block.vid.out_b.to(dtype));
   const at::Tensor os = at::linear(text_out, block.txt.out_w, block.txt.out_b.to(dtype));
@@ -787,10 +784,31 @@ void prepare(Pass& pass) {
   sp.ready = true;
 }
 
+// This rank's part of pass.shape's plans (made once per rank and number of ranks), with its
+// windows' angle tables and, on the fused path, its packing.
+const DitSplit& split_of(const Pass& pass, int rank, int ranks) {
+  ShapePlans& sp = *pass.shape;
+  std::lock_guard<std::mutex> lock(sp.mutex);
+  std::unique_ptr<DitSplit>& slot = sp.splits[{rank, ranks}];
+  if (!slot) {
+    auto split = std::make_unique<DitSplit>(make_dit_split(sp.plans, rank, ranks, pass.o.device));
+    for (int l = 0; l < 2; ++l) {
+      DitSplit::Layout& lay = split->layout[l];
+      for (const auto& [id, tables] : sp.plans[l].rope) {
+        for (size_t g : lay.group_of) lay.local.rope[id].push_back(tables[g]);
+      }
+      if (pass.fused) make_packed(pass, lay.local);
+    }
+    slot = std::move(split);
+  }
+  return *slot;
+}
+
 }  // namespace
 
 at::Tensor DitNetwork::forward(const at::Tensor& vid_in, const at::Tensor& txt_in, double timestep,
-                               const DitProbe& probe, exec::DeviceContext* context) const {
+                               const DitProbe& probe, exec::DeviceContext* context,
+                               exec::HaloExchange* exchange) const {
   const DitArchitecture& a = arch_;
   const DitOptions& o = options_;
   const Impl& m = *impl_;
@@ -823,9 +841,21 @@ at::Tensor DitNetwork::forward(const at::Tensor& vid_in, const at::Tensor& txt_i
   }
   pass.shape = shape.get();
   prepare(pass);
+  pass.plan[0] = &shape->plans[0], pass.plan[1] = &shape->plans[1];
+  if (exchange && exchange->ranks() > 1) {
+    pass.split = &split_of(pass, exchange->rank(), exchange->ranks());
+    pass.exchange = exchange;
+    pass.plan[0] = &pass.split->layout[0].local, pass.plan[1] = &pass.split->layout[1].local;
+  }
+  const DitSplit* split = pass.split;
   const int64_t N = pass.t * pass.h * pass.w;
   auto show = [&](const std::string& name, const at::Tensor& x) {
     if (probe) probe(name, x);
+  };
+  // The video tokens in token order, for a probe: a split forward's ranks hold their windows'
+  // tokens only, so its probes get the text and the time embedding, not the video.
+  auto show_video = [&](const std::string& name, const at::Tensor& x) {
+    if (probe && !split) probe(name, x.view({T, pass.h, pass.w, a.dim}));
   };
 
   // Time embedding and the modulation table [dim, 6] (channel-major: emb viewed [dim, 2, 3]).
@@ -839,15 +869,20 @@ at::Tensor DitNetwork::forward(const at::Tensor& vid_in, const at::Tensor& txt_i
   const at::Tensor table = e.view({a.dim, 6});
 
   // Patchify: token (t, y, x) = the (dy, dx, c) features of latent (t, 2y + dy, 2x + dx).
-  const at::Tensor patches = vid_in.to(o.device, at::kFloat)
-                                 .view({T, pass.h, 2, pass.w, 2, a.in_channels})
-                                 .permute({0, 1, 3, 2, 4, 5})
-                                 .reshape({N, a.patch_features()});
+  at::Tensor patches = vid_in.to(o.device, at::kFloat)
+                           .view({T, pass.h, 2, pass.w, 2, a.in_channels})
+                           .permute({0, 1, 3, 2, 4, 5})
+                           .reshape({N, a.patch_features()});
+  if (split) {
+    // This rank's tokens of the first block's (regular) windows, in their window order.
+    const int64_t k0 = split->layout[0].token_begin[size_t(split->rank)];
+    patches = patches.index_select(0, shape->plans[0].order.narrow(0, k0, split->tokens(0)));
+  }
   at::Tensor v = at::linear(patches.to(dtype), m.vid_in_w, m.vid_in_b.to(dtype)).to(at::kFloat);
   at::Tensor s =
       at::linear(txt_in.to(o.device, dtype), m.txt_in_w, m.txt_in_b.to(dtype)).to(at::kFloat);
   show("txt_tokens", s);
-  show("vid_tokens", v.view({T, pass.h, pass.w, a.dim}));
+  show_video("vid_tokens", v);
 
   std::unique_lock<std::mutex> ring_lock(m.ring_mutex, std::defer_lock);
   const bool streaming = m.resident < a.layers;
@@ -944,6 +979,8 @@ at::Tensor DitNetwork::forward(const at::Tensor& vid_in, const at::Tensor& txt_i
       block = usable(m.ring[slot], dtype);
 #endif
     }
+    // A split forward's tokens go over to the windows of this block's layout.
+    if (split && i > 0) v = move_tokens(*split, (i - 1) % 2, v, *exchange);
     run_block(pass, block, i, table, v, s);
 #ifdef WMBATCH_WITH_CUDA
     if (i >= m.resident) {
@@ -953,7 +990,7 @@ at::Tensor DitNetwork::forward(const at::Tensor& vid_in, const at::Tensor& txt_i
     }
 #endif
     if (probe) {
-      show("block" + std::to_string(i) + "_vid", v.view({T, pass.h, pass.w, a.dim}));
+      show_video("block" + std::to_string(i) + "_vid", v);
       // Upstream's last 3B block hands back twice its post-attention text (never used).
       show("block" + std::to_string(i) + "_txt", a.text_tail(i) ? s * 2 : s);
     }
@@ -963,9 +1000,17 @@ at::Tensor DitNetwork::forward(const at::Tensor& vid_in, const at::Tensor& txt_i
     // The output modulation takes the table's attn part (spec §4.6, pitfall 1).
     v = rms(v) * m.out_norm;
     v = at::addcmul(table.select(1, 0) + m.out_shift, v, table.select(1, 1) + m.out_scale);
-    show("vid_out_in", v.view({T, pass.h, pass.w, a.dim}));
+    show_video("vid_out_in", v);
   }
-  const at::Tensor y = at::linear(v.to(dtype), m.out_w, m.out_b.to(dtype)).to(at::kFloat);
+  at::Tensor y = at::linear(v.to(dtype), m.out_w, m.out_b.to(dtype)).to(at::kFloat);
+  if (split) {
+    // Every rank's tokens, in the window order of the last block's layout, then in token order.
+    const int last = (a.layers - 1) % 2;
+    const std::vector<int64_t>& begin = split->layout[last].token_begin;
+    std::vector<int64_t> counts;
+    for (size_t q = 0; q + 1 < begin.size(); ++q) counts.push_back(begin[q + 1] - begin[q]);
+    y = gather_rows(y, counts, *exchange).index_select(0, shape->plans[last].inverse);
+  }
   return y.view({T, pass.h, pass.w, 2, 2, a.out_channels})
       .permute({0, 1, 3, 2, 4, 5})
       .reshape({T, H, W, a.out_channels});

@@ -31,7 +31,8 @@
 
 namespace wm::exec {
 class DeviceContext;
-}
+class HaloExchange;
+}  // namespace wm::exec
 
 namespace wm::models::seedvr2 {
 
@@ -68,8 +69,11 @@ class DitNetwork {
   // vid [T, H, W, in_channels] (channels last, H and W even), txt [L, txt_in_dim], the timestep
   // → [T, H, W, out_channels] float32 on the network's device. `context`: the device worker
   // (its side stream carries streamed blocks; null: one of LibTorch's pool).
+  // `exchange` with more than one rank splits the forward (seedvr2_dit_split.h): every rank
+  // calls it with the same inputs, runs its own windows, and returns the whole output.
   at::Tensor forward(const at::Tensor& vid, const at::Tensor& txt, double timestep,
-                     const DitProbe& probe = {}, exec::DeviceContext* context = nullptr) const;
+                     const DitProbe& probe = {}, exec::DeviceContext* context = nullptr,
+                     exec::HaloExchange* exchange = nullptr) const;
 
   const DitArchitecture& arch() const { return arch_; }
   const DitOptions& options() const { return options_; }

@@ -25,8 +25,10 @@
 #include "src/base/error.h"
 #include "src/base/log_text.h"
 #include "src/exec/device_context.h"
+#include "src/exec/halo_exchange.h"
 #include "src/models/seedvr2/seedvr2_vae.h"
 #include "src/models/seedvr2/torch/seedvr2_dit.h"
+#include "src/models/seedvr2/torch/seedvr2_dit_split.h"
 #include "src/models/seedvr2/torch/seedvr2_pixels.h"
 #include "src/models/seedvr2/torch/seedvr2_sequence.h"
 #include "src/models/tensor_model.h"
@@ -244,6 +246,7 @@ class Seedvr2Model final : public Model, public TensorModel {
     traits_.slice_frames = o_.batch_frames - o_.batch_overlap;
     traits_.slice_overlap = o_.batch_overlap;
     traits_.precisions = {config.precision};
+    traits_.split_inside_slices = true;
   }
 
   static const Seedvr2Options& options_of(const ModelConfig& config) {
@@ -300,9 +303,10 @@ class Seedvr2Model final : public Model, public TensorModel {
   }
 
   // The frames of a batch (float32 0..1, [T, 3, H0, W0], any device) → the 8-bit result
-  // [T, H', W', 3] (kByte, host). `first_frame` seeds the batch's draws.
+  // [T, H', W', 3] (kByte, host). `first_frame` seeds the batch's draws. A rank of a split batch
+  // (p.ctx->halo) returns its run's frames; `ends`: whether they end the batch.
   at::Tensor upscale(const Pipeline& p, const at::Tensor& frames, const Geometry& g,
-                     int64_t first_frame) const;
+                     int64_t first_frame, bool* ends = nullptr) const;
 
   Geometry geometry(int64_t height, int64_t width) const {
     Geometry g;
@@ -413,23 +417,90 @@ class Seedvr2Model final : public Model, public TensorModel {
 
 // One pass of a VAE session over a whole sequence (a fresh state), on the model's device:
 // [1, C, T, H, W] float32 there.
-at::Tensor run_vae(ModelSession& session, const at::Tensor& x, const RunContext* outer) {
+// `split`: this rank's run of a batch split in time (its first latent frame: `head`).
+at::Tensor run_vae(ModelSession& session, const at::Tensor& x, const RunContext* outer,
+                   exec::HaloExchange* split = nullptr, bool head = true) {
   auto* sequence = dynamic_cast<Seedvr2SequenceSession*>(&session);
   if (!sequence) throw ModelError("seedvr2: its VAE sessions take whole sequences", kExitSoftware);
   RunContext ctx;
   if (outer) ctx.device = outer->device;
+  ctx.halo = split;
+  ctx.first_slice = head;
   return sequence->run_sequence(x, ctx).to(at::kFloat);
 }
 
+// A batch split in time over ranks (RunContext::halo, sequence parallelism inside one batch):
+// rank r takes the r-th run of the batch's latent frames, as even as they fall, and the frames
+// those come from (latent frame 0 from frame 0, latent frame j > 0 from frames 4j − 3 … 4j).
+struct RankRun {
+  int64_t latent_begin = 0, latent_end = 0;  // [begin, end) of the batch's latent frames
+  int64_t frame_begin = 0, frame_end = 0;    // of its 4k + 1 frames
+  std::vector<int64_t> latents;              // every rank's latent frames
+};
+RankRun rank_run(int rank, int ranks, int64_t latent_frames, int64_t group) {
+  RankRun run;
+  int64_t at = 0;
+  for (int q = 0; q < ranks; ++q) {
+    const int64_t n = latent_frames / ranks + (q < latent_frames % ranks ? 1 : 0);
+    run.latents.push_back(n);
+    if (q == rank) run.latent_begin = at, run.latent_end = at + n;
+    at += n;
+  }
+  auto frames_before = [&](int64_t l) { return l == 0 ? 0 : 1 + group * (l - 1); };
+  run.frame_begin = frames_before(run.latent_begin);
+  run.frame_end = frames_before(run.latent_end);
+  return run;
+}
+
 at::Tensor Seedvr2Model::upscale(const Pipeline& p, const at::Tensor& frames, const Geometry& g,
-                                 int64_t first_frame) const {
+                                 int64_t first_frame, bool* ends) const {
   const at::Device dev = tdevice_;
   auto show = [&](const std::string& name, const at::Tensor& x) {
     if (p.probe) p.probe(name, x);
   };
   const int64_t T = frames.size(0), F = seedvr2_padded_frames(T);
+  const ModelTraits& vae = encoder_->traits();
+  const int64_t L = vae.out_channels / 2, Tl = encoder_->output_frames(F);
+  // A rank of a split batch: every rank has the whole batch's frames and runs its own part
+  // (its frames through the VAE, its windows through the DiT); it returns its frames.
+  exec::HaloExchange* split =
+      p.ctx && p.ctx->halo && p.ctx->halo->ranks() > 1 ? p.ctx->halo : nullptr;
+  RankRun run;
+  run.latent_end = Tl, run.frame_end = F;
+  std::optional<exec::SliceExchange> view;
+  if (split) {
+    // As many ranks as the batch has latent frames and DiT windows of each layout take part;
+    // the others return no frames at once (a short last batch).
+    const int64_t th = g.h / vae.scale_den / 2, tw = g.w / vae.scale_den / 2;
+    const int active = int(std::min<int64_t>(
+        {split->ranks(), Tl, int64_t(seedvr2::dit_windows(int(Tl), int(th), int(tw), false).size()),
+         int64_t(seedvr2::dit_windows(int(Tl), int(th), int(tw), true).size())}));
+    const int rank = split->rank();
+    if (rank >= active) {
+      if (ends) *ends = false;
+      return at::empty({0, g.crop ? g.h : g.rh, g.crop ? g.w : g.rw, 3}, at::kByte);
+    }
+    run = rank_run(rank, active, Tl, std::max(1, vae.frame_group));
+    if (active > 1) {
+      view.emplace(*split, rank, active, rank > 0 ? rank - 1 : -1,
+                   rank + 1 < active ? rank + 1 : -1);
+      split = &*view;
+    } else {
+      split = nullptr;  // alone: one device's path
+    }
+  }
+  const int64_t Tr = run.latent_end - run.latent_begin;
+  // The run's frames that are real (the rest repeat the last real one).
+  const int64_t real = std::max<int64_t>(0, std::min(run.frame_end, T) - run.frame_begin);
+  if (ends) *ends = real > 0 && run.frame_begin + real == T;
+  at::Tensor source = frames;
+  if (split) {
+    std::vector<int64_t> pick;
+    for (int64_t i = run.frame_begin; i < run.frame_end; ++i) pick.push_back(std::min(i, T - 1));
+    source = frames.index_select(0, at::tensor(pick, at::kLong).to(frames.device()));
+  }
   // 1–5: resize (antialiased bicubic, a = −0.5), clamp, crop or pad to multiples of 16, [−1, 1].
-  at::Tensor x = frames.to(dev, at::kFloat);
+  at::Tensor x = source.to(dev, at::kFloat);
   if (g.rh != x.size(2) || g.rw != x.size(3)) x = seedvr2::resize_bicubic_aa(x, g.rh, g.rw);
   x = x.clamp(0.0, 1.0);
   if (g.crop) {
@@ -439,17 +510,15 @@ at::Tensor Seedvr2Model::upscale(const Pipeline& p, const at::Tensor& frames, co
   }
   const at::Tensor reference = ((x - 0.5) / 0.5).contiguous();  // [T, 3, h, w]
   x.reset();  // (device memory: the VAE and the DiT need it more)
-  // 6: 4k + 1 frames, the last repeated.
+  // 6: 4k + 1 frames, the last repeated (a split batch's runs hold their padding already).
   at::Tensor padded = reference;
-  if (F > T)
+  if (!split && F > T)
     padded = at::cat({reference, reference.narrow(0, T - 1, 1).expand({F - T, 3, g.h, g.w})});
   const at::Tensor vae_input = padded.permute({1, 0, 2, 3}).unsqueeze(0);  // [1, 3, F, h, w]
   show("vae_input", vae_input);
 
   // 7: the posterior, sampled. The seeded draws (host generator: the same numbers on every
   // device) are made on another thread while the encoder runs.
-  const ModelTraits& vae = encoder_->traits();
-  const int64_t L = vae.out_channels / 2, Tl = encoder_->output_frames(F);
   const int64_t lh = g.h / vae.scale_den, lw = g.w / vae.scale_den;
   std::future<Draws> draws;
   if (!file_draws_) {
@@ -464,11 +533,12 @@ at::Tensor Seedvr2Model::upscale(const Pipeline& p, const at::Tensor& frames, co
       return d;
     });
   }
-  const at::Tensor posterior = run_vae(p.encoder, vae_input, p.ctx);  // [1, 32, T_l, h/8, w/8]
-  if (posterior.size(1) != 2 * L || posterior.size(2) != Tl || posterior.size(3) != lh ||
+  // [1, 32, T_l, h/8, w/8] (a rank: its latent frames)
+  const at::Tensor posterior = run_vae(p.encoder, vae_input, p.ctx, split, run.latent_begin == 0);
+  if (posterior.size(1) != 2 * L || posterior.size(2) != Tr || posterior.size(3) != lh ||
       posterior.size(4) != lw) {
     throw ModelError("seedvr2: the VAE encoder made a posterior of " + shape_of(posterior) +
-                         ", expected " + shape_text({1, 2 * L, Tl, lh, lw}),
+                         ", expected " + shape_text({1, 2 * L, Tr, lh, lw}),
                      kExitSoftware);
   }
   const at::Tensor mean = posterior.narrow(1, 0, L), logvar = posterior.narrow(1, L, L);
@@ -489,8 +559,11 @@ at::Tensor Seedvr2Model::upscale(const Pipeline& p, const at::Tensor& frames, co
     d = draws.get();
   }
   show("vae_sample_eps", d.eps);
-  const at::Tensor z = mean + at::exp(logvar / 2) * d.eps.to(dev, at::kFloat);
-  const at::Tensor cond_latent = (z * kLatentScale).squeeze(0).permute({1, 2, 3, 0}).to(dev);
+  const at::Tensor eps = d.eps.narrow(2, run.latent_begin, Tr);
+  const at::Tensor z = mean + at::exp(logvar / 2) * eps.to(dev, at::kFloat);
+  at::Tensor cond_latent = (z * kLatentScale).squeeze(0).permute({1, 2, 3, 0}).to(dev);
+  // Every rank's latent frames, in order: the DiT takes the whole batch.
+  if (split) cond_latent = seedvr2::gather_rows(cond_latent.contiguous(), run.latents, *split);
   show("cond_latent", cond_latent);
   const at::Tensor noise = d.noise.to(dev, at::kFloat);
   show("noise", noise);
@@ -506,24 +579,30 @@ at::Tensor Seedvr2Model::upscale(const Pipeline& p, const at::Tensor& frames, co
   show("dit_input", dit_input);
   const DitNetwork& net = network(p.ctx ? p.ctx->device : nullptr, Tl * (lh / 2) * (lw / 2));
   const at::Tensor dit_output =
-      net.forward(dit_input, text_, kTimestep, {}, p.ctx ? p.ctx->device : nullptr);
+      net.forward(dit_input, text_, kTimestep, {}, p.ctx ? p.ctx->device : nullptr, split);
   show("dit_output", dit_output);
   const at::Tensor latent_out = noise - dit_output;
   show("latent_out", latent_out);
   // 10: decode latent / 0.9152.
-  const at::Tensor decode_input = (latent_out / kLatentScale).permute({3, 0, 1, 2}).unsqueeze(0);
+  // (A rank decodes its latent frames.)
+  const at::Tensor decode_input = (latent_out / kLatentScale)
+                                      .narrow(0, run.latent_begin, Tr)
+                                      .permute({3, 0, 1, 2})
+                                      .unsqueeze(0);
   show("vae_decode_input", decode_input);
-  const at::Tensor decoded = run_vae(p.decoder, decode_input, p.ctx).squeeze(0);  // [3, F, h, w]
+  // [3, F, h, w] (a rank: its run's frames)
+  const at::Tensor decoded =
+      run_vae(p.decoder, decode_input, p.ctx, split, run.latent_begin == 0).squeeze(0);
   show("decoded", decoded);
-  // 11–12: the first T frames, colour fixed against the reference.
-  const at::Tensor content = decoded.narrow(1, 0, T).permute({1, 0, 2, 3}).to(dev).contiguous();
+  // 11–12: the real frames, colour fixed against the reference.
+  const at::Tensor content = decoded.narrow(1, 0, real).permute({1, 0, 2, 3}).to(dev).contiguous();
   at::Tensor fixed;
   switch (o_.color_fix) {
     case Seedvr2Options::ColorFix::kWavelet:
-      fixed = seedvr2::wavelet_color_fix(content, reference);
+      fixed = seedvr2::wavelet_color_fix(content, reference.narrow(0, 0, real));
       break;
     case Seedvr2Options::ColorFix::kAdain:
-      fixed = seedvr2::adain_color_fix(content, reference);
+      fixed = seedvr2::adain_color_fix(content, reference.narrow(0, 0, real));
       break;
     case Seedvr2Options::ColorFix::kNone:
       fixed = content;
@@ -554,10 +633,13 @@ class Seedvr2Session final : public ModelSession {
           to_tensor(std::move(input)).squeeze(0).permute({1, 0, 2, 3}).narrow(0, 0, real);
       const Geometry g = model_.geometry(height, width);
       Pipeline p{model_, *encoder_, *decoder_, &ctx, {}};
-      const at::Tensor u8 = model_.upscale(p, frames, g, ctx.first_frame);  // [T, H', W', 3]
-      // Values k / 255, the frames the writer gets; padding frames repeat the last.
+      bool ends = true;
+      // [T, H', W', 3] (a rank of a split batch: its run's frames)
+      const at::Tensor u8 = model_.upscale(p, frames, g, ctx.first_frame, &ends);
+      // Values k / 255, the frames the writer gets; padding frames repeat the last (after the
+      // rank that ends the batch).
       at::Tensor out = u8.permute({3, 0, 1, 2}).to(at::kFloat).div_(255.0);
-      if (ctx.padded_frames > 0) {
+      if (ctx.padded_frames > 0 && ends) {
         out = at::cat(
             {out,
              out.narrow(1, real - 1, 1).expand({3, ctx.padded_frames, out.size(2), out.size(3)})},
@@ -622,6 +704,22 @@ std::unique_ptr<Model> make_seedvr2_random(const ModelConfig& config,
     parts.encoder = make_seedvr2_vae_random(vae_config(config, "", true), vae, device, seed + 2);
     parts.decoder = make_seedvr2_vae_random(vae_config(config, "", false), vae, device, seed + 3);
     return std::make_unique<Seedvr2Model>(config, device, std::move(parts));
+  });
+}
+
+Planar seedvr2_upscale_batch(const Model& model, const Planar& frames, const RunContext& ctx) {
+  const auto* m = dynamic_cast<const Seedvr2Model*>(&model);
+  if (!m) throw ModelError("seedvr2_upscale_batch: not a seedvr2 model", kExitSoftware);
+  return guarded("seedvr2", [&] {
+    c10::InferenceMode inference;
+    auto encoder = m->encoder().open_session(m->device());
+    auto decoder = m->decoder().open_session(m->device());
+    Pipeline p{*m, *encoder, *decoder, &ctx, {}};
+    Planar copy = frames.clone();
+    const at::Tensor x = to_tensor(std::move(copy)).squeeze(0).permute({1, 0, 2, 3});
+    const at::Tensor u8 = m->upscale(p, x, m->geometry(frames.height, frames.width),
+                                     ctx.first_frame);  // [T, H', W', 3]
+    return to_planar(u8.permute({3, 0, 1, 2}).to(at::kFloat).div_(255.0));
   });
 }
 

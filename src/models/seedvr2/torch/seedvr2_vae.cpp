@@ -227,12 +227,18 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
     ctx.first_slice = true;
     ctx.last_slice = true;
     ctx.device = outer.device;
+    // A rank of a sequence split in time (the SeedVR2 upscaler's split batch): its run of frames
+    // takes each conv's history from the rank before and hands its own on (outer.first_slice:
+    // this run holds the sequence's first frame).
+    ctx.halo = outer.halo;
+    if (outer.halo) ctx.first_slice = outer.first_slice;
     constexpr int kTile = -1;  // apart from the tiles run() keeps
     tiles_[kTile] = StreamState{};
     StreamState& state = tiles_[kTile];
     state.received.assign(size_t(net_->state_slots()), 0);
     state.sends = true;
-    const bool retry = net_->tuning().oom_retry;
+    // Ranks exchange histories as they go, so they do not retry.
+    const bool retry = !ctx.halo && net_->tuning().oom_retry;
     const StreamState before = state;
     try {
       at::Tensor y = guarded(t.name.c_str(), [&] {
