@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "src/base/error.h"
-#include "src/models/aoti.h"
 #include "src/models/realesrgan/realesrgan.h"
 #include "src/models/resample/resample.h"
 #include "src/models/seedvr2/seedvr2_upscale.h"
@@ -195,6 +194,13 @@ std::string aoti_unavailable() {
 #endif
 }
 
+// The kinds that compute with LibTorch: built by its side, loaded on first use
+// (src/models/torch_side.h), which finds the kind's constructor by name
+// (src/models/torch/torch_kinds.h), so validating a job or running a resampler never loads it.
+std::unique_ptr<Model> make_on_torch_side(const ModelConfig& c, const Device& d) {
+  return models::torch_models().make_model(c, d);
+}
+
 ModelKind entry(std::string name, std::vector<std::string> tasks, std::vector<std::string> keys,
                 void (*parse)(const OptionReader&, ModelConfig&),
                 std::unique_ptr<Model> (*make)(const ModelConfig&, const Device&)) {
@@ -204,32 +210,12 @@ ModelKind entry(std::string name, std::vector<std::string> tasks, std::vector<st
   k.options = std::move(keys);
   k.parse = parse;
   k.make = make;
+  k.torch_side = make == make_on_torch_side;
   return k;
 }
 
 std::unique_ptr<Model> make_resampler(const ModelConfig& c, const Device&) {
   return models::make_resampler(c);
-}
-
-// The kinds that compute with LibTorch: built by its side, loaded on first use
-// (src/models/torch_side.h), so validating a job or running a resampler never loads it.
-std::unique_ptr<Model> make_realesrgan(const ModelConfig& c, const Device& d) {
-  return models::torch_models().make_realesrgan(c, d);
-}
-std::unique_ptr<Model> make_torchscript(const ModelConfig& c, const Device& d) {
-  return models::torch_models().make_torchscript(c, d);
-}
-std::unique_ptr<Model> make_aoti(const ModelConfig& c, const Device& d) {
-  return models::torch_models().make_aoti(c, d);
-}
-std::unique_ptr<Model> make_wan21_vae(const ModelConfig& c, const Device& d) {
-  return models::torch_models().make_wan21_vae(c, d);
-}
-std::unique_ptr<Model> make_seedvr2_vae(const ModelConfig& c, const Device& d) {
-  return models::torch_models().make_seedvr2_vae(c, d);
-}
-std::unique_ptr<Model> make_seedvr2(const ModelConfig& c, const Device& d) {
-  return models::torch_models().make_seedvr2(c, d);
 }
 
 // The kinds, in the order documentation and error messages list them. A new kind is one entry.
@@ -244,24 +230,24 @@ std::vector<ModelKind> build_kinds() {
   kinds.back().precisions = {Precision::kFloat32};
   kinds.back().yuv_resampler = true;
   kinds.push_back(
-      entry("realesrgan", {"upscale"}, {"weights", "scale"}, parse_realesrgan, make_realesrgan));
+      entry("realesrgan", {"upscale"}, {"weights", "scale"}, parse_realesrgan, make_on_torch_side));
   kinds.back().cpu_precisions = {Precision::kFloat32};
   kinds.push_back(
-      entry("torchscript", {"upscale"}, scripted_keys, parse_scripted, make_torchscript));
+      entry("torchscript", {"upscale"}, scripted_keys, parse_scripted, make_on_torch_side));
   kinds.back().cpu_precisions = {Precision::kFloat32};
   kinds.back().loads_modules = true;
-  kinds.push_back(entry("aoti", {"upscale"}, scripted_keys, parse_scripted, make_aoti));
+  kinds.push_back(entry("aoti", {"upscale"}, scripted_keys, parse_scripted, make_on_torch_side));
   kinds.back().unavailable = aoti_unavailable();
   kinds.push_back(entry("wan2.1-vae", {"decode", "encode"},
                         {"weights", "dim", "z_dim", "dim_mult", "num_res_blocks",
                          "temporal_downsample", "latent_mean", "latent_std", "tuning"},
-                        parse_wan21_vae, make_wan21_vae));
+                        parse_wan21_vae, make_on_torch_side));
   kinds.back().cpu_precisions = {Precision::kFloat32, Precision::kBFloat16};
   kinds.back().encode_side_multiple = 8;
   kinds.push_back(
       entry("seedvr2-vae", {"decode", "encode"},
             {"weights", "norm_groups", "latent_scale", "latent_shift", "logvar", "tuning"},
-            parse_seedvr2_vae, make_seedvr2_vae));
+            parse_seedvr2_vae, make_on_torch_side));
   kinds.back().cpu_precisions = {Precision::kFloat32, Precision::kBFloat16};
   kinds.back().gpu_decode_slice_frames = 16;  // docs/gpu.md: its phased decode's sweet spot
   kinds.back().encode_side_multiple = 8;
@@ -270,7 +256,7 @@ std::vector<ModelKind> build_kinds() {
   kinds.push_back(entry("seedvr2", {"upscale", "dit"},
                         {"dit", "vae", "text_embedding", "noise", "heads", "norm_groups", "seed",
                          "color_fix", "scale", "batch_frames", "batch_overlap"},
-                        parse_seedvr2, make_seedvr2));
+                        parse_seedvr2, make_on_torch_side));
   kinds.back().resolution = true;
   kinds.back().cpu_precisions = {Precision::kFloat32, Precision::kBFloat16};
   return kinds;

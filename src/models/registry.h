@@ -4,7 +4,8 @@
 // built. Job validation (src/job_spec.cpp) and make_model() both ask this list, so a kind that
 // validates is a kind that runs. Code outside it never compares a kind's name: it asks for a
 // fact of ModelKind (or of the model's ModelTraits). Adding a kind is one entry in registry.cpp
-// (its options struct in its family's torch-free header).
+// (its options struct in its family's torch-free header) and, for a kind that computes with
+// LibTorch, one TorchKind in its family's torch/*_kinds.cpp (src/models/torch/torch_kinds.h).
 //
 // Torch-free: job_spec includes it. Threading: the list is built once, then read-only.
 #pragma once
@@ -69,8 +70,12 @@ struct ModelKind {
   std::vector<std::string> options;
   // Reads the options into `config` (config.task is set). May be null (no options).
   void (*parse)(const OptionReader& reader, ModelConfig& config) = nullptr;
-  // Builds the model. Throws ModelError.
+  // Builds the model (kinds that compute with LibTorch: make_on_torch_side, which finds the
+  // kind's TorchKind). Throws ModelError.
   std::unique_ptr<Model> (*make)(const ModelConfig& config, const Device& device) = nullptr;
+  // Computes with LibTorch: `make` is make_on_torch_side, which builds it by the TorchKind its
+  // family registers (src/models/torch/torch_kinds.h); making one loads the torch side.
+  bool torch_side = false;
   // Not empty: this build cannot run the kind, and says why (validation fails with it).
   std::string unavailable;
   // The kind sizes its output by the job's `resolution:` (ModelConfig::resolution).
