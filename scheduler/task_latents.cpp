@@ -99,9 +99,9 @@ struct LatentRule {
   double shift = 0.0;
 
   static LatentRule of(const ModelConfig& config) {
-    const ModelKind* kind = find_model_kind(config.kind);
-    if (!kind || !kind->latent_affine) return {};
-    return {true, config.latent_scale, config.latent_shift};
+    const LatentFileRule files = latent_file_rule(config);
+    if (!files.affine) return {};
+    return {true, files.scale, files.shift};
   }
   // The rule `file` carries, else this one.
   LatentRule for_file(const io::SafetensorsFile& file) const {
@@ -297,12 +297,14 @@ void LatentRule::add_metadata(std::map<std::string, std::string>& meta) const {
   meta["latent_shift"] = exact_number(shift);
 }
 
-void check_multiple_of_8(const std::string& path, int width, int height,
-                         const std::string& model = "wan2.1-vae") {
-  if (width % 8 || height % 8) {
+// The sides the kind's encoder takes (registry: encode_side_multiple).
+void check_encode_sides(const std::string& path, int width, int height, const ModelConfig& model) {
+  const ModelKind* kind = find_model_kind(model.kind);
+  const int m = kind ? kind->encode_side_multiple : 0;
+  if (m > 1 && (width % m || height % m)) {
     throw InputError(path + ": frame size " + std::to_string(width) + "x" + std::to_string(height) +
-                         " is not a multiple of 8, which the " + model +
-                         " encoder needs (resize or crop first)",
+                         " is not a multiple of " + std::to_string(m) + ", which the " +
+                         model.kind + " encoder needs (resize or crop first)",
                      kExitDataErr);
   }
 }
@@ -554,7 +556,7 @@ class EncodeLatentsRunner : public TaskRunner {
       TensorSliceSource source(file, job_.input_tensor, traits.in_channels, rule);
       sessions = models_.open_sessions();
       pipeline.devices = models_.session_devices();
-      check_multiple_of_8(input, source.width(), source.height(), job_.model.kind);
+      check_encode_sides(input, source.width(), source.height(), job_.model);
       pipeline.tiles = plan_job_tiles(job_, traits, source.width(), source.height());
       frames = source.frames();
       progress.begin(input, frames);
@@ -566,7 +568,7 @@ class EncodeLatentsRunner : public TaskRunner {
     } else {
       io::VideoReader reader(input, reader_options(job_, models_.devices()));
       const io::VideoInfo& info = reader.info();
-      check_multiple_of_8(input, info.width, info.height, job_.model.kind);
+      check_encode_sides(input, info.width, info.height, job_.model);
       pipeline.tiles = plan_job_tiles(job_, traits, info.width, info.height);
       // Farm chunks start on slice boundaries (scheduler/farm.h) and continue the causal state
       // of the chunk before (ChunkCarrier); a whole run is the chunk of every frame.
@@ -602,10 +604,11 @@ class EncodeLatentsRunner : public TaskRunner {
     if (rule_out.on) {
       // The posterior mean in the file's latent space; the logvar (when asked for) stays the
       // VAE's own, in a tensor of its own.
-      const int mean_channels = job_.model.logvar ? latents.channels / 2 : latents.channels;
+      const bool with_logvar = latent_file_rule(job_.model).logvar;
+      const int mean_channels = with_logvar ? latents.channels / 2 : latents.channels;
       Planar mean = channels_of(latents, 0, mean_channels);
       for (float& v : mean.data) v = float((v - rule_out.shift) * rule_out.scale);
-      if (job_.model.logvar) {
+      if (with_logvar) {
         const Planar logvar = channels_of(latents, mean_channels, latents.channels - mean_channels);
         write_tensors(output, {{"latent", &mean}, {"latent_logvar", &logvar}}, meta);
       } else {
@@ -683,7 +686,7 @@ class ReconstructRunner : public TaskRunner {
     auto log = log::get("job:" + job_.name);
     io::VideoReader reader(input, reader_options(job_, encoder_.devices()));
     const io::VideoInfo& info = reader.info();
-    check_multiple_of_8(input, info.width, info.height, job_.model.kind);
+    check_encode_sides(input, info.width, info.height, job_.model);
     const ModelTraits& traits = encoder_.traits();
     const SliceRule rule = job_slice_rule(job_, traits, info.width, info.height);
 

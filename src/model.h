@@ -34,8 +34,10 @@ struct Device {
 };
 
 // Options of one model kind that have no place among ModelConfig's common fields: each kind
-// that has some derives its own struct in its model header (e.g. RealEsrganOptions), its
-// registry entry fills it from the `model:` map, and its model reads it back.
+// that has some derives its own struct in its family's torch-free header (Wan21VaeOptions,
+// Seedvr2VaeOptions, Seedvr2Options, RealEsrganOptions, ScriptedOptions), its registry entry
+// fills it from the `model:` map, and its model reads it back (options_as). ModelConfig holds
+// only what every kind (or the scheduler) reads, so a new kind adds no field to it.
 struct ModelOptions {
   virtual ~ModelOptions() = default;
   // "key value" lines of every setting, in a fixed order (fingerprints of farm jobs).
@@ -49,21 +51,10 @@ struct ModelConfig {
   int scale = 2;                 // built-in upscalers: 2, 3 or 4
   std::string weights;           // path to weights (.safetensors, or .pt for torchscript)
   Precision precision = Precision::kFloat32;
-  // Wan2.1 VAE architecture; defaults are the official checkpoint's.
-  int dim = 96;
-  int z_dim = 16;
-  std::vector<int> dim_mult = {1, 2, 4, 4};
-  int num_res_blocks = 2;
-  std::vector<bool> temporal_downsample = {false, true, true};
-  std::vector<double> latent_mean;  // empty: the official values
-  std::vector<double> latent_std;   // empty: the official values
-  // SeedVR2 VAE (seedvr2-vae; channel widths come from the checkpoint): GroupNorm groups; the
-  // scale rule of its latent files (file latent = (posterior − shift) · scale, applied by the
-  // latent tasks outside the VAE); encode: also write the posterior's logvar.
+  // SeedVR2's VAE (kinds seedvr2-vae and seedvr2): GroupNorm groups. The one kind option still
+  // here (tests/unit/test_seedvr2_dit_gpu.cpp sets it); to move into Seedvr2VaeOptions and
+  // Seedvr2Options.
   int norm_groups = 32;
-  double latent_scale = 0.9152;
-  double latent_shift = 0.0;
-  bool logvar = false;
   // Run setting (the job's `offload.pinned_mib`): the most pinned host memory each staging pool
   // of a GPU session holds (device→host outputs, host→device inputs); 0 = the model's default.
   int64_t pinned_pool_bytes = 0;
@@ -80,10 +71,34 @@ struct ModelConfig {
   // resolution): one number, the output's short side; two, [height, width] of SeedVR2's official
   // area rule. Empty: not given.
   std::vector<int> resolution;
-  // Wan2.1 execution choices, "key=value,..." (wan21::Tuning; the job's `model.tuning`, wmbench
-  // --tuning): they change rounding only, never the function computed. Empty: the defaults.
+  // The kind's execution choices, "key=value,..." (the job's `model.tuning`, wmbench --tuning;
+  // each kind parses its own: wan21::Tuning, seedvr2::Tuning, RealEsrganTuning): they change
+  // speed and rounding only, never the function computed. Empty: the defaults.
   std::string tuning;
 };
+
+// The kind's options as T: config.options when it holds a T, else T's defaults (a config built
+// by hand with none).
+template <class T>
+const T& options_as(const ModelConfig& config) {
+  static const T defaults;
+  const T* own = dynamic_cast<const T*>(config.options.get());
+  return own ? *own : defaults;
+}
+
+// The kind's options as T, to change (tests, benchmarks): config.options itself when it holds a
+// T that no other config shares, else a copy of them (or of T's defaults) put in its place, so a
+// config copied before never sees the change.
+template <class T>
+T& edit_options(ModelConfig& config) {
+  const T* own = dynamic_cast<const T*>(config.options.get());
+  // Every options struct is made non-const (make_shared<T>) and only ever handed out as const.
+  if (own && config.options.use_count() == 1) return const_cast<T&>(*own);
+  auto fresh = std::make_shared<T>(options_as<T>(config));
+  T& out = *fresh;
+  config.options = std::move(fresh);
+  return out;
+}
 
 // What splitting one slice over ranks costs (parallel/scaling_model.h: auto's choice between a
 // time split and a row split), per unit of the slice's input; 0 where a model does not say.

@@ -170,7 +170,7 @@ int bench_vae_decode(int argc, char** argv) {
     wm::ModelConfig config;
     config.kind = "wan2.1-vae";
     config.task = "decode";
-    config.dim = o.dim;
+    wm::edit_options<wm::models::Wan21VaeOptions>(config).dim = o.dim;
     config.precision = wm::bench::parse_precision(o.dtype);
     config.pinned_pool_bytes = int64_t(o.pinned_mib) << 20;
     config.tuning = o.tuning;

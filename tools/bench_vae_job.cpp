@@ -433,7 +433,7 @@ int bench_vae_job(int argc, char** argv) {
     wm::ModelConfig config;
     config.kind = o.kind;
     config.task = "decode";
-    config.dim = o.dim;
+    wm::edit_options<wm::models::Wan21VaeOptions>(config).dim = o.dim;
     config.precision = wm::bench::parse_precision(o.dtype);
     config.pinned_pool_bytes = int64_t(o.pinned_mib) << 20;
     config.tuning = o.tuning;
@@ -450,7 +450,8 @@ int bench_vae_job(int argc, char** argv) {
     auto setup_start = Clock::now();
     write_random_weights(config.weights, config, o.weights_dtype == "bf16", o.seed);
     const wm::Planar latents =
-        random_latents(config.z_dim, o.latent_frames, latent_h, latent_w, o.seed);
+        random_latents(wm::options_as<wm::models::Wan21VaeOptions>(config).z_dim, o.latent_frames,
+                       latent_h, latent_w, o.seed);
     write_latents(work.path + "/latents.safetensors", latents);
     const std::string yaml = work.path + "/job.yaml";
     write_text(yaml, job_yaml(o, device, "latents.safetensors", "out.mp4"));
@@ -545,7 +546,8 @@ int bench_vae_job(int argc, char** argv) {
     // 4. The long sequence: decode only (and optionally the job) on N latent frames.
     if (o.latent_frames_long > 0) {
       const wm::Planar long_latents =
-          random_latents(config.z_dim, o.latent_frames_long, latent_h, latent_w, o.seed + 1);
+          random_latents(wm::options_as<wm::models::Wan21VaeOptions>(config).z_dim,
+                         o.latent_frames_long, latent_h, latent_w, o.seed + 1);
       Phase long_decode;
       int64_t long_frames = 0;
       {

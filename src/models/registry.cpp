@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "src/base/error.h"
-#include "src/models/aoti.h"
 #include "src/models/realesrgan/realesrgan.h"
 #include "src/models/resample/resample.h"
 #include "src/models/seedvr2/seedvr2_upscale.h"
@@ -34,49 +33,60 @@ void parse_resampler(const OptionReader& r, ModelConfig& config) {
 
 void parse_wan21_vae(const OptionReader& r, ModelConfig& m) {
   m.weights = required_weights(r, m, {".safetensors"}, "convert the official .pth first");
-  if (r.has("dim")) m.dim = int(r.get_int("dim", 1, 4096));
-  if (r.has("z_dim")) m.z_dim = int(r.get_int("z_dim", 1, 1024));
-  if (r.has("num_res_blocks")) m.num_res_blocks = int(r.get_int("num_res_blocks", 1, 64));
-  if (r.has("dim_mult")) m.dim_mult = r.get_int_list("dim_mult", 1, 8, 1, 64);
+  auto options = std::make_shared<models::Wan21VaeOptions>();
+  models::Wan21VaeOptions& o = *options;
+  if (r.has("dim")) o.dim = int(r.get_int("dim", 1, 4096));
+  if (r.has("z_dim")) o.z_dim = int(r.get_int("z_dim", 1, 1024));
+  if (r.has("num_res_blocks")) o.num_res_blocks = int(r.get_int("num_res_blocks", 1, 64));
+  if (r.has("dim_mult")) o.dim_mult = r.get_int_list("dim_mult", 1, 8, 1, 64);
   if (r.has("temporal_downsample")) {
-    m.temporal_downsample = r.get_bool_list("temporal_downsample", 0, 8);
+    o.temporal_downsample = r.get_bool_list("temporal_downsample", 0, 8);
   }
-  if (m.temporal_downsample.size() + 1 != m.dim_mult.size()) {
-    const std::string steps = std::to_string(m.dim_mult.size() - 1);
+  if (o.temporal_downsample.size() + 1 != o.dim_mult.size()) {
+    const std::string steps = std::to_string(o.dim_mult.size() - 1);
     if (!r.has("temporal_downsample")) {
       r.fail("dim_mult", "model.temporal_downsample needs " + steps + " entries to match; set it");
     }
     r.fail("temporal_downsample", "needs " + steps +
                                       " entries, one per step between dim_mult levels (got " +
-                                      std::to_string(m.temporal_downsample.size()) + ")");
+                                      std::to_string(o.temporal_downsample.size()) + ")");
   }
   const auto stats = [&](const char* key, bool positive) {
     std::vector<double> values;
     if (!r.has(key)) return values;
     values = r.get_number_list(key, 1, 1024, positive ? 0.0 : -1e30, 1e30, positive);
-    if (static_cast<int>(values.size()) != m.z_dim) {
-      r.fail(key, "needs z_dim = " + std::to_string(m.z_dim) + " numbers (got " +
+    if (static_cast<int>(values.size()) != o.z_dim) {
+      r.fail(key, "needs z_dim = " + std::to_string(o.z_dim) + " numbers (got " +
                       std::to_string(values.size()) + ")");
     }
     return values;
   };
   if (r.has("tuning")) m.tuning = r.get_string("tuning");
-  m.latent_mean = stats("latent_mean", false);
-  m.latent_std = stats("latent_std", true);
-  if (m.z_dim != 16 && (m.latent_mean.empty() || m.latent_std.empty())) {
+  o.latent_mean = stats("latent_mean", false);
+  o.latent_std = stats("latent_std", true);
+  if (o.z_dim != 16 && (o.latent_mean.empty() || o.latent_std.empty())) {
     r.fail("z_dim",
            "the official latent_mean and latent_std have 16 channels; give both for this z_dim");
   }
+  m.options = std::move(options);
 }
 
 void parse_seedvr2_vae(const OptionReader& r, ModelConfig& m) {
   m.weights = required_weights(r, m, {".safetensors", ".pth"},
                                "the official ema_vae_fp16 release, .safetensors or .pth");
+  auto options = std::make_shared<models::Seedvr2VaeOptions>();
   if (r.has("norm_groups")) m.norm_groups = int(r.get_int("norm_groups", 1, 4096));
-  if (r.has("latent_scale")) m.latent_scale = r.get_number("latent_scale", 0, 1e6, true);
-  if (r.has("latent_shift")) m.latent_shift = r.get_number("latent_shift", -1e6, 1e6);
-  if (r.has("logvar")) m.logvar = r.get_bool("logvar");
+  if (r.has("latent_scale")) options->latent_scale = r.get_number("latent_scale", 0, 1e6, true);
+  if (r.has("latent_shift")) options->latent_shift = r.get_number("latent_shift", -1e6, 1e6);
+  if (r.has("logvar")) options->logvar = r.get_bool("logvar");
   if (r.has("tuning")) m.tuning = r.get_string("tuning");
+  m.options = std::move(options);
+}
+
+// Its latent files hold (z − shift) · scale (0.9152 and 0 by default, outside the VAE: spec §1).
+LatentFileRule seedvr2_vae_latents(const ModelConfig& m) {
+  const auto& o = options_as<models::Seedvr2VaeOptions>(m);
+  return {true, o.latent_scale, o.latent_shift, o.logvar};
 }
 
 void parse_realesrgan(const OptionReader& r, ModelConfig& m) {
@@ -184,6 +194,13 @@ std::string aoti_unavailable() {
 #endif
 }
 
+// The kinds that compute with LibTorch: built by its side, loaded on first use
+// (src/models/torch_side.h), which finds the kind's constructor by name
+// (src/models/torch/torch_kinds.h), so validating a job or running a resampler never loads it.
+std::unique_ptr<Model> make_on_torch_side(const ModelConfig& c, const Device& d) {
+  return models::torch_models().make_model(c, d);
+}
+
 ModelKind entry(std::string name, std::vector<std::string> tasks, std::vector<std::string> keys,
                 void (*parse)(const OptionReader&, ModelConfig&),
                 std::unique_ptr<Model> (*make)(const ModelConfig&, const Device&)) {
@@ -193,32 +210,12 @@ ModelKind entry(std::string name, std::vector<std::string> tasks, std::vector<st
   k.options = std::move(keys);
   k.parse = parse;
   k.make = make;
+  k.torch_side = make == make_on_torch_side;
   return k;
 }
 
 std::unique_ptr<Model> make_resampler(const ModelConfig& c, const Device&) {
   return models::make_resampler(c);
-}
-
-// The kinds that compute with LibTorch: built by its side, loaded on first use
-// (src/models/torch_side.h), so validating a job or running a resampler never loads it.
-std::unique_ptr<Model> make_realesrgan(const ModelConfig& c, const Device& d) {
-  return models::torch_models().make_realesrgan(c, d);
-}
-std::unique_ptr<Model> make_torchscript(const ModelConfig& c, const Device& d) {
-  return models::torch_models().make_torchscript(c, d);
-}
-std::unique_ptr<Model> make_aoti(const ModelConfig& c, const Device& d) {
-  return models::torch_models().make_aoti(c, d);
-}
-std::unique_ptr<Model> make_wan21_vae(const ModelConfig& c, const Device& d) {
-  return models::torch_models().make_wan21_vae(c, d);
-}
-std::unique_ptr<Model> make_seedvr2_vae(const ModelConfig& c, const Device& d) {
-  return models::torch_models().make_seedvr2_vae(c, d);
-}
-std::unique_ptr<Model> make_seedvr2(const ModelConfig& c, const Device& d) {
-  return models::torch_models().make_seedvr2(c, d);
 }
 
 // The kinds, in the order documentation and error messages list them. A new kind is one entry.
@@ -233,33 +230,33 @@ std::vector<ModelKind> build_kinds() {
   kinds.back().precisions = {Precision::kFloat32};
   kinds.back().yuv_resampler = true;
   kinds.push_back(
-      entry("realesrgan", {"upscale"}, {"weights", "scale"}, parse_realesrgan, make_realesrgan));
+      entry("realesrgan", {"upscale"}, {"weights", "scale"}, parse_realesrgan, make_on_torch_side));
   kinds.back().cpu_precisions = {Precision::kFloat32};
   kinds.push_back(
-      entry("torchscript", {"upscale"}, scripted_keys, parse_scripted, make_torchscript));
+      entry("torchscript", {"upscale"}, scripted_keys, parse_scripted, make_on_torch_side));
   kinds.back().cpu_precisions = {Precision::kFloat32};
   kinds.back().loads_modules = true;
-  kinds.push_back(entry("aoti", {"upscale"}, scripted_keys, parse_scripted, make_aoti));
+  kinds.push_back(entry("aoti", {"upscale"}, scripted_keys, parse_scripted, make_on_torch_side));
   kinds.back().unavailable = aoti_unavailable();
   kinds.push_back(entry("wan2.1-vae", {"decode", "encode"},
                         {"weights", "dim", "z_dim", "dim_mult", "num_res_blocks",
                          "temporal_downsample", "latent_mean", "latent_std", "tuning"},
-                        parse_wan21_vae, make_wan21_vae));
+                        parse_wan21_vae, make_on_torch_side));
   kinds.back().cpu_precisions = {Precision::kFloat32, Precision::kBFloat16};
   kinds.back().encode_side_multiple = 8;
   kinds.push_back(
       entry("seedvr2-vae", {"decode", "encode"},
             {"weights", "norm_groups", "latent_scale", "latent_shift", "logvar", "tuning"},
-            parse_seedvr2_vae, make_seedvr2_vae));
+            parse_seedvr2_vae, make_on_torch_side));
   kinds.back().cpu_precisions = {Precision::kFloat32, Precision::kBFloat16};
   kinds.back().gpu_decode_slice_frames = 16;  // docs/gpu.md: its phased decode's sweet spot
   kinds.back().encode_side_multiple = 8;
   kinds.back().encode_slice_group = 4;  // stride-2 time convolutions (seedvr2-vae-spec §5)
-  kinds.back().latent_affine = true;    // 0.9152 and 0, outside the VAE (spec §1)
+  kinds.back().latent_files = seedvr2_vae_latents;
   kinds.push_back(entry("seedvr2", {"upscale", "dit"},
                         {"dit", "vae", "text_embedding", "noise", "heads", "norm_groups", "seed",
                          "color_fix", "scale", "batch_frames", "batch_overlap"},
-                        parse_seedvr2, make_seedvr2));
+                        parse_seedvr2, make_on_torch_side));
   kinds.back().resolution = true;
   kinds.back().cpu_precisions = {Precision::kFloat32, Precision::kBFloat16};
   return kinds;
@@ -308,6 +305,11 @@ std::vector<std::string> kinds_with_option(const std::string& key) {
     }
   }
   return out;
+}
+
+LatentFileRule latent_file_rule(const ModelConfig& config) {
+  const ModelKind* kind = find_model_kind(config.kind);
+  return kind && kind->latent_files ? kind->latent_files(config) : LatentFileRule{};
 }
 
 std::unique_ptr<Model> make_model(const ModelConfig& config, const Device& device) {

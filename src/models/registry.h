@@ -2,7 +2,10 @@
 // can run, the keys of the job's `model:` map it accepts, how those keys are read into a
 // ModelConfig (per-kind options live with the model, see ModelOptions) and how the model is
 // built. Job validation (src/job_spec.cpp) and make_model() both ask this list, so a kind that
-// validates is a kind that runs. Adding a kind is one entry in registry.cpp.
+// validates is a kind that runs. Code outside it never compares a kind's name: it asks for a
+// fact of ModelKind (or of the model's ModelTraits). Adding a kind is one entry in registry.cpp
+// (its options struct in its family's torch-free header) and, for a kind that computes with
+// LibTorch, one TorchKind in its family's torch/*_kinds.cpp (src/models/torch/torch_kinds.h).
 //
 // Torch-free: job_spec includes it. Threading: the list is built once, then read-only.
 #pragma once
@@ -47,6 +50,17 @@ class OptionReader {
   [[noreturn]] virtual void fail(const std::string& key, const std::string& problem) const = 0;
 };
 
+// How a kind's latent files (tasks encode_latents, decode_latents) relate to its VAE's latents.
+struct LatentFileRule {
+  // file latent = (z − shift) · scale, applied outside the model; files carry scale and shift in
+  // their metadata (`latent_scale`, `latent_shift`). Off: files hold z.
+  bool affine = false;
+  double scale = 1.0;
+  double shift = 0.0;
+  // The encoder's output holds the posterior's logvar after its mean (written as latent_logvar).
+  bool logvar = false;
+};
+
 struct ModelKind {
   std::string name;
   // Model tasks it runs: "upscale", "decode", "encode", "dit" (config.task). A job task needs all
@@ -56,8 +70,12 @@ struct ModelKind {
   std::vector<std::string> options;
   // Reads the options into `config` (config.task is set). May be null (no options).
   void (*parse)(const OptionReader& reader, ModelConfig& config) = nullptr;
-  // Builds the model. Throws ModelError.
+  // Builds the model (kinds that compute with LibTorch: make_on_torch_side, which finds the
+  // kind's TorchKind). Throws ModelError.
   std::unique_ptr<Model> (*make)(const ModelConfig& config, const Device& device) = nullptr;
+  // Computes with LibTorch: `make` is make_on_torch_side, which builds it by the TorchKind its
+  // family registers (src/models/torch/torch_kinds.h); making one loads the torch side.
+  bool torch_side = false;
   // Not empty: this build cannot run the kind, and says why (validation fails with it).
   std::string unavailable;
   // The kind sizes its output by the job's `resolution:` (ModelConfig::resolution).
@@ -78,9 +96,8 @@ struct ModelKind {
   // its encoder's state between slices is exact only when the slices after the first hold whole
   // groups of this many frames (0: any);
   int encode_slice_group = 0;
-  // latents are scaled and shifted outside the model (ModelConfig::latent_scale/latent_shift;
-  // files carry them in their metadata);
-  bool latent_affine = false;
+  // how its latent files relate to what its VAE takes and gives (null: as they are);
+  LatentFileRule (*latent_files)(const ModelConfig& config) = nullptr;
   // a frame-wise resampler the YUV path runs natively (models::ResampleKernel);
   bool yuv_resampler = false;
   // loads TorchScript modules (a state-dict file given to it is an error that names the kind);
@@ -97,5 +114,7 @@ std::vector<std::string> kinds_for_tasks(const std::vector<std::string>& tasks);
 std::vector<std::string> all_model_option_keys();
 // The kinds that accept `key`, in registry order.
 std::vector<std::string> kinds_with_option(const std::string& key);
+// The latent file rule of config's kind (ModelKind::latent_files; off for an unknown kind).
+LatentFileRule latent_file_rule(const ModelConfig& config);
 
 }  // namespace wm

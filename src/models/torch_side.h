@@ -25,19 +25,17 @@ namespace wm::models {
 
 struct ResampleKernel;
 
-// Raised when the table changes shape: a wmbatch-torch.so of another build is refused.
-constexpr int kTorchModelsAbi = 2;
+// Raised when the table changes shape: a wmbatch-torch.so of another build is refused. A new
+// model kind does not change it (make_model finds kinds by name).
+constexpr int kTorchModelsAbi = 3;
 
 struct TorchModels {
   int abi = kTorchModelsAbi;
   size_t size = sizeof(TorchModels);
-  // The model kinds that compute with LibTorch (registry.cpp names them). Throw ModelError.
-  std::unique_ptr<Model> (*make_realesrgan)(const ModelConfig&, const Device&) = nullptr;
-  std::unique_ptr<Model> (*make_torchscript)(const ModelConfig&, const Device&) = nullptr;
-  std::unique_ptr<Model> (*make_aoti)(const ModelConfig&, const Device&) = nullptr;
-  std::unique_ptr<Model> (*make_wan21_vae)(const ModelConfig&, const Device&) = nullptr;
-  std::unique_ptr<Model> (*make_seedvr2_vae)(const ModelConfig&, const Device&) = nullptr;
-  std::unique_ptr<Model> (*make_seedvr2)(const ModelConfig&, const Device&) = nullptr;
+  // Builds a model of a kind that computes with LibTorch (the registry's entries without a
+  // constructor of their own, registry.cpp), by config.kind: each family registers its kinds on
+  // the LibTorch side (src/models/torch/torch_kinds.h). Throws ModelError.
+  std::unique_ptr<Model> (*make_model)(const ModelConfig&, const Device&) = nullptr;
   // The built-in resampler on a GPU (resample.h: resample_torch).
   Planar (*resample_torch)(const ResampleKernel& kernel, Planar&& input,
                            const Device& device) = nullptr;

@@ -106,7 +106,7 @@ TEST_F(BenchVaeJob, KeepLeavesAPlayableVideoAndTheFullCheckpoint) {
 
   // Weights in the whole official layout (encoder too), latents as decode_latents reads them.
   ModelConfig config;
-  config.dim = 16;
+  edit_options<models::Wan21VaeOptions>(config).dim = 16;
   io::SafetensorsFile weights(keep + "/weights.safetensors");
   EXPECT_EQ(weights.names().size(), models::wan21_vae_layout(config).size());
   io::SafetensorsFile latents(keep + "/latents.safetensors");

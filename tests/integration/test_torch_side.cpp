@@ -5,13 +5,16 @@
 // side (this one).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "src/base/error.h"
 #include "src/model.h"
 #include "src/models/registry.h"
+#include "src/models/torch/torch_kinds.h"
 #include "src/models/torch_side.h"
 #include "tests/support/media.h"
 #include "tests/support/run.h"
@@ -154,7 +157,7 @@ TEST(TorchSide, MissingModuleFailsTheNeuralJobWithExit70) {
 TEST(TorchSide, LinkedInTableNeedsNoModule) {
   EXPECT_TRUE(models::torch_side_loaded());
   const models::TorchModels& t = models::torch_models();
-  EXPECT_NE(t.make_realesrgan, nullptr);
+  EXPECT_NE(t.make_model, nullptr);
   ModelConfig config;
   config.kind = "realesrgan";
   config.task = "upscale";
@@ -164,6 +167,30 @@ TEST(TorchSide, LinkedInTableNeedsNoModule) {
   std::ifstream maps("/proc/self/maps");
   const std::string text((std::istreambuf_iterator<char>(maps)), std::istreambuf_iterator<char>());
   EXPECT_EQ(text.find("wmbatch-torch.so"), std::string::npos);
+}
+
+// The registry's kinds that compute with LibTorch and the kinds the families register on the
+// torch side (their *_kinds.cpp, kept in this link by the symbols CMake makes it reference) are
+// the same list.
+TEST(TorchSide, EveryTorchKindIsRegisteredByItsFamily) {
+  std::vector<std::string> torch_kinds;
+  for (const ModelKind& k : model_kinds()) {
+    EXPECT_EQ(models::torch_kind_factory(k.name) != nullptr, k.torch_side) << k.name;
+    if (k.torch_side) torch_kinds.push_back(k.name);
+  }
+  std::sort(torch_kinds.begin(), torch_kinds.end());
+  EXPECT_EQ(models::torch_kind_names(), torch_kinds);
+  EXPECT_EQ(torch_kinds, (std::vector<std::string>{"aoti", "realesrgan", "seedvr2", "seedvr2-vae",
+                                                   "torchscript", "wan2.1-vae"}));
+  ModelConfig config;
+  config.kind = "no-such-kind";
+  try {
+    models::torch_models().make_model(config, Device{});
+    ADD_FAILURE() << "an unregistered kind was built";
+  } catch (const ModelError& e) {
+    EXPECT_EQ(e.exit_code(), kExitSoftware);
+    EXPECT_NE(std::string(e.what()).find("no-such-kind"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include "tests/support/run.h"
+#include "src/models/wan21/wan21_vae.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -59,7 +60,7 @@ ModelConfig tiny_vae_config(const std::string& kind, const std::string& task) {
   config.task = task;
   if (kind == "wan2.1-vae") {
     config.weights = golden_file("weights.safetensors");
-    config.dim = 16;
+    edit_options<models::Wan21VaeOptions>(config).dim = 16;
   } else {
     config.weights =
         std::string(WM_SOURCE_DIR) + "/tests/data/golden/seedvr2-tiny/weights.safetensors";

@@ -15,6 +15,7 @@
 #include "parallel/halo_nccl.h"
 #include "parallel/sequence_parallel.h"
 #include "src/model.h"
+#include "src/models/wan21/wan21_vae.h"
 #include "src/weights/safetensors.h"
 
 namespace wm::test {
@@ -30,11 +31,12 @@ inline double ranks_vs_one_rank(Precision precision, const std::vector<Device>& 
   config.kind = "wan2.1-vae";
   config.task = "decode";
   config.weights = golden + "weights.safetensors";
-  config.dim = c.at("dim").get<int>();
-  config.z_dim = c.at("z_dim").get<int>();
-  config.dim_mult = c.at("dim_mult").get<std::vector<int>>();
-  config.num_res_blocks = c.at("num_res_blocks").get<int>();
-  config.temporal_downsample = c.at("temperal_downsample").get<std::vector<bool>>();
+  auto& arch = edit_options<models::Wan21VaeOptions>(config);
+  arch.dim = c.at("dim").get<int>();
+  arch.z_dim = c.at("z_dim").get<int>();
+  arch.dim_mult = c.at("dim_mult").get<std::vector<int>>();
+  arch.num_res_blocks = c.at("num_res_blocks").get<int>();
+  arch.temporal_downsample = c.at("temperal_downsample").get<std::vector<bool>>();
   config.precision = precision;
   std::vector<std::unique_ptr<Model>> models;
   for (const Device& d : devices) models.push_back(make_model(config, d));

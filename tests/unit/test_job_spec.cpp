@@ -15,6 +15,7 @@
 #include "src/models/realesrgan/realesrgan.h"
 #include "src/models/registry.h"
 #include "src/models/torchscript.h"
+#include "src/models/wan21/wan21_vae.h"
 #include "src/yaml_load.h"
 
 namespace wm {
@@ -110,13 +111,15 @@ max_error_rate: 0.01
   EXPECT_EQ(j.model.task, "decode");
   EXPECT_EQ(j.model.weights, cwd_path("models/vae.safetensors"));
   EXPECT_EQ(j.model.precision, Precision::kBFloat16);
-  EXPECT_EQ(j.model.dim, 16);
-  EXPECT_EQ(j.model.z_dim, 4);
-  EXPECT_EQ(j.model.dim_mult, (std::vector<int>{1, 2, 2}));
-  EXPECT_EQ(j.model.num_res_blocks, 1);
-  EXPECT_EQ(j.model.temporal_downsample, (std::vector<bool>{false, true}));
-  EXPECT_EQ(j.model.latent_mean, (std::vector<double>{0.5, -0.25, 0, 1}));
-  EXPECT_EQ(j.model.latent_std, (std::vector<double>{1, 2, 0.5, 3}));
+  const auto* wan = dynamic_cast<const models::Wan21VaeOptions*>(j.model.options.get());
+  ASSERT_NE(wan, nullptr);
+  EXPECT_EQ(wan->dim, 16);
+  EXPECT_EQ(wan->z_dim, 4);
+  EXPECT_EQ(wan->dim_mult, (std::vector<int>{1, 2, 2}));
+  EXPECT_EQ(wan->num_res_blocks, 1);
+  EXPECT_EQ(wan->temporal_downsample, (std::vector<bool>{false, true}));
+  EXPECT_EQ(wan->latent_mean, (std::vector<double>{0.5, -0.25, 0, 1}));
+  EXPECT_EQ(wan->latent_std, (std::vector<double>{1, 2, 0.5, 3}));
   EXPECT_EQ(j.devices, "list");
   EXPECT_EQ(j.device_ids, (std::vector<int>{1, 0}));
   EXPECT_TRUE(j.tiling.enabled);

@@ -139,7 +139,7 @@ TEST(SeedVR2Golden, DecodeCasesMatchTheReference) {
 
 TEST(SeedVR2Golden, EncodeCasesMatchTheReference) {
   wm::ModelConfig config = tiny_config("encode");
-  config.logvar = true;
+  wm::edit_options<wm::models::Seedvr2VaeOptions>(config).logvar = true;
   auto model = wm::models::make_seedvr2_vae(config, wm::Device{});
   EXPECT_EQ(model->traits().out_channels, 32);
   for (const char* name : {"encode_t9", "encode_t17"}) {
@@ -258,7 +258,7 @@ TEST(SeedVR2Slicing, DecodeSlicesOfAnyLengthEqualTheWholeSequence) {
 
 TEST(SeedVR2Slicing, EncodeSlicesOfWholeGroupsEqualTheWholeSequence) {
   wm::ModelConfig config = tiny_config("encode");
-  config.logvar = true;
+  wm::edit_options<wm::models::Seedvr2VaeOptions>(config).logvar = true;
   auto model = wm::models::make_seedvr2_vae(config, wm::Device{});
   const Planar video = golden("encode_t17", "video");
   const Planar whole = run_sliced(*model, video, {17});

@@ -9,6 +9,7 @@
 #include "scheduler/pipeline.h"
 #include "src/geometry.h"
 #include "src/model.h"
+#include "src/models/wan21/wan21_vae.h"
 #include "tests/support/run.h"
 
 namespace wm::sched {
@@ -45,7 +46,7 @@ Planar decode(int tile, int overlap, int h, int w) {
   ModelConfig config;
   config.kind = "wan2.1-vae";
   config.task = "decode";
-  config.dim = 16;
+  edit_options<models::Wan21VaeOptions>(config).dim = 16;
   config.weights = ::wm::test::golden_file("weights.safetensors");
   auto model = make_model(config, Device{});
   const ModelTraits& traits = model->traits();

@@ -45,11 +45,12 @@ wm::ModelConfig tiny_config(const std::string& task) {
   config.kind = "wan2.1-vae";
   config.task = task;
   config.weights = golden("weights.safetensors");
-  config.dim = c.at("dim").get<int>();
-  config.z_dim = c.at("z_dim").get<int>();
-  config.dim_mult = c.at("dim_mult").get<std::vector<int>>();
-  config.num_res_blocks = c.at("num_res_blocks").get<int>();
-  config.temporal_downsample = c.at("temperal_downsample").get<std::vector<bool>>();
+  auto& arch = wm::edit_options<wm::models::Wan21VaeOptions>(config);
+  arch.dim = c.at("dim").get<int>();
+  arch.z_dim = c.at("z_dim").get<int>();
+  arch.dim_mult = c.at("dim_mult").get<std::vector<int>>();
+  arch.num_res_blocks = c.at("num_res_blocks").get<int>();
+  arch.temporal_downsample = c.at("temperal_downsample").get<std::vector<bool>>();
   return config;
 }
 
@@ -202,7 +203,7 @@ std::unique_ptr<wm::Model> tuned_decoder(const std::string& tuning) {
   wm::ModelConfig config;
   config.kind = "wan2.1-vae";
   config.task = "decode";
-  config.dim = 16;
+  wm::edit_options<wm::models::Wan21VaeOptions>(config).dim = 16;
   config.tuning = tuning;
   return wm::models::make_wan21_vae_random(config, wm::Device{}, 11);
 }
@@ -455,7 +456,7 @@ TEST_F(Wan21VaeWeights, UnexpectedKey) {
 
 TEST_F(Wan21VaeWeights, DimMismatch) {
   wm::ModelConfig config = tiny_config("decode");
-  config.dim = 96;  // dim=16 weights
+  wm::edit_options<wm::models::Wan21VaeOptions>(config).dim = 96;  // dim=16 weights
   expect_load_error(config, {"decoder.conv1.weight: expected shape [384, 16, 3, 3, 3], file has "
                              "[64, 16, 3, 3, 3]",
                              "model config dim=96", "more problems"});
@@ -523,11 +524,11 @@ TEST(Wan21VaeConfig, BadConfigs) {
   expect_model_error([&] { wm::models::make_wan21_vae(config, wm::Device{}); },
                      {"task must be decode or encode"});
   config = tiny_config("decode");
-  config.latent_mean = {0.0, 1.0};
+  wm::edit_options<wm::models::Wan21VaeOptions>(config).latent_mean = {0.0, 1.0};
   expect_model_error([&] { wm::models::make_wan21_vae(config, wm::Device{}); },
                      {"latent_mean has 2 values, z_dim is 16"});
   config = tiny_config("decode");
-  config.temporal_downsample = {true};
+  wm::edit_options<wm::models::Wan21VaeOptions>(config).temporal_downsample = {true};
   expect_model_error([&] { wm::models::make_wan21_vae(config, wm::Device{}); },
                      {"temporal_downsample needs 3 entries"});
   config = tiny_config("decode");

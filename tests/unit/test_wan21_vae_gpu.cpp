@@ -43,11 +43,12 @@ wm::ModelConfig tiny_config(const std::string& task, wm::Precision precision) {
   config.kind = "wan2.1-vae";
   config.task = task;
   config.weights = golden("weights.safetensors");
-  config.dim = c.at("dim").get<int>();
-  config.z_dim = c.at("z_dim").get<int>();
-  config.dim_mult = c.at("dim_mult").get<std::vector<int>>();
-  config.num_res_blocks = c.at("num_res_blocks").get<int>();
-  config.temporal_downsample = c.at("temperal_downsample").get<std::vector<bool>>();
+  auto& arch = wm::edit_options<wm::models::Wan21VaeOptions>(config);
+  arch.dim = c.at("dim").get<int>();
+  arch.z_dim = c.at("z_dim").get<int>();
+  arch.dim_mult = c.at("dim_mult").get<std::vector<int>>();
+  arch.num_res_blocks = c.at("num_res_blocks").get<int>();
+  arch.temporal_downsample = c.at("temperal_downsample").get<std::vector<bool>>();
   config.precision = precision;
   return config;
 }

@@ -7,7 +7,8 @@
 //   [3, T', 8h, 8w], unclamped; T' = 1 + 4(T − 1) for the slice holding sequence frame 0, 4T for
 //   later slices. Slices of any length are exact.
 // encode ("encode"): RGB in [−1, 1] [3, F, H, W] (H, W multiples of 8) → the posterior mean
-//   [L, F', H/8, W/8], followed by its logvar (clamped to [−30, 20]) when config.logvar; the first
+//   [L, F', H/8, W/8], followed by its logvar (clamped to [−30, 20]) when
+//   Seedvr2VaeOptions::logvar; the first
 //   slice needs F = 1 + 4k (→ 1 + k), later slices F = 4k (→ k): other lengths are not exact
 //   (spec §5) and are refused.
 //
@@ -22,11 +23,26 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "src/model.h"
 #include "src/models/seedvr2/seedvr2_layout.h"
 
 namespace wm::models {
+
+// Options of kind seedvr2-vae (its `model:` keys besides weights, tuning and norm_groups, which
+// ModelConfig holds for both SeedVR2 kinds; channel widths come from the checkpoint): the scale
+// rule of its latent files (file latent = (posterior − shift) · scale, applied by the latent
+// tasks outside the VAE, registry: latent_files); encode: also give the posterior's logvar.
+struct Seedvr2VaeOptions : ModelOptions {
+  double latent_scale = 0.9152;
+  double latent_shift = 0.0;
+  bool logvar = false;
+  std::string text() const override {
+    return "latent_scale " + std::to_string(latent_scale) + "\nlatent_shift " +
+           std::to_string(latent_shift) + "\nlogvar " + (logvar ? "1" : "0") + "\n";
+  }
+};
 
 // Builds the decoder (config.task == "decode") or the encoder ("encode") from config.weights:
 // a .safetensors file, or the release .pth (torch.save zip, read by the restricted pickle reader

@@ -1,19 +1,35 @@
-// The LibTorch side's table for the models (torch_side.h): its one entry point, wm_torch_models.
+// The LibTorch side's table for the models (torch_side.h): its one entry point, wm_torch_models,
+// and the kinds' constructors by name (torch_kinds.h).
 #include <ATen/ATen.h>
 
-#include "src/models/aoti.h"
-#include "src/models/realesrgan/realesrgan.h"
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+#include "src/base/error.h"
 #include "src/models/resample/resample.h"
 #include "src/models/resample/torch/lanczos_resize.h"
-#include "src/models/seedvr2/seedvr2_upscale.h"
-#include "src/models/seedvr2/seedvr2_vae.h"
 #include "src/models/torch/tensor.h"
+#include "src/models/torch/torch_kinds.h"
 #include "src/models/torch_side.h"
-#include "src/models/torchscript.h"
-#include "src/models/wan21/wan21_vae.h"
 
 namespace wm::models {
 namespace {
+
+// Filled during static initialisation by the *_kinds.cpp files; read-only after it.
+std::map<std::string, ModelFactory>& factories() {
+  static std::map<std::string, ModelFactory> table;
+  return table;
+}
+
+std::unique_ptr<Model> make_model(const ModelConfig& config, const Device& device) {
+  const ModelFactory make = torch_kind_factory(config.kind);
+  if (!make) {
+    throw ModelError("model kind '" + config.kind + "' has no constructor in the LibTorch side",
+                     kExitSoftware);
+  }
+  return make(config, device);
+}
 
 Planar resize_plane(const Planar& plane, int width, int height) {
   return guarded("alpha resize", [&] {
@@ -24,18 +40,33 @@ Planar resize_plane(const Planar& plane, int width, int height) {
 
 TorchModels make_table() {
   TorchModels t;
-  t.make_realesrgan = make_realesrgan;
-  t.make_torchscript = make_torchscript;
-  t.make_aoti = make_aoti;
-  t.make_wan21_vae = make_wan21_vae;
-  t.make_seedvr2_vae = make_seedvr2_vae;
-  t.make_seedvr2 = make_seedvr2;
+  t.make_model = make_model;
   t.resample_torch = resample_torch;
   t.resize_plane = resize_plane;
   return t;
 }
 
 }  // namespace
+
+TorchKind::TorchKind(const char* kind, ModelFactory make) {
+  if (!factories().emplace(kind, make).second) {
+    // Static initialisation: no logger yet, and no job to fail.
+    std::fprintf(stderr, "wmbatch: model kind %s is registered twice on the LibTorch side\n", kind);
+    std::abort();
+  }
+}
+
+ModelFactory torch_kind_factory(const std::string& kind) {
+  const auto it = factories().find(kind);
+  return it == factories().end() ? nullptr : it->second;
+}
+
+std::vector<std::string> torch_kind_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : factories()) names.push_back(entry.first);
+  return names;
+}
+
 }  // namespace wm::models
 
 // Called once per process by torch_models() (src/models/torch_side.cpp).

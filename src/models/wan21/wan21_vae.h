@@ -23,9 +23,34 @@
 
 namespace wm::models {
 
-// Builds the decoder (config.task == "decode") or encoder ("encode") with weights from
-// config.weights (.safetensors, official key layout, F32/F16/BF16). Throws ModelError naming the
-// key and both shapes for missing, unexpected or mis-shaped keys, and for bad configs.
+// Options of kind wan2.1-vae (its `model:` keys besides weights and tuning): the architecture;
+// defaults are the official checkpoint's.
+struct Wan21VaeOptions : ModelOptions {
+  int dim = 96;
+  int z_dim = 16;
+  std::vector<int> dim_mult = {1, 2, 4, 4};
+  int num_res_blocks = 2;
+  std::vector<bool> temporal_downsample = {false, true, true};
+  std::vector<double> latent_mean;  // empty: the official values
+  std::vector<double> latent_std;   // empty: the official values
+  std::string text() const override {
+    std::string s = "dim " + std::to_string(dim) + "\nz_dim " + std::to_string(z_dim) +
+                    "\nnum_res_blocks " + std::to_string(num_res_blocks) + "\ndim_mult";
+    for (int m : dim_mult) s += " " + std::to_string(m);
+    s += "\ntemporal_downsample";
+    for (bool t : temporal_downsample) s += t ? " 1" : " 0";
+    s += "\nlatent_mean";
+    for (double v : latent_mean) s += " " + std::to_string(v);
+    s += "\nlatent_std";
+    for (double v : latent_std) s += " " + std::to_string(v);
+    return s + "\n";
+  }
+};
+
+// Builds the decoder (config.task == "decode") or encoder ("encode") of the architecture
+// options_as<Wan21VaeOptions>(config) names, with weights from config.weights (.safetensors,
+// official key layout, F32/F16/BF16). Throws ModelError naming the key and both shapes for missing,
+// unexpected or mis-shaped keys, and for bad configs.
 std::unique_ptr<Model> make_wan21_vae(const ModelConfig& config, const Device& device);
 
 // The same model with random weights (benchmarks, tests; config.weights is ignored): conv weights
@@ -45,7 +70,7 @@ struct Wan21Param {
 std::vector<Wan21Param> wan21_vae_layout(const ModelConfig& config);
 
 // The official per-channel latent statistics (16 channels), the defaults for
-// config.latent_mean / latent_std.
+// Wan21VaeOptions::latent_mean / latent_std.
 const std::vector<double>& wan21_latent_mean();
 const std::vector<double>& wan21_latent_std();
 

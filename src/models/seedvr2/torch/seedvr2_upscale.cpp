@@ -194,10 +194,11 @@ ModelConfig vae_config(const ModelConfig& config, const std::string& weights, bo
   ModelConfig vae = config;
   vae.kind = "seedvr2-vae";
   vae.weights = weights;
-  vae.options.reset();
   vae.resolution.clear();
   vae.task = encoder ? "encode" : "decode";
-  vae.logvar = encoder;
+  auto options = std::make_shared<Seedvr2VaeOptions>();
+  options->logvar = encoder;
+  vae.options = std::move(options);
   return vae;
 }
 

@@ -818,7 +818,7 @@ class SeedVR2Model final : public Model {
       : arch_(arch),
         decoder_(decoder),
         precision_(config.precision),
-        logvar_(config.logvar && !decoder),
+        logvar_(options_as<Seedvr2VaeOptions>(config).logvar && !decoder),
         tuning_(seedvr2::Tuning::parse(config.tuning)),
         params_(std::move(params)) {
     arch_.validate();

@@ -26,6 +26,7 @@
 #include "src/exec/device_context.h"
 #include "src/exec/halo_exchange.h"
 #include "src/models/kernels/torch/cuda_kernels.h"
+#include "src/models/wan21/wan21_vae.h"
 
 namespace wm::models::wan21 {
 
@@ -1161,12 +1162,13 @@ std::vector<StageTime> take_profile() {
 }
 
 Architecture Architecture::from(const ModelConfig& config) {
+  const Wan21VaeOptions& o = options_as<Wan21VaeOptions>(config);
   Architecture a;
-  a.dim = config.dim;
-  a.z_dim = config.z_dim;
-  a.dim_mult = config.dim_mult;
-  a.num_res_blocks = config.num_res_blocks;
-  a.temporal_down = config.temporal_downsample;
+  a.dim = o.dim;
+  a.z_dim = o.z_dim;
+  a.dim_mult = o.dim_mult;
+  a.num_res_blocks = o.num_res_blocks;
+  a.temporal_down = o.temporal_downsample;
   const std::string where = "wan2.1-vae: ";
   if (a.dim < 1 || a.z_dim < 1) throw ModelError(where + "dim and z_dim must be positive");
   if (a.num_res_blocks < 1) throw ModelError(where + "num_res_blocks must be at least 1");

@@ -204,8 +204,8 @@ ParamMap load_params(const ModelConfig& config, const std::vector<ParamSpec>& sp
     std::string msg = path + ": " + problems.front();
     std::string note;
     if (shape_problem) {
-      note = "model config dim=" + std::to_string(config.dim) +
-             ", z_dim=" + std::to_string(config.z_dim);
+      const Wan21VaeOptions& o = options_as<Wan21VaeOptions>(config);
+      note = "model config dim=" + std::to_string(o.dim) + ", z_dim=" + std::to_string(o.z_dim);
     }
     if (problems.size() > 1) {
       note += (note.empty() ? "" : "; ") + std::to_string(problems.size() - 1) + " more problem" +
@@ -327,8 +327,10 @@ class Wan21Model final : public Model {
         pinned_pool_bytes_(config.pinned_pool_bytes),
         tuning_(wan21::Tuning::parse(config.tuning)),
         params_(std::move(params)),
-        mean_(latent_stat(config.latent_mean, kLatentMean, config.z_dim, "latent_mean")),
-        std_(latent_stat(config.latent_std, kLatentStd, config.z_dim, "latent_std")) {
+        mean_(latent_stat(options_as<Wan21VaeOptions>(config).latent_mean, kLatentMean, arch_.z_dim,
+                          "latent_mean")),
+        std_(latent_stat(options_as<Wan21VaeOptions>(config).latent_std, kLatentStd, arch_.z_dim,
+                         "latent_std")) {
     for (double s : std_) {
       if (!(s > 0)) throw ModelError("wan2.1-vae: latent_std values must be positive");
     }
