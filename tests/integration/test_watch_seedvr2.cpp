@@ -130,6 +130,8 @@ TEST(WatchSeedVR2, ChunkedUpscaleEqualsThePlainRunAndResumesAfterSigkill) {
     ASSERT_EQ(rows[0].state, "done") << rows[0].last_error;
     EXPECT_EQ(rows[0].attempts, 1);
     for (const ChunkRowT& c : expect_chunks_on_seams(ref, rows[0].id)) EXPECT_EQ(c.starts, 1);
+    // The line the killed run's restart must not have.
+    EXPECT_EQ(count_of(ref.log(), "frames 0-5): done,"), 1) << ref.log();
     const std::string out = ref.out("a_sr.mkv");
     const Probe p = probe(out);
     EXPECT_EQ(p.width, 32);
@@ -150,16 +152,7 @@ TEST(WatchSeedVR2, ChunkedUpscaleEqualsThePlainRunAndResumesAfterSigkill) {
   Background& daemon = s.start();
   stdfs::copy_file(clip, s.in("a.mkv"));
   bool early_output = false;  // anything at the final name before the file is done
-  ASSERT_TRUE(wait_until([&] {
-    early_output = early_output || exists(out);
-    for (const auto& [item, rows] : read_chunks(s.queue_file())) {
-      for (const ChunkRowT& c : rows) {
-        if (c.done) return true;
-      }
-    }
-    return daemon.exited();
-  })) << s.log();
-  ASSERT_FALSE(daemon.exited()) << s.log();
+  ASSERT_TRUE(s.wait_chunk_done([&] { early_output = early_output || exists(out); })) << s.log();
   daemon.signal(SIGKILL);
   EXPECT_EQ(daemon.wait(), 128 + SIGKILL);
   EXPECT_FALSE(early_output) << out << ": appeared before the file was done";
