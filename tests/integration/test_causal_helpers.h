@@ -121,15 +121,7 @@ inline void expect_watch_kill_and_resume(WatchSetup& s, const std::string& sourc
                                          size_t chunks) {
   Background& daemon = s.start();
   std::filesystem::copy_file(source, s.in(name));
-  ASSERT_TRUE(wait_until([&] {
-    for (const auto& [item, rows] : read_chunks(s.queue_file())) {
-      for (const ChunkRowT& c : rows) {
-        if (c.done) return true;
-      }
-    }
-    return daemon.exited();
-  })) << s.log();
-  ASSERT_FALSE(daemon.exited()) << s.log();
+  ASSERT_TRUE(s.wait_chunk_done()) << s.log();
   daemon.signal(SIGKILL);
   daemon.wait();
   ASSERT_FALSE(exists(s.out(output))) << "the file finished before the kill";

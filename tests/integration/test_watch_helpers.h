@@ -297,6 +297,20 @@ class WatchSetup {
       return disposed >= n;
     });
   }
+  // Waits until the queue records a chunk of any item done (resume within a file) while the
+  // running daemon lives; `each`, when given, runs at every poll. False when the daemon exited.
+  bool wait_chunk_done(const std::function<void()>& each = {}) const {
+    return wait_until([&] {
+             if (each) each();
+             for (const auto& [item, rows] : read_chunks(queue_file())) {
+               for (const ChunkRowT& c : rows) {
+                 if (c.done) return true;
+               }
+             }
+             return daemon_->exited();
+           }) &&
+           !daemon_->exited();
+  }
   // The running daemon's last finished rescan (its `scan N done: K file(s) settling` debug
   // line): N (0 before the first) and K, the files it left settling (-1 before the first).
   std::pair<int, int> last_scan() const {
