@@ -24,6 +24,7 @@
 #include "scheduler/upscale_device.h"
 #include "src/job_spec.h"
 #include "src/models/realesrgan/realesrgan.h"
+#include "src/models/realesrgan/realesrgan_bench_support.h"
 #include "tools/bench.h"
 #include "tools/bench_args.h"
 #include "tools/bench_clip.h"
