@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "parallel/thread_budget.h"
+#include "scheduler/tasks.h"
 #include "scheduler/upscale_device.h"
 #include "src/job_spec.h"
 
@@ -93,6 +94,26 @@ TEST(ThreadBudget, OneLaneDevicePathKeepsItsCounts) {
   EXPECT_EQ(b.decode_threads, 2);
   EXPECT_EQ(b.instances, 1);
   EXPECT_EQ(b.encoder_threads, 9);  // 1.5 × (8 − 2)
+}
+
+// What the readers and encoders of an input are told: one lane leaves libav on its own default
+// (0), as before the budget; two lanes give each its share; the job's encode.threads wins.
+TEST(ThreadBudget, ReadersAndEncodersGetTheInputsShare) {
+  JobSpec job;
+  const std::vector<Device> cpu{Device{}};
+  sched::RunOptions one;
+  sched::RunOptions two;
+  two.lanes = 2;
+  const int share = thread_budget(host_cores(), 2).lane_cores;
+  EXPECT_EQ(sched::reader_options(job, cpu, one).threads, 0);
+  EXPECT_EQ(sched::reader_options(job, cpu, one).convert_threads, 1);
+  EXPECT_EQ(sched::encode_settings(job.encode, cpu, one).threads, 0);
+  EXPECT_EQ(sched::encode_settings(job.encode, cpu, one).convert_threads, 1);
+  EXPECT_EQ(sched::reader_options(job, cpu, two).threads, share);
+  EXPECT_EQ(sched::encode_settings(job.encode, cpu, two).threads, share);
+  job.encode.threads = 3;
+  EXPECT_EQ(sched::encode_settings(job.encode, cpu, one).threads, 3);
+  EXPECT_EQ(sched::encode_settings(job.encode, cpu, two).threads, 3);
 }
 
 }  // namespace
