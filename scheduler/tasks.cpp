@@ -558,7 +558,8 @@ class UpscaleRunner : public FinishingRunner {
       segments = std::make_unique<SegmentEncoder>(each, split);
       sink = segments.get();
     }
-    const int threads = instances > 1 ? budget.encoder_threads : job_.encode.threads;
+    const int threads =
+        instances > 1 ? budget.encoder_threads : config.encode.threads;  // what the writer got
     log::get("upscale")->info(
         "{}: device frame path on {} ({} lane{}), {} encoder{} ({} threads{}), {} decoder threads",
         input, devices.front().str(), lanes.size(), lanes.size() > 1 ? "s" : "", instances,
