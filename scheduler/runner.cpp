@@ -15,12 +15,15 @@
 #include <optional>
 #include <thread>
 
+#include <tbb/task_arena.h>
+
 #include "io/image_output.h"
 #include "io/output_file.h"
 #include "io/video_reader.h"
 #include "io/video_writer.h"
 #include "parallel/devices.h"
 #include "parallel/memory_budget.h"
+#include "parallel/thread_budget.h"
 #include "scheduler/input_lanes.h"
 #include "scheduler/pipeline.h"
 #include "scheduler/preflight.h"
@@ -256,7 +259,9 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
     in.exit_code = code;
     in.error = naming_input(in, std::move(error));
   };
-  auto run_one = [&](size_t i, TaskRunner& runner, Progress& lane_progress) {
+  // The most lanes that ran at once: the report's thread budget.
+  int most_lanes = int(lanes.size());
+  auto run_one = [&](size_t i, TaskRunner& runner, Progress& lane_progress, int lanes_now) {
     InputOutcome in;
     in.input = inputs[i];
     const auto start = Clock::now();
@@ -273,7 +278,15 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
         in.state = InputState::kSkipped;
         log->info("{}: exists, skipped", in.output);
       } else {
-        in.frames = runner.process(in.input, in.output, options, lane_progress);
+        // The lanes share the cores: this input's host threads are its share, and its TBB work
+        // (graph, pipeline) runs in an arena of that many threads.
+        RunOptions lane_options = options;
+        lane_options.lanes = lanes_now;
+        const parallel::ThreadBudget budget =
+            parallel::thread_budget(parallel::host_cores(), lanes_now);
+        tbb::task_arena arena(budget.tbb_threads);
+        arena.execute(
+            [&] { in.frames = runner.process(in.input, in.output, lane_options, lane_progress); });
         in.metrics = runner.metrics();
         in.decoder = runner.decoder();
         in.dropped = runner.dropped();
@@ -299,9 +312,11 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
     };
     for (;;) {
       size_t i = 0;
+      int lanes_now = 1;
       {
         std::unique_lock<std::mutex> lock(mutex);
         if (stopped()) return leave();
+        lanes_now = int(lanes.size());
         if (first) {
           i = lane;  // input k < lanes starts on lane k, whichever thread is up first
           first = false;
@@ -317,7 +332,7 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
           return true;
         });
       }
-      InputOutcome in = run_one(i, *runner, lane_progress);
+      InputOutcome in = run_one(i, *runner, lane_progress, lanes_now);
       std::lock_guard<std::mutex> lock(mutex);
       if (in.state == InputState::kFailed) failed = true;
       results[i] = std::move(in);
@@ -329,6 +344,8 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
   progress.begin(
       job.name + ": " + std::to_string(n) + " inputs, " + std::to_string(lanes.size()) + " at once",
       0);
+  log->info("thread budget per input: {}",
+            parallel::thread_budget(parallel::host_cores(), int(lanes.size())).text());
   std::vector<std::thread> threads;
   for (size_t lane = 0; lane < lanes.size(); ++lane) {
     threads.emplace_back(lane_loop, lane, lanes[lane].get(), true);
@@ -351,10 +368,16 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
         ++running;
         threads.emplace_back(lane_loop, lanes.size() - 1, lanes.back().get(), false);
       }
+      most_lanes = std::max(most_lanes, int(lanes.size()));
+      if (!more.empty()) {
+        log->info("thread budget per input: {}",
+                  parallel::thread_budget(parallel::host_cores(), most_lanes).text());
+      }
     }
   }
   for (std::thread& t : threads) t.join();
   outcome.input_lanes = int(lanes.size());
+  outcome.threads = parallel::thread_budget(parallel::host_cores(), most_lanes);
   progress.end();
   for (std::optional<InputOutcome>& in : results) {
     if (!in) continue;
@@ -399,6 +422,7 @@ ModelSummary model_summary(const JobSpec& job) {
 JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& progress) {
   auto log = log::get("job:" + job.name);
   JobOutcome outcome;
+  outcome.threads = parallel::thread_budget(parallel::host_cores(), 1);
   outcome.job = job.name;
   outcome.file = job.file;
   outcome.task = to_string(job.task);
@@ -630,6 +654,16 @@ void write_report(const std::string& path, const std::vector<JobOutcome>& outcom
                     {"fps", o.seconds > 0 ? o.frames / o.seconds : 0.0},
                     {"peak_rss_mib", o.peak_rss_mib},
                     {"input_lanes", o.input_lanes},
+                    {"thread_budget",
+                     {{"cores", o.threads.cores},
+                      {"lanes", o.threads.lanes},
+                      {"lane_cores", o.threads.lane_cores},
+                      {"decode_threads", o.threads.decode_threads},
+                      {"device_decode_threads", o.threads.device_decode_threads},
+                      {"convert_threads", o.threads.convert_threads},
+                      {"encoder_threads", o.threads.encoder_threads},
+                      {"tbb_threads", o.threads.tbb_threads},
+                      {"torch_threads", o.threads.torch_threads}}},
                     {"exit_code", o.exit_code},
                     {"inputs", inputs}});
   }

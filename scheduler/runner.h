@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/thread_budget.h"
 #include "scheduler/progress.h"
 #include "src/job_spec.h"
 
@@ -62,6 +63,9 @@ struct RunOptions {
   std::string devices;
   // `wmbatch -y` / `-n`: replaces every job's `on_exists:` (overwrite / skip).
   std::optional<OnExists> on_exists;
+  // Input lanes sharing the host's cores while this input runs (run_job sets it for a batch on
+  // lanes): the input's host threads come from parallel::thread_budget(host cores, lanes).
+  int lanes = 1;
 };
 
 enum class InputState { kDone, kSkipped, kFailed };
@@ -106,7 +110,9 @@ struct JobOutcome {
   double seconds = 0;
   double peak_rss_mib = 0;
   int input_lanes = 1;  // inputs run at once (at the most; docs/gpu.md "Batches across devices")
-  int exit_code = 0;    // first failure's code, 0 when all done or skipped
+  // The host thread budget of each input at the most lanes (parallel/thread_budget.h).
+  parallel::ThreadBudget threads;
+  int exit_code = 0;  // first failure's code, 0 when all done or skipped
 };
 
 // Runs one validated job; never throws wm::Error (failures are in the outcome).

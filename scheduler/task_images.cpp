@@ -25,7 +25,8 @@ namespace {
 
 // The writer settings every image of an output shares.
 io::WriterConfig image_config(const JobSpec& job, const ModelSet& models, const io::VideoInfo& info,
-                              const std::string& output, int width, int height) {
+                              const std::string& output, int width, int height,
+                              const RunOptions& run) {
   io::WriterConfig config;
   config.path = output;
   config.width = width;
@@ -33,7 +34,7 @@ io::WriterConfig image_config(const JobSpec& job, const ModelSet& models, const 
   config.time_base = info.time_base;
   config.frame_rate = info.frame_rate;
   config.source = info;
-  config.encode = encode_settings(job.encode, models.devices());
+  config.encode = encode_settings(job.encode, models.devices(), run);
   // The extension picks the encoder (png, mjpeg, tiff, ...) unless encode.codec says otherwise.
   if (!job.encode.codec_line) config.encode.codec = io::image_encoder_for(output);
   // An image holds no audio, subtitles or attachments.
@@ -124,7 +125,7 @@ PendingOutput upscale_to_images(const JobSpec& job, const ModelSet& models,
                                 const RunOptions& options, Progress& progress, bool background) {
   const io::ImagePath kind = io::image_path_kind(output);
   check_output_kind(job, input, output);  // also at validation; watch folders do not validate
-  io::ReaderOptions read = reader_options(job, models.devices());
+  io::ReaderOptions read = reader_options(job, models.devices(), options);
   // NVDEC decodes video codecs: an image would only try it and warn, once per image.
   if (io::input_image_kind(input) != io::ImagePath::kNone) read.nvdec = false;
   io::VideoReader reader(input, read);
@@ -136,7 +137,7 @@ PendingOutput upscale_to_images(const JobSpec& job, const ModelSet& models,
   pipeline.cancel = options.cancel;
   pipeline.tiles = plan_job_tiles(job, traits, info.width, info.height);
   const int width = pipeline.tiles.out_width(), height = pipeline.tiles.out_height();
-  const io::WriterConfig config = image_config(job, models, info, output, width, height);
+  const io::WriterConfig config = image_config(job, models, info, output, width, height, options);
 
   // A single image: its writer opens now (a bad encoder setting fails before any work).
   std::unique_ptr<io::VideoWriter> single;

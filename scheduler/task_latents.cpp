@@ -507,7 +507,7 @@ class DecodeLatentsRunner : public FinishingRunner {
     config.height = pipeline.tiles.out_height() & ~1;
     config.frame_rate = rational_fps(fps);
     config.time_base = {config.frame_rate.den, config.frame_rate.num};
-    config.encode = encode_settings(job_.encode, models_.devices());
+    config.encode = encode_settings(job_.encode, models_.devices(), options);
     configure_segment(config, options);
     const auto writer_start = Clock::now();
     auto writer = std::make_unique<io::VideoWriter>(config);
@@ -566,7 +566,7 @@ class EncodeLatentsRunner : public TaskRunner {
       if (file.metadata_number("fps", 0, 1000, false, true))
         meta["fps"] = file.metadata().at("fps");
     } else {
-      io::VideoReader reader(input, reader_options(job_, models_.devices()));
+      io::VideoReader reader(input, reader_options(job_, models_.devices(), options));
       const io::VideoInfo& info = reader.info();
       check_encode_sides(input, info.width, info.height, job_.model);
       pipeline.tiles = plan_job_tiles(job_, traits, info.width, info.height);
@@ -684,7 +684,7 @@ class ReconstructRunner : public TaskRunner {
   int64_t process(const std::string& input, const std::string& output, const RunOptions& options,
                   Progress& progress) override {
     auto log = log::get("job:" + job_.name);
-    io::VideoReader reader(input, reader_options(job_, encoder_.devices()));
+    io::VideoReader reader(input, reader_options(job_, encoder_.devices(), options));
     const io::VideoInfo& info = reader.info();
     check_encode_sides(input, info.width, info.height, job_.model);
     const ModelTraits& traits = encoder_.traits();
@@ -723,7 +723,7 @@ class ReconstructRunner : public TaskRunner {
     config.frame_rate = info.frame_rate;
     config.source_path = input;
     config.source = info;
-    config.encode = encode_settings(job_.encode, decoder_.devices());
+    config.encode = encode_settings(job_.encode, decoder_.devices(), options);
     configure_segment(config, options);
     io::VideoWriter writer(config);
     VideoSliceSource source(reader, rule, kVaeRange, start, options.end_frame);

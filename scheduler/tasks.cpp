@@ -327,8 +327,16 @@ const Device* first_gpu(const std::vector<Device>& devices) {
 
 }  // namespace
 
-io::ReaderOptions reader_options(const JobSpec& job, const std::vector<Device>& devices) {
+parallel::ThreadBudget input_thread_budget(const RunOptions& run) {
+  return parallel::thread_budget(parallel::host_cores(), run.lanes);
+}
+
+io::ReaderOptions reader_options(const JobSpec& job, const std::vector<Device>& devices,
+                                 const RunOptions& run) {
   io::ReaderOptions options;
+  const parallel::ThreadBudget threads = input_thread_budget(run);
+  options.threads = threads.decoder_option();
+  options.convert_threads = threads.convert_threads;
   options.max_error_rate = job.max_error_rate;
   const Device* gpu = first_gpu(devices);
   options.nvdec = job.decode == DecodeMode::kNvdec || (job.decode == DecodeMode::kAuto && gpu);
@@ -339,7 +347,8 @@ io::ReaderOptions reader_options(const JobSpec& job, const std::vector<Device>& 
   return options;
 }
 
-io::EncodeSettings encode_settings(const EncodeSpec& spec, const std::vector<Device>& devices) {
+io::EncodeSettings encode_settings(const EncodeSpec& spec, const std::vector<Device>& devices,
+                                   const RunOptions& run) {
   io::EncodeSettings s;
   // A GPU model's thread launches work and copies: held up behind x264's frame threads (1.5 per
   // core), it left the GPU idle. On an H200 host (16 cores) a 1080p decode_latents job's model
@@ -349,7 +358,9 @@ io::EncodeSettings encode_settings(const EncodeSpec& spec, const std::vector<Dev
   s.crf = spec.crf;
   s.preset = spec.preset;
   s.pix_fmt = spec.pix_fmt;
-  s.threads = spec.threads;
+  const parallel::ThreadBudget threads = input_thread_budget(run);
+  s.threads = spec.threads > 0 ? spec.threads : threads.encoder_option();
+  s.convert_threads = threads.convert_threads;
   s.options = spec.options;
   s.copy_audio = spec.copy_audio;
   s.copy_subtitles = spec.copy_subtitles;
@@ -391,7 +402,7 @@ class UpscaleRunner : public FinishingRunner {
       return upscale_to_images(job_, models_, input, output, options, progress, background);
     }
     const ModelTraits& traits = models_.traits();
-    io::ReaderOptions read = reader_options(job_, models_.devices());
+    io::ReaderOptions read = reader_options(job_, models_.devices(), options);
     // A model that may keep its frames on the device: decoder threads from the host's budget
     // (the encoders get the rest).
     bool gpus = true;
@@ -399,8 +410,8 @@ class UpscaleRunner : public FinishingRunner {
     const bool device_frames =
         traits.device_frames && (job_.frame_path == FramePathMode::kDevice ||
                                  (job_.frame_path == FramePathMode::kAuto && gpus));
-    if (device_frames && read.threads == 0) {
-      read.threads = host_budget(job_, cores(), 0, 0).decode_threads;
+    if (device_frames) {
+      read.threads = host_budget(job_, input_thread_budget(options), 0, 0).decode_threads;
     }
     io::VideoReader reader(input, read);
     const io::VideoInfo& info = reader.info();
@@ -419,7 +430,7 @@ class UpscaleRunner : public FinishingRunner {
     config.frame_rate = info.frame_rate;
     config.source_path = input;
     config.source = info;
-    config.encode = encode_settings(job_.encode, models_.devices());
+    config.encode = encode_settings(job_.encode, models_.devices(), options);
     if (options.segment) {
       config.encode.copy_audio = false;
       config.encode.copy_subtitles = false;
@@ -490,15 +501,14 @@ class UpscaleRunner : public FinishingRunner {
                         });
   }
 
-  static int cores() { return std::max(1, int(std::thread::hardware_concurrency())); }
-
   // The device frame path (scheduler/upscale_device.h).
   PendingOutput run_device(const std::string& input, const std::string& output,
                            io::VideoReader& reader, std::unique_ptr<io::VideoWriter> writer,
                            const io::WriterConfig& config, const SliceRule& rule,
                            const RunOptions& options, Progress& progress, bool background) {
     if (options.first_frame > 0) reader.seek_to_frame(options.first_frame);
-    const HostBudget budget = host_budget(job_, cores(), config.width, config.height);
+    const HostBudget budget =
+        host_budget(job_, input_thread_budget(options), config.width, config.height);
     // A farm chunk is itself a segment: one encoder.
     const int instances = options.segment ? 1 : budget.instances;
     io::VideoWriter::YuvTarget target;
@@ -548,7 +558,8 @@ class UpscaleRunner : public FinishingRunner {
       segments = std::make_unique<SegmentEncoder>(each, split);
       sink = segments.get();
     }
-    const int threads = instances > 1 ? budget.encoder_threads : job_.encode.threads;
+    const int threads =
+        instances > 1 ? budget.encoder_threads : config.encode.threads;  // what the writer got
     log::get("upscale")->info(
         "{}: device frame path on {} ({} lane{}), {} encoder{} ({} threads{}), {} decoder threads",
         input, devices.front().str(), lanes.size(), lanes.size() > 1 ? "s" : "", instances,

@@ -16,6 +16,7 @@
 #include "io/video_writer.h"
 #include "parallel/device_worker.h"
 #include "parallel/rank_fault.h"
+#include "parallel/thread_budget.h"
 #include "parallel/sequence_parallel.h"
 #include "scheduler/pipeline.h"
 #include "scheduler/progress.h"
@@ -224,12 +225,20 @@ int decode_slice_frames(const JobSpec& job);
 
 // The reader options for a job's inputs: its max_error_rate and its `decode:` mode on
 // `devices` (the job's resolved devices): nvdec uses the first CUDA device (GPU 0 when there is
-// none), auto asks for NVDEC only when there is one.
-io::ReaderOptions reader_options(const JobSpec& job, const std::vector<Device>& devices);
+// none), auto asks for NVDEC only when there is one. Decoder and conversion threads from the
+// host thread budget of `run`'s lanes (parallel/thread_budget.h).
+io::ReaderOptions reader_options(const JobSpec& job, const std::vector<Device>& devices,
+                                 const RunOptions& run);
 
 // The writer's encoder settings for a job's `encode:` map, for a model on `devices` (the job's
 // resolved devices): with a GPU among them the encoder's threads run nicer (EncodeSettings::nice).
-io::EncodeSettings encode_settings(const EncodeSpec& spec, const std::vector<Device>& devices);
+// The job's `threads`, else the host thread budget of `run`'s lanes (parallel/thread_budget.h);
+// conversion threads from that budget.
+io::EncodeSettings encode_settings(const EncodeSpec& spec, const std::vector<Device>& devices,
+                                   const RunOptions& run);
+
+// The host thread budget of one input run with `run` (its lanes) on this host.
+parallel::ThreadBudget input_thread_budget(const RunOptions& run);
 
 // The frame sizes of an input and its output as report metrics ("input_width", "input_height",
 // "output_width", "output_height"; runner.h, InputOutcome::metrics).

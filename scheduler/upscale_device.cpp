@@ -154,12 +154,11 @@ bool device_path_applies(const JobSpec& job, const ModelSet& models, const io::V
   return true;
 }
 
-HostBudget host_budget(const JobSpec& job, int cores, int out_width, int out_height) {
+HostBudget host_budget(const JobSpec& job, const parallel::ThreadBudget& threads, int out_width,
+                       int out_height) {
   HostBudget b;
-  b.cores = std::max(cores, 1);
-  // Software decoding of the model's input (~1/4 of the output's pixels or less): a quarter
-  // of the cores, 2 to 8 threads, is more than the device takes.
-  b.decode_threads = std::clamp(b.cores / 4, 1, 8);
+  b.cores = threads.lane_cores;
+  b.decode_threads = threads.device_decode_threads;
   const int left = std::max(1, b.cores - b.decode_threads);
   if (job.encode.instances > 0) {
     b.instances = job.encode.instances;

@@ -25,6 +25,7 @@
 #include "io/video_writer.h"
 #include "parallel/device_worker.h"
 #include "parallel/frame_path.h"
+#include "parallel/thread_budget.h"
 #include "scheduler/progress.h"
 #include "scheduler/segment_encode.h"
 #include "scheduler/tasks.h"
@@ -42,7 +43,8 @@ namespace wm::sched {
 bool device_path_applies(const JobSpec& job, const ModelSet& models, const io::VideoInfo& source,
                          const io::VideoWriter& writer, std::string& why);
 
-// The host's threads for one input on the device frame path, from its cores: decoder threads
+// The host's threads for one input on the device frame path, from its lane's cores in the host
+// thread budget (parallel/thread_budget.h; one lane: all the host's cores): decoder threads
 // (software decoding), encoder instances (`encode.instances`, auto: one per 8 cores, at most 4;
 // one for outputs below 1280×720 and for the inputs of a batch on input lanes, whose encoders
 // already run side by side) and each instance's encoder threads (the job's `threads`, else 1.5
@@ -53,7 +55,8 @@ struct HostBudget {
   int instances = 1;
   int encoder_threads = 0;
 };
-HostBudget host_budget(const JobSpec& job, int cores, int out_width, int out_height);
+HostBudget host_budget(const JobSpec& job, const parallel::ThreadBudget& threads, int out_width,
+                       int out_height);
 
 // Frames per encoder segment when `instances` encoders share one output of `frames` frames (0:
 // not known): at most two seconds of frames (at least 24), and as many segments as make whole

@@ -19,11 +19,13 @@
 #include "io/encoder_check.h"
 #include "io/video_reader.h"
 #include "io/video_writer.h"
+#include "parallel/thread_budget.h"
 #include "scheduler/runner.h"
 #include "scheduler/segment_encode.h"
 #include "scheduler/upscale_device.h"
 #include "src/job_spec.h"
 #include "src/models/realesrgan/realesrgan.h"
+#include "src/models/realesrgan/realesrgan_bench_support.h"
 #include "tools/bench.h"
 #include "tools/bench_args.h"
 #include "tools/bench_clip.h"
@@ -269,7 +271,8 @@ int bench_e2e(int argc, char** argv) {
     spec.encode.instances = instances == "auto" ? 0 : std::stoi(instances);
     if (job.lanes > 1) spec.parallel.lane_ranks = 1;
     wm::sched::HostBudget budget = wm::sched::host_budget(
-        spec, int(std::thread::hardware_concurrency()), info.width, info.height);
+        spec, wm::parallel::thread_budget(int(std::thread::hardware_concurrency()), 1), info.width,
+        info.height);
     if (frame_path == "host") budget.instances = 1;  // the host path encodes with one writer
     double seconds = 0;
     const double fps =

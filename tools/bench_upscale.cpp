@@ -20,6 +20,7 @@
 #include "scheduler/runner.h"
 #include "src/base/json_text.h"
 #include "src/models/realesrgan/realesrgan.h"
+#include "src/models/realesrgan/realesrgan_bench_support.h"
 #include "tools/bench.h"
 #include "tools/bench_args.h"
 #include "tools/bench_clip.h"

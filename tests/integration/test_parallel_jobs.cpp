@@ -9,12 +9,14 @@
 // Golden weights and latents: tests/data/golden/wan21-tiny.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "src/weights/safetensors.h"
 #include "tests/support/media.h"
@@ -253,6 +255,48 @@ TEST(ParallelJobs, BatchOnInputLanesEqualsOneWorkerInOrder) {
     for (const char* w :
          {"device_cpu_busy_seconds", "device_cpu.1_busy_seconds", "device_cpu.2_busy_seconds"}) {
       EXPECT_TRUE(workers.count(w)) << w << " " << parallel;
+    }
+  }
+}
+
+// Two input lanes share the host's cores (parallel/thread_budget.h): the job logs the budget each
+// input gets and the report carries it; a one-lane job keeps the whole host per input.
+TEST(ParallelJobs, InputLanesReportAndLogTheirThreadBudget) {
+  TempDir dir("parallel-budget");
+  const std::vector<std::string> clips = make_clips(dir, 3);
+  const int cores = std::max(1, int(std::thread::hardware_concurrency()));
+  const int lane_cores = std::max(1, cores / 2);
+  for (const std::string& parallel :
+       {std::string("parallel: {mode: data, ranks: 2, inputs: 2}\n"), std::string("")}) {
+    const bool lanes = !parallel.empty();
+    std::filesystem::remove_all(dir.file("out"));
+    write_text(dir.file("job.yaml"), batch_job(clips, "out", parallel));
+    const CommandResult r = wmbatch({"--report", dir.file("job.json"), dir.file("job.yaml")});
+    ASSERT_EQ(r.exit_code, 0) << parallel << r.output;
+    std::ifstream report(dir.file("job.json"));
+    const nlohmann::json job = nlohmann::json::parse(report).at(0);
+    ASSERT_TRUE(job.contains("thread_budget")) << job.dump();
+    const nlohmann::json& b = job.at("thread_budget");
+    EXPECT_EQ(b.at("cores"), cores);
+    EXPECT_EQ(b.at("lanes"), lanes ? 2 : 1);
+    EXPECT_EQ(b.at("lane_cores"), lanes ? lane_cores : cores);
+    EXPECT_EQ(b.at("decode_threads"), lanes ? lane_cores : cores);
+    EXPECT_EQ(b.at("encoder_threads"), lanes ? lane_cores : cores);
+    EXPECT_EQ(b.at("tbb_threads"), lanes ? lane_cores : cores);
+    EXPECT_EQ(b.at("convert_threads"), 1);
+    EXPECT_EQ(b.at("torch_threads"), cores);
+    const std::string line = "thread budget per input: " + std::to_string(cores) +
+                             " cores, 2 lanes of " + std::to_string(lane_cores) + ": decode " +
+                             std::to_string(lane_cores);
+    if (lanes) {
+      EXPECT_NE(r.output.find(line), std::string::npos) << r.output;
+    } else {
+      EXPECT_EQ(r.output.find("thread budget per input"), std::string::npos) << r.output;
+    }
+    for (const std::string& clip : clips) {
+      EXPECT_TRUE(
+          std::filesystem::exists(dir.file("out/" + clip.substr(0, clip.size() - 4) + ".mkv")))
+          << clip;
     }
   }
 }

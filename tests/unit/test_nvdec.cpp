@@ -296,25 +296,25 @@ TEST(ReaderOptionsForJob, FollowDecodeModeAndDevices) {
   const Device gpu2{Device::Kind::kCuda, 2};
   JobSpec job;
   job.max_error_rate = 0.25;
-  EXPECT_EQ(sched::reader_options(job, {cpu}).max_error_rate, 0.25);
-  EXPECT_FALSE(sched::reader_options(job, {gpu1}).nvdec);  // software by default
+  EXPECT_EQ(sched::reader_options(job, {cpu}, {}).max_error_rate, 0.25);
+  EXPECT_FALSE(sched::reader_options(job, {gpu1}, {}).nvdec);  // software by default
 
   job.decode = DecodeMode::kNvdec;
-  ReaderOptions o = sched::reader_options(job, {cpu});
+  ReaderOptions o = sched::reader_options(job, {cpu}, {});
   EXPECT_TRUE(o.nvdec);  // asked for explicitly: GPU 0 even for a CPU job
   EXPECT_EQ(o.cuda_device, 0);
-  o = sched::reader_options(job, {gpu2, gpu0});
+  o = sched::reader_options(job, {gpu2, gpu0}, {});
   EXPECT_TRUE(o.nvdec);
   EXPECT_EQ(o.cuda_device, 2);  // the job's first GPU
 
   job.decode = DecodeMode::kAuto;
-  EXPECT_FALSE(sched::reader_options(job, {cpu}).nvdec);
-  o = sched::reader_options(job, {gpu1, gpu0});
+  EXPECT_FALSE(sched::reader_options(job, {cpu}, {}).nvdec);
+  o = sched::reader_options(job, {gpu1, gpu0}, {});
   EXPECT_TRUE(o.nvdec);
   EXPECT_EQ(o.cuda_device, 1);
 
   job.decode = DecodeMode::kSoftware;
-  EXPECT_FALSE(sched::reader_options(job, {gpu0}).nvdec);
+  EXPECT_FALSE(sched::reader_options(job, {gpu0}, {}).nvdec);
 }
 
 }  // namespace

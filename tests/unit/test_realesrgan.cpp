@@ -15,6 +15,7 @@
 #include "src/models/resample/torch/lanczos_resize.h"
 #include "src/weights/safetensors.h"
 #include "tests/support/media.h"
+#include "tests/support/realesrgan_fault.h"
 
 namespace wm::models {
 namespace {

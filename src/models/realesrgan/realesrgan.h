@@ -14,7 +14,8 @@
 // doubled for ×2) is large (349 px for x4plus), so by default RRDB declares a 16-pixel approximate
 // halo (32 for ×2) and tiles are blended; the job's `tiling.exact: true` selects the exact one.
 //
-// Torch-free header: the registry and the benchmark include it.
+// Torch-free header: the registry and the benchmark include it (the benchmark's entry:
+// realesrgan_bench_support.h).
 #pragma once
 
 #include <cstdint>
@@ -89,27 +90,5 @@ std::unique_ptr<Model> make_realesrgan_random(const RealEsrganArch& arch, const 
 // Random weights of `arch` written as a .safetensors file with the official key names (what an
 // end-to-end benchmark job loads).
 void write_random_realesrgan(const RealEsrganArch& arch, const std::string& path, uint64_t seed);
-
-// TEST ONLY (tests/unit/test_realesrgan.cpp, on the CPU): from now on, network call number `call`
-// (0-based, counted from this call over the whole process; < 0: none) and every call with more
-// than `max_pixels` input pixels (frames × height × width; 0: no limit) throw
-// c10::OutOfMemoryError, the error LibTorch's CUDA allocator throws, so the out-of-memory retry
-// of `tiling: auto` can be tested without a GPU. realesrgan_oom_fault_for_test(-1, 0) turns it off.
-void realesrgan_oom_fault_for_test(int64_t call, int64_t max_pixels = 0);
-
-// Model-only speed: the network of `arch` (random weights) on device-resident random frames,
-// `frames` per call of height × width, after `warmup` calls; no host transfers, no tiles.
-struct RealEsrganBench {
-  double seconds = 0;      // of the timed calls
-  double fps = 0;          // frames per second
-  double tflops = 0;       // achieved, from RealEsrganArch::flops_per_input_pixel
-  double peak_mib = -1;    // device memory (CUDA), -1 elsewhere
-  double output_mean = 0;  // of the last output (a check that it ran)
-};
-// With `out_scale` > 0: as a job runs the model (float32 output, and the Lanczos resize to
-// out_scale where it is not the network's own scale).
-RealEsrganBench bench_realesrgan(const RealEsrganArch& arch, const Device& device,
-                                 Precision precision, int frames, int height, int width, int calls,
-                                 int warmup, const std::string& tuning = "", int out_scale = 0);
 
 }  // namespace wm::models

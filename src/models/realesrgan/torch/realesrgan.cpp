@@ -5,15 +5,11 @@
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstring>
-#include <functional>
 
 #ifdef WMBATCH_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -27,11 +23,12 @@
 #endif
 
 #include "src/base/error.h"
+#include "src/base/fault_point.h"
 #include "src/base/log_text.h"
 #include "src/exec/device_context.h"
 #include "src/exec/device_frames.h"
 #include "src/geometry.h"
-#include "src/models/bench_support.h"
+#include "src/models/realesrgan/torch/realesrgan_network.h"
 #include "src/models/realesrgan/torch/realesrgan_weights.h"
 #include "src/models/resample/torch/lanczos_resize.h"
 #include "src/models/torch/tensor.h"
@@ -499,7 +496,7 @@ bool residual_in_place(const at::Tensor& buf, const at::Tensor& x5, const at::Te
 }
 
 // The weights of one network on its device, in its dtype and memory format.
-class Network {
+class Network final : public RealEsrganNetwork {
  public:
   Network(RealEsrganWeights weights, at::Device device, at::ScalarType dtype, bool channels_last,
           const RealEsrganTuning& tuning = {})
@@ -531,10 +528,10 @@ class Network {
       tensors_["body.0.weight.pad8"] = padded.contiguous(at::MemoryFormat::ChannelsLast);
     }
   }
-  const RealEsrganArch& arch() const { return arch_; }
+  const RealEsrganArch& arch() const override { return arch_; }
 
   // x [N, 3, H, W] → [N, 3, H·s, W·s] (raw values); float32 when `out_float`, else x's dtype.
-  at::Tensor forward(const at::Tensor& x, bool out_float = false) const {
+  at::Tensor forward(const at::Tensor& x, bool out_float = false) const override {
     at::Tensor y = arch_.family == RealEsrganArch::Family::kSrvgg ? srvgg(x, out_float) : rrdb(x);
     return out_float ? y.to(at::kFloat) : y;
   }
@@ -793,21 +790,6 @@ class Network {
   std::map<std::string, at::Tensor> tensors_;
 };
 
-// The test-only out-of-memory fault (realesrgan_oom_fault_for_test).
-std::atomic<int64_t> g_fault_call{-1};
-std::atomic<int64_t> g_fault_pixels{0};
-std::atomic<int64_t> g_calls{0};
-
-void inject_oom_for_test(int64_t pixels) {
-  const int64_t call = g_calls.fetch_add(1);
-  const int64_t most = g_fault_pixels.load();
-  if (call == g_fault_call.load() || (most > 0 && pixels > most)) {
-    TORCH_CHECK_WITH(OutOfMemoryError, false,
-                     "realesrgan: injected out of memory (test fault) at call ", call, ", ", pixels,
-                     " pixels");
-  }
-}
-
 class RealEsrganModel;
 
 class RealEsrganSession : public ModelSession {
@@ -1019,7 +1001,7 @@ class RealEsrganModel : public Model, public exec::DeviceFrameModel {
                                  : at::replication_pad2d(x, {0, pad_w, 0, pad_h});
     }
     if (device_.kind == Device::Kind::kCuda) x = x.contiguous(at::MemoryFormat::ChannelsLast);
-    inject_oom_for_test(x.size(0) * x.size(2) * x.size(3));
+    fault_point(FaultPoint::kRealEsrganCall, x.size(0) * x.size(2) * x.size(3));
     // On the CPU one frame at a time: RRDB's concatenated features of a 1080p frame take
     // ~1 GiB in fp32, and a batch gains nothing there. On the GPU the slice's frames go in one
     // call (fewer, larger kernels).
@@ -1147,88 +1129,13 @@ Planar RealEsrganSession::run_cuda(Planar&& input, const RunContext& ctx) {
 }
 #endif
 
-void synchronize(const Device& device) {
-#ifdef WMBATCH_WITH_CUDA
-  if (device.kind == Device::Kind::kCuda) c10::cuda::device_synchronize();
-#else
-  (void)device;
-#endif
-}
-
 }  // namespace
 
-RealEsrganBench bench_realesrgan(const RealEsrganArch& arch, const Device& device,
-                                 Precision precision, int frames, int height, int width, int calls,
-                                 int warmup, const std::string& tuning_text, int out_scale) {
-  const RealEsrganTuning tuning = RealEsrganTuning::parse(tuning_text);
-  return guarded("realesrgan bench", [&] {
-    c10::InferenceMode inference;
-    const bool cuda = device.kind == Device::Kind::kCuda;
-    if (cuda) {
-      exec::DeviceSettings settings;
-      settings.exact_float32_convs = precision == Precision::kFloat32;
-      settings.cudnn_benchmark = tuning.benchmark ? 1 : 0;
-      exec::device_layer().ask(settings);
-    }
-    const at::ScalarType dtype = to_scalar_type(precision);
-    const Network net(random_realesrgan_weights(arch, 1234), to_device(device), dtype, cuda,
-                      tuning);
-    at::Tensor x = at::rand({frames, 3, height, width}, at::kFloat).to(to_device(device), dtype);
-    if (cuda) x = x.contiguous(at::MemoryFormat::ChannelsLast);
-    std::function<at::Tensor()> step = [&] { return net.forward(x); };
-    if (out_scale > 0) {
-      step = [&] {
-        const at::Tensor y = net.forward(x, /*out_float=*/true);
-        if (out_scale == arch.scale) return y;
-        return lanczos_resize(y, height * out_scale, width * out_scale);
-      };
-    }
-    at::Tensor y;
-    for (int i = 0; i < std::max(warmup, 1); ++i) y = step();
-    synchronize(device);
-#ifdef WMBATCH_WITH_CUDA
-    // CUDA graph: the forward pass captured once on a side stream (after the warm-up calls,
-    // so cuDNN's algorithm search is done) and replayed; input and output stay where the
-    // capture put them.
-    std::unique_ptr<at::cuda::CUDAGraph> graph;
-    at::Tensor graph_out;
-    if (cuda && tuning.graph) {
-      graph = std::make_unique<at::cuda::CUDAGraph>();
-      const at::cuda::CUDAStream side(
-          exec::device_layer().direct_context(to_device(device)).side_stream(0));
-      {
-        at::cuda::CUDAStreamGuard guard(side);
-        graph->capture_begin();
-        graph_out = net.forward(x);
-        graph->capture_end();
-      }
-      synchronize(device);
-      step = [&] {
-        graph->replay();
-        return graph_out;
-      };
-      y = step();
-      synchronize(device);
-    }
-#endif
-    reset_peak_device_memory(device);
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < calls; ++i) y = step();
-    synchronize(device);
-    RealEsrganBench b;
-    b.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    b.fps = double(frames) * calls / b.seconds;
-    b.tflops = arch.flops_per_input_pixel() * height * width * frames * calls / b.seconds / 1e12;
-    b.peak_mib = peak_device_memory_mib(device);
-    b.output_mean = y.to(at::kFloat).mean().item<double>();
-    return b;
-  });
-}
-
-void realesrgan_oom_fault_for_test(int64_t call, int64_t max_pixels) {
-  g_calls = 0;
-  g_fault_call = call;
-  g_fault_pixels = max_pixels;
+std::unique_ptr<RealEsrganNetwork> make_realesrgan_network(RealEsrganWeights weights,
+                                                           at::Device device, at::ScalarType dtype,
+                                                           bool channels_last,
+                                                           const RealEsrganTuning& tuning) {
+  return std::make_unique<Network>(std::move(weights), device, dtype, channels_last, tuning);
 }
 
 std::unique_ptr<Model> make_realesrgan(const ModelConfig& config, const Device& device) {

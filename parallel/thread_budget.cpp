@@ -1,0 +1,38 @@
+#include "parallel/thread_budget.h"
+
+#include <algorithm>
+#include <thread>
+
+namespace wm::parallel {
+
+ThreadBudget thread_budget(int cores, int lanes) {
+  ThreadBudget b;
+  b.cores = std::max(cores, 1);
+  b.lanes = std::max(lanes, 1);
+  b.lane_cores = std::max(1, b.cores / b.lanes);
+  // libav's auto and TBB's default arena: one thread per core of what the lane has.
+  b.decode_threads = b.lane_cores;
+  b.encoder_threads = b.lane_cores;
+  b.tbb_threads = b.lane_cores;
+  // The device frame path decodes the model's input (~1/4 of the output's pixels or less): a
+  // quarter of the lane's cores, 1 to 8 threads, is more than the device takes
+  // (scheduler/upscale_device.cpp gives the encoders the rest).
+  b.device_decode_threads = std::clamp(b.lane_cores / 4, 1, 8);
+  // FFmpeg 5.1's swscale slice threads broke some conversions (io/video_reader.h): one thread.
+  b.convert_threads = 1;
+  b.torch_threads = b.cores;
+  return b;
+}
+
+std::string ThreadBudget::text() const {
+  return std::to_string(cores) + " cores, " + std::to_string(lanes) +
+         (lanes == 1 ? " lane" : " lanes") + " of " + std::to_string(lane_cores) + ": decode " +
+         std::to_string(decode_threads) + " (device path " + std::to_string(device_decode_threads) +
+         "), convert " + std::to_string(convert_threads) + ", encode " +
+         std::to_string(encoder_threads) + ", tbb " + std::to_string(tbb_threads) + ", torch " +
+         std::to_string(torch_threads);
+}
+
+int host_cores() { return std::max(1, int(std::thread::hardware_concurrency())); }
+
+}  // namespace wm::parallel
