@@ -5,7 +5,10 @@
 // within one 8-bit level of one device's frames: a rank multiplies fewer rows and convolves
 // fewer frames at once, and cuBLAS and cuDNN may pick other kernels for those shapes (on CPU
 // ranks the split is bit for bit: test_seedvr2_upscale_split.cpp). How many values are not
-// bit-identical is printed and recorded as a property (it belongs in docs/seedvr2.md).
+// bit-identical is printed and recorded as a property (it belongs in docs/seedvr2.md), with each
+// stage's largest difference (the condition latent after the ranks' encodes are gathered, the
+// DiT's output, each rank's decoded frames), so a failure says which stage parts. The whole run
+// on the GPU is also checked against itself (a second run) and against the CPU's float32 run.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <gtest/gtest.h>
@@ -14,7 +17,9 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -36,7 +41,7 @@ bool have_gpu() { return static_cast<int>(torch::cuda::device_count()) > 0; }
 
 // Tiny random networks (the golden data's widths) on cuda:0, upscaling 96 × 160 to 192 × 320:
 // several windows of each layout per latent frame.
-std::unique_ptr<wm::Model> gpu_model(wm::Precision precision) {
+std::unique_ptr<wm::Model> tiny_model(wm::Precision precision, const wm::Device& device) {
   seedvr2::DitArchitecture dit = seedvr2::DitArchitecture::official_3b();
   dit.dim = 64, dit.heads = 2, dit.head_dim = 32, dit.layers = 4, dit.mm_layers = 2;
   dit.mlp_hidden = 256, dit.rope_freqs = 5, dit.txt_in_dim = 32;
@@ -52,8 +57,7 @@ std::unique_ptr<wm::Model> gpu_model(wm::Precision precision) {
   config.precision = precision;
   config.resolution = {192, 320};
   config.options = options;
-  return wm::models::make_seedvr2_random(config, dit, vae, 5,
-                                         wm::Device{wm::Device::Kind::kCuda, 0}, 11);
+  return wm::models::make_seedvr2_random(config, dit, vae, 5, device, 11);
 }
 
 wm::Planar random_frames(int frames) {
@@ -64,8 +68,34 @@ wm::Planar random_frames(int frames) {
   return p;
 }
 
+// Intermediates of one run, on the host (float64): name → value.
+using Stages = std::map<std::string, at::Tensor>;
+const char* const kStages[] = {"vae_posterior_mean", "cond_latent", "dit_output", "decoded"};
+
+seedvr2::DitProbe keep(Stages& into, std::mutex& mutex) {
+  return [&into, &mutex](const std::string& name, const at::Tensor& x) {
+    for (const char* k : kStages) {
+      if (name == k) {
+        const at::Tensor host = x.to(at::kCPU, at::kDouble).clone();
+        std::lock_guard<std::mutex> lock(mutex);
+        into[name] = host;
+      }
+    }
+  };
+}
+
+wm::Planar run_one(const wm::Model& model, const wm::Planar& frames, Stages* stages = nullptr) {
+  wm::RunContext ctx;
+  ctx.first_frame = 3;
+  std::mutex mutex;
+  Stages ignored;
+  return seedvr2::upscale_batch_probed(model, frames, ctx, keep(stages ? *stages : ignored, mutex));
+}
+
 std::vector<wm::Planar> run_ranks(const wm::Model& model, const wm::Planar& frames, int ranks,
-                                  std::vector<std::string>& errors) {
+                                  std::vector<std::string>& errors, std::vector<Stages>& stages) {
+  stages.assign(size_t(ranks), Stages{});
+  std::mutex mutex;
   wm::parallel::InProcessGroup group(ranks, std::chrono::seconds(120));
   group.begin(ranks);
   std::vector<wm::Planar> out(static_cast<size_t>(ranks));
@@ -79,7 +109,8 @@ std::vector<wm::Planar> run_ranks(const wm::Model& model, const wm::Planar& fram
       ctx.first_frame = 3;
       ctx.halo = &view;
       try {
-        out[size_t(r)] = wm::models::seedvr2_upscale_batch(model, frames, ctx);
+        out[size_t(r)] =
+            seedvr2::upscale_batch_probed(model, frames, ctx, keep(stages[size_t(r)], mutex));
       } catch (const std::exception& e) {
         errors[size_t(r)] = e.what();
         group.abort(e.what());
@@ -119,25 +150,70 @@ Difference compare(const std::vector<wm::Planar>& parts, const wm::Planar& one) 
   return d;
 }
 
+double max_abs(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.defined() || !b.defined() || a.sizes() != b.sizes()) return -1;
+  return (a - b).abs().max().item<double>();
+}
+
+// Largest difference of each stage of each rank against one device's: the gathered condition
+// and the DiT's output are whole on every rank; the posterior and the decoded frames are the
+// rank's run (its latent frames; 4 frames per latent frame after the first).
+std::string stage_differences(const std::vector<Stages>& ranks, const Stages& one) {
+  std::string text;
+  int64_t latent = 0;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const Stages& st = ranks[r];
+    if (!st.count("vae_posterior_mean")) continue;
+    const int64_t n = st.at("vae_posterior_mean").size(2);
+    const int64_t f0 = latent == 0 ? 0 : 1 + 4 * (latent - 1);
+    for (const char* k : kStages) {
+      if (!st.count(k) || !one.count(k)) continue;
+      at::Tensor want = one.at(k);
+      if (std::string(k) == "vae_posterior_mean") want = want.narrow(2, latent, n);
+      if (std::string(k) == "decoded") {
+        const at::Tensor& got = st.at(k);
+        want =
+            want.narrow(1, f0, std::min<int64_t>(got.size(1), want.size(1) - f0));  // [3, F, h, w]
+      }
+      text += " rank" + std::to_string(r) + "." + k + "=" + std::to_string(max_abs(st.at(k), want));
+    }
+    latent += n;
+  }
+  return text;
+}
+
 void check_split(wm::Precision precision, const std::string& label) {
-  const auto model = gpu_model(precision);
+  const auto model = tiny_model(precision, wm::Device{wm::Device::Kind::kCuda, 0});
+  const auto cpu = tiny_model(wm::Precision::kFloat32, wm::Device{});
   for (const int frames : {13, 11}) {  // 4 latent frames; 11 padded to 13 inside
     const wm::Planar input = random_frames(frames);
-    wm::RunContext one_ctx;
-    one_ctx.first_frame = 3;
-    const wm::Planar one = wm::models::seedvr2_upscale_batch(*model, input, one_ctx);
+    Stages one_stages;
+    const wm::Planar one = run_one(*model, input, &one_stages);
     ASSERT_EQ(one.frames, frames);
     ASSERT_EQ(one.height, 192);
+    // The whole run: again on the GPU (the same frames, bit for bit), and on the CPU.
+    std::vector<wm::Planar> gpu_again, on_cpu;
+    gpu_again.push_back(run_one(*model, input));
+    on_cpu.push_back(run_one(*cpu, input));
+    const Difference again = compare(gpu_again, one);
+    const Difference host = compare(on_cpu, one);
+    std::cout << label << ", " << frames << " frames, one GPU: again " << again.differing
+              << " values differ; against the CPU max " << host.max_levels << " levels\n";
+    EXPECT_EQ(again.differing, 0) << label;
+    if (precision == wm::Precision::kFloat32) {
+      EXPECT_LE(host.max_levels, 1.0 + 1e-6) << label;
+    }
     for (const int ranks : {2, 3}) {
       const std::string what =
           label + ", " + std::to_string(frames) + " frames, " + std::to_string(ranks) + " ranks";
       std::vector<std::string> errors;
-      const std::vector<wm::Planar> parts = run_ranks(*model, input, ranks, errors);
+      std::vector<Stages> stages;
+      const std::vector<wm::Planar> parts = run_ranks(*model, input, ranks, errors, stages);
       for (int r = 0; r < ranks; ++r) ASSERT_EQ(errors[size_t(r)], "") << what << ", rank " << r;
       const Difference d = compare(parts, one);
       EXPECT_EQ(d.frames, frames) << what;
       std::cout << what << ": max " << d.max_levels << " levels, " << d.differing
-                << " values not bit-identical\n";
+                << " values not bit-identical;" << stage_differences(stages, one_stages) << "\n";
       ::testing::Test::RecordProperty(
           label + "_" + std::to_string(frames) + "_" + std::to_string(ranks) + "_max_levels",
           std::to_string(d.max_levels));

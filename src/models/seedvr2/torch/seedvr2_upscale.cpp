@@ -709,13 +709,20 @@ std::unique_ptr<Model> make_seedvr2_random(const ModelConfig& config,
 }
 
 Planar seedvr2_upscale_batch(const Model& model, const Planar& frames, const RunContext& ctx) {
+  return seedvr2::upscale_batch_probed(model, frames, ctx, {});
+}
+
+namespace seedvr2 {
+
+Planar upscale_batch_probed(const Model& model, const Planar& frames, const RunContext& ctx,
+                            const DitProbe& probe) {
   const auto* m = dynamic_cast<const Seedvr2Model*>(&model);
   if (!m) throw ModelError("seedvr2_upscale_batch: not a seedvr2 model", kExitSoftware);
   return guarded("seedvr2", [&] {
     c10::InferenceMode inference;
     auto encoder = m->encoder().open_session(m->device());
     auto decoder = m->decoder().open_session(m->device());
-    Pipeline p{*m, *encoder, *decoder, &ctx, {}};
+    Pipeline p{*m, *encoder, *decoder, &ctx, probe};
     Planar copy = frames.clone();
     const at::Tensor x = to_tensor(std::move(copy)).squeeze(0).permute({1, 0, 2, 3});
     const at::Tensor u8 = m->upscale(p, x, m->geometry(frames.height, frames.width),
@@ -723,6 +730,8 @@ Planar seedvr2_upscale_batch(const Model& model, const Planar& frames, const Run
     return to_planar(u8.permute({3, 0, 1, 2}).to(at::kFloat).div_(255.0));
   });
 }
+
+}  // namespace seedvr2
 
 int seedvr2_resident_blocks(const Model& model) {
   const auto* m = dynamic_cast<const Seedvr2Model*>(&model);
