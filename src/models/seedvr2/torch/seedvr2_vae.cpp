@@ -21,6 +21,7 @@
 #include <vector>
 
 #ifdef WMBATCH_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -245,14 +246,24 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
         c10::InferenceMode inference;
 #ifdef WMBATCH_WITH_CUDA
         if (device_.is_cuda()) {
+          // A direct call computes on its thread's direct context's compute stream; `x` was made
+          // on the caller's stream, and the output is used there: each stream waits for the
+          // other's work (without this the pass read its input before the caller had written it:
+          // a SeedVR2 upscale called directly on an H200 gave other frames each run).
+          const c10::cuda::CUDAStream caller =
+              c10::cuda::getCurrentCUDAStream(x.is_cuda() ? x.device().index() : device_.index());
           std::optional<c10::cuda::CUDAStreamGuard> stream_guard;
           if (!ctx.device) {
-            stream_guard.emplace(c10::cuda::CUDAStream(
-                exec::device_layer().direct_context(device_).compute_stream()));
+            const c10::cuda::CUDAStream compute(
+                exec::device_layer().direct_context(device_).compute_stream());
+            at::cuda::CUDAEvent made;
+            made.record(caller);
+            made.block(compute);
+            stream_guard.emplace(compute);
           }
           const c10::cuda::CUDAGuard device_guard(device_.index());
           const at::Tensor in = fresh_copy(x);
-          return attempts(before, state, ctx, retry, [&](int attempt) {
+          at::Tensor out = attempts(before, state, ctx, retry, [&](int attempt) {
             state.in_place = true;
             std::vector<at::Tensor> parts;
             forward_cuda(in, state, ctx, attempt, retry, [&](const at::Tensor& y) {
@@ -261,6 +272,16 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
             });
             return parts.size() == 1 ? parts[0] : at::cat(parts, 2);
           });
+          if (stream_guard) {
+            const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(device_.index());
+            at::cuda::CUDAEvent done;
+            done.record(compute);
+            done.block(caller);
+            // The caller may free x while this stream still reads it.
+            if (x.is_cuda()) x.record_stream(compute);
+            out.record_stream(caller);
+          }
+          return out;
         }
 #endif
         const at::Tensor in = fresh_copy(x);
