@@ -12,6 +12,7 @@
 
 #include "parallel/device_worker.h"
 #include "parallel/sequence_parallel.h"
+#include "src/models/kernels/torch/seedvr2_kernels.h"
 #include "src/models/seedvr2/seedvr2_vae.h"
 #include "src/weights/safetensors.h"
 
@@ -282,6 +283,37 @@ TEST(SeedVR2Gpu, HalfPrecisionAgainstFloat32) {
     // Loose floors (bf16 keeps 8 significant bits): a broken half-precision path lands far below.
     EXPECT_GT(dec, 30.0);
     EXPECT_GT(enc, 30.0);
+  }
+}
+
+// The GroupNorm(+SiLU) kernel sums in a fixed order: the same bits on every run, a frame's the
+// same whether a call holds it alone or beside others (time chunks, ranks of a split), and
+// within rounding of ATen's group_norm per frame. (It summed with atomics until 2026-11-29: a
+// SeedVR2 upscale on an H200 differed from itself in ~1e-5 of its values.)
+TEST(SeedVR2Gpu, GroupNormIsTheSameBitsEveryRunAndEveryChunk) {
+  REQUIRE_GPU();
+  namespace k = wm::models::seedvr2::cuda;
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    at::manual_seed(5);
+    const at::TensorOptions on = at::TensorOptions().device(at::kCUDA, 0).dtype(dtype);
+    const at::Tensor x =
+        (at::randn({1, 128, 6, 45, 80}, on) * 3 + 1).contiguous(at::MemoryFormat::ChannelsLast3d);
+    const at::Tensor w = at::randn({128}), b = at::randn({128});
+    auto norm = [&](const at::Tensor& in) {
+      at::Tensor out = at::empty_like(in, at::MemoryFormat::ChannelsLast3d);
+      EXPECT_TRUE(k::group_norm(in, w, b, 32, 1e-6, true, out));
+      return out;
+    };
+    const at::Tensor first = norm(x), again = norm(x);
+    EXPECT_TRUE(at::equal(first, again)) << dtype;
+    const at::Tensor part = norm(x.narrow(2, 2, 3).contiguous(at::MemoryFormat::ChannelsLast3d));
+    EXPECT_TRUE(at::equal(part, first.narrow(2, 2, 3))) << dtype;
+    // ATen, frame by frame: [T, C, H, W] batches of one frame each.
+    const at::Tensor frames = x.squeeze(0).transpose(0, 1).to(at::kFloat);
+    const at::Tensor want = at::silu(at::group_norm(frames, 32, w.cuda(), b.cuda(), 1e-6));
+    const double d =
+        (first.squeeze(0).transpose(0, 1).to(at::kFloat) - want).abs().max().item<double>();
+    EXPECT_LE(d, dtype == at::kFloat ? 1e-4 : 0.05) << dtype;
   }
 }
 

@@ -1,7 +1,7 @@
 // SeedVR2 VAE GroupNorm(+SiLU) per frame on channels-last activations (contract in
 // src/models/kernels/seedvr2_launch.h): three passes over x (sum; sum of squared deviations;
 // normalise, affine, SiLU and write), 16-byte accesses, float32 arithmetic, per-group sums in
-// double.
+// double, every sum in a fixed order (the same bits on every run).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -27,17 +27,20 @@ struct Vec {
   };
 };
 
-// Pass 0: sums of x per (frame, group) into sums[0]; pass 1: sums of (x − mean)² into sums[1].
-// Grid (blocks per frame, frames). A thread's vectors are kThreads·N·gridDim.x elements apart,
-// a multiple of C, so each thread always sees the same channels.
+// Pass 0: sums of x per (frame, group); pass 1: sums of (x − mean)² (mean from sums[0]). Grid
+// (blocks per frame, frames). A thread's vectors are kThreads·N·gridDim.x elements apart, a
+// multiple of C, so each thread always sees the same channels: thread k's are (k·N) mod C on.
+// Every sum runs in a fixed order (no atomics), and the blocks per frame depend on the frame
+// size only, so a frame's statistics are the same bits whatever else a call holds (a run split
+// into time chunks or over ranks normalises exactly as the whole): each block's per-group sums
+// go to partials[pass, frame, block, group], which gn_total adds in block order.
 template <typename T>
 __global__ void gn_reduce(GroupNormArgs a, int pass) {
   constexpr int N = Vec<T>::kN;
+  __shared__ float lanes[kThreads * N];
   __shared__ float per_channel[1024];
   const int C = a.channels, G = a.groups, cpg = C / G;
   const int t = blockIdx.y;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) per_channel[c] = 0.f;
-  __syncthreads();
   const T* x = static_cast<const T*>(a.x) + int64_t(t) * a.x_frame_stride;
   const int64_t vectors = a.pixels * C / N;
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
@@ -67,12 +70,33 @@ __global__ void gn_reduce(GroupNormArgs a, int pass) {
     }
   }
 #pragma unroll
-  for (int i = 0; i < N; ++i) atomicAdd(&per_channel[c0 + i], acc[i]);
+  for (int i = 0; i < N; ++i) lanes[threadIdx.x * N + i] = acc[i];
   __syncthreads();
+  // Channel c = j·N + i is lane i of threads j, j + C/N, j + 2C/N, … (in that order).
+  const int row = C / N, rows = kThreads * N / C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const int j = c / N, i = c % N;
+    float s = 0.f;
+    for (int r = 0; r < rows; ++r) s += lanes[(r * row + j) * N + i];
+    per_channel[c] = s;
+  }
+  __syncthreads();
+  double* out = a.partials + ((int64_t(pass) * a.frames + t) * gridDim.x + blockIdx.x) * G;
   for (int g = threadIdx.x; g < G; g += blockDim.x) {
     double s = 0;
     for (int c = g * cpg; c < (g + 1) * cpg; ++c) s += per_channel[c];
-    atomicAdd(&a.sums[int64_t(pass) * a.frames * G + int64_t(t) * G + g], s);
+    out[g] = s;
+  }
+}
+
+// sums[pass, frame, group] = the blocks' partial sums in block order. Grid frames.
+__global__ void gn_total(GroupNormArgs a, int pass, int blocks) {
+  const int t = blockIdx.x, G = a.groups;
+  const double* in = a.partials + (int64_t(pass) * a.frames + t) * blocks * G;
+  for (int g = threadIdx.x; g < G; g += blockDim.x) {
+    double s = 0;
+    for (int b = 0; b < blocks; ++b) s += in[int64_t(b) * G + g];
+    a.sums[(int64_t(pass) * a.frames + t) * G + g] = s;
   }
 }
 
@@ -131,22 +155,23 @@ cudaError_t group_norm_typed(const GroupNormArgs& a, cudaStream_t stream) {
       a.frames <= 0 || a.frames > 65535 || a.pixels <= 0) {
     return cudaErrorInvalidValue;
   }
-  const int64_t vectors = a.pixels * a.channels / N;
-  int64_t per_frame = (vectors + kThreads - 1) / kThreads;
-  const int64_t most = std::max<int64_t>(8, 4096 / a.frames);
-  if (per_frame > most) per_frame = most;
-  const dim3 grid(unsigned(per_frame), unsigned(a.frames));
-  cudaError_t err =
-      cudaMemsetAsync(a.sums, 0, sizeof(double) * 2 * size_t(a.frames) * size_t(a.groups), stream);
-  if (err != cudaSuccess) return err;
+  const int blocks = group_norm_blocks(a.pixels, a.channels, int(sizeof(T)));
+  const dim3 grid(unsigned(blocks), unsigned(a.frames));
   gn_reduce<T><<<grid, kThreads, 0, stream>>>(a, 0);
+  gn_total<<<a.frames, 64, 0, stream>>>(a, 0, blocks);
   gn_reduce<T><<<grid, kThreads, 0, stream>>>(a, 1);
+  gn_total<<<a.frames, 64, 0, stream>>>(a, 1, blocks);
   gn_affine<<<a.frames, 256, 0, stream>>>(a);
   gn_apply<T><<<grid, kThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
 }  // namespace
+
+int group_norm_blocks(int64_t pixels, int channels, int element_size) {
+  const int64_t vectors = pixels * channels / (16 / element_size);
+  return int(std::clamp<int64_t>((vectors + kThreads - 1) / kThreads, 1, kGroupNormBlocks));
+}
 
 cudaError_t launch_group_norm(DType dtype, const GroupNormArgs& args, cudaStream_t stream) {
   switch (dtype) {

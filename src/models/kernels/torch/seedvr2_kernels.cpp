@@ -68,6 +68,8 @@ bool group_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor&
   const at::Tensor w = weight.to(x.device(), at::kFloat).contiguous();
   const at::Tensor b = bias.to(x.device(), at::kFloat).contiguous();
   const at::Tensor sums = at::empty({2 * t * groups}, x.options().dtype(at::kDouble));
+  const int blocks = group_norm_blocks(x.size(3) * x.size(4), int(c), int(x.element_size()));
+  const at::Tensor partials = at::empty({2 * t * blocks * groups}, x.options().dtype(at::kDouble));
   const at::Tensor affine = at::empty({2 * t * c}, x.options().dtype(at::kFloat));
   GroupNormArgs a;
   a.x = x.data_ptr();
@@ -75,6 +77,7 @@ bool group_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor&
   a.weight = w.data_ptr<float>();
   a.bias = b.data_ptr<float>();
   a.sums = sums.data_ptr<double>();
+  a.partials = partials.data_ptr<double>();
   a.affine = affine.data_ptr<float>();
   a.x_frame_stride = x.stride(2);
   a.out_frame_stride = out.stride(2);
