@@ -1,15 +1,16 @@
 // The SeedVR2 upscale of one batch split inside over two and three in-process ranks sharing one
 // GPU (label gpu; skips without a device), against the same model run whole on that GPU: the
 // VAE's causal history goes around the ring and the DiT's tokens between the window layouts as
-// CUDA tensors (the in-process exchange orders them with events). Float32 (TF32 off) within
-// one 8-bit level of one device's frames, bf16 no further from them than one device's bf16 is
-// from float32 (at least one level): a rank multiplies fewer rows and convolves fewer frames at
-// once, and cuBLAS and cuDNN may pick other kernels for those shapes (on CPU ranks the split is
-// bit for bit: test_seedvr2_upscale_split.cpp). How many values are not
-// bit-identical is printed and recorded as a property (it belongs in docs/seedvr2.md), with each
-// stage's largest difference (the condition latent after the ranks' encodes are gathered, the
-// DiT's output, each rank's decoded frames), so a failure says which stage parts. The whole run
-// on the GPU is also checked against itself (a second run) and against the CPU's float32 run.
+// CUDA tensors (the in-process exchange orders them with events). The whole run is checked
+// first: again on the GPU it gives the same frames bit for bit, and float32 is within one 8-bit
+// level of the CPU's. The split: float32 (TF32 off) within one level of one device's frames,
+// bf16 above 40 dB PSNR of them (as the VAE's bf16 time chunks against its whole pass) — a rank
+// convolves fewer frames and multiplies fewer rows at once, and cuDNN and cuBLAS pick other
+// kernels for those shapes (on CPU ranks the split is bit for bit:
+// test_seedvr2_upscale_split.cpp). Each stage's largest difference is printed (the posterior,
+// the condition latent after the ranks' encodes are gathered, the DiT's output, each rank's
+// decoded frames), so a failure says which stage parts, and the differences are recorded as
+// properties (docs/seedvr2.md quotes them).
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <gtest/gtest.h>
@@ -122,10 +123,18 @@ std::vector<wm::Planar> run_ranks(const wm::Model& model, const wm::Planar& fram
   return out;
 }
 
+// One 8-bit level, and the float rounding of k / 255 values.
+constexpr double kOneLevel = 1.0 + 1e-3;
+
 struct Difference {
   double max_levels = 0;  // largest difference in 8-bit levels
+  double squares = 0;     // sum of squared differences, in levels²
+  int64_t values = 0;     // values compared
   int64_t differing = 0;  // values not bit-identical
   int frames = 0;         // frames the ranks returned in all
+  double psnr() const {
+    return squares == 0 ? 1e9 : 10 * std::log10(255.0 * 255.0 * double(values) / squares);
+  }
 };
 
 // The ranks' outputs in rank order against one device's.
@@ -141,8 +150,11 @@ Difference compare(const std::vector<wm::Planar>& parts, const wm::Planar& one) 
         const float* a = part.data.data() + (size_t(ch) * part.frames + t) * plane;
         const float* b = one.data.data() + (size_t(ch) * one.frames + d.frames + t) * plane;
         for (size_t i = 0; i < plane; ++i) {
+          const double levels = std::abs(double(a[i]) - double(b[i])) * 255.0;
           d.differing += a[i] != b[i];
-          d.max_levels = std::max(d.max_levels, std::abs(double(a[i]) - double(b[i])) * 255.0);
+          d.max_levels = std::max(d.max_levels, levels);
+          d.squares += levels * levels;
+          ++d.values;
         }
       }
     }
@@ -185,28 +197,31 @@ std::string stage_differences(const std::vector<Stages>& ranks, const Stages& on
 
 void check_split(wm::Precision precision, const std::string& label) {
   const auto model = tiny_model(precision, wm::Device{wm::Device::Kind::kCuda, 0});
-  const auto cpu = tiny_model(wm::Precision::kFloat32, wm::Device{});
+  // The CPU's float32 run (the same random weights only in float32: bf16's are drawn rounded).
+  const bool fp32 = precision == wm::Precision::kFloat32;
+  const auto cpu = fp32 ? tiny_model(wm::Precision::kFloat32, wm::Device{}) : nullptr;
   for (const int frames : {13, 11}) {  // 4 latent frames; 11 padded to 13 inside
     const wm::Planar input = random_frames(frames);
     Stages one_stages;
     const wm::Planar one = run_one(*model, input, &one_stages);
     ASSERT_EQ(one.frames, frames);
     ASSERT_EQ(one.height, 192);
-    // The whole run: again on the GPU (the same frames, bit for bit), and on the CPU.
-    std::vector<wm::Planar> gpu_again, on_cpu;
+    // The whole run again on the GPU: the same frames, bit for bit (a seeded job is
+    // reproducible on its device).
+    std::vector<wm::Planar> gpu_again;
     gpu_again.push_back(run_one(*model, input));
-    on_cpu.push_back(run_one(*cpu, input));
     const Difference again = compare(gpu_again, one);
-    const Difference host = compare(on_cpu, one);
-    std::cout << label << ", " << frames << " frames, one GPU: again " << again.differing
-              << " values differ; against the CPU max " << host.max_levels << " levels\n";
     EXPECT_EQ(again.differing, 0) << label;
-    if (precision == wm::Precision::kFloat32) {
-      EXPECT_LE(host.max_levels, 1.0 + 1e-6) << label;
-    } else {
-      // The same weights rounded: bf16's error, not other weights (the bound below means it).
-      EXPECT_LT(host.max_levels, 32.0) << label;
+    std::cout << label << ", " << frames << " frames, one GPU: again " << again.differing
+              << " values differ";
+    if (cpu) {
+      std::vector<wm::Planar> on_cpu;
+      on_cpu.push_back(run_one(*cpu, input));
+      const Difference host = compare(on_cpu, one);
+      std::cout << "; against the CPU max " << host.max_levels << " levels";
+      EXPECT_LE(host.max_levels, kOneLevel) << label;
     }
+    std::cout << "\n";
     for (const int ranks : {2, 3}) {
       const std::string what =
           label + ", " + std::to_string(frames) + " frames, " + std::to_string(ranks) + " ranks";
@@ -216,16 +231,21 @@ void check_split(wm::Precision precision, const std::string& label) {
       for (int r = 0; r < ranks; ++r) ASSERT_EQ(errors[size_t(r)], "") << what << ", rank " << r;
       const Difference d = compare(parts, one);
       EXPECT_EQ(d.frames, frames) << what;
-      std::cout << what << ": max " << d.max_levels << " levels, " << d.differing
-                << " values not bit-identical;" << stage_differences(stages, one_stages) << "\n";
+      std::cout << what << ": max " << d.max_levels << " levels, PSNR " << d.psnr() << " dB, "
+                << d.differing << " values not bit-identical;"
+                << stage_differences(stages, one_stages) << "\n";
       ::testing::Test::RecordProperty(
           label + "_" + std::to_string(frames) + "_" + std::to_string(ranks) + "_max_levels",
           std::to_string(d.max_levels));
       ::testing::Test::RecordProperty(
           label + "_" + std::to_string(frames) + "_" + std::to_string(ranks) + "_differing",
           std::to_string(d.differing));
-      // No further from one device than that device's bf16 is from float32.
-      EXPECT_LE(d.max_levels, std::max(1.0, host.max_levels) + 1e-6) << what;
+      if (fp32) {
+        EXPECT_LE(d.max_levels, kOneLevel) << what;
+      } else {
+        // As the VAE's bf16 time chunks against its whole pass (test_seedvr2_vae_gpu.cpp).
+        EXPECT_GT(d.psnr(), 40.0) << what;
+      }
     }
   }
 }
@@ -237,7 +257,7 @@ TEST(SeedVR2SplitGpu, Float32RanksOnOneGpuWithinOneLevel) {
   check_split(wm::Precision::kFloat32, "fp32");
 }
 
-TEST(SeedVR2SplitGpu, Bf16RanksOnOneGpuWithinBf16sOwnError) {
+TEST(SeedVR2SplitGpu, Bf16RanksOnOneGpuAbove40dB) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   check_split(wm::Precision::kBFloat16, "bf16");
 }
