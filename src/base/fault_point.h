@@ -14,7 +14,9 @@
 namespace wm {
 
 enum class FaultPoint {
-  kRealEsrganCall,  // before each network call; amount = input pixels (frames × height × width)
+  kRealEsrganCall,   // before each network call; amount = input pixels (frames × height × width)
+  kSeedvr2VaeChunk,  // SeedVR2 VAE: each output chunk before it is delivered (the causal state
+                     // already moved past it); amount = the chunk's values
   kCount
 };
 

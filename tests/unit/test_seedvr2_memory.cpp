@@ -22,6 +22,7 @@
 #include "src/models/seedvr2/seedvr2_vae.h"
 #include "src/models/seedvr2/torch/seedvr2_blocks.h"
 #include "src/weights/safetensors.h"
+#include "tests/support/seedvr2_fault.h"
 
 using wm::Planar;
 using wm::RunContext;

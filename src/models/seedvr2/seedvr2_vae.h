@@ -59,11 +59,4 @@ std::unique_ptr<Model> make_seedvr2_vae_random(const ModelConfig& config,
                                                const seedvr2::Architecture& arch,
                                                const Device& device, uint64_t seed);
 
-// TEST ONLY (tests/unit/test_seedvr2_vae.cpp, on the CPU): from now on, output chunk number
-// `chunk` of SeedVR2 sessions (0-based, counted from this call over the whole process; < 0:
-// none) throws c10::OutOfMemoryError, the error LibTorch's CUDA allocator throws, instead of
-// being delivered — after the causal state moved past it — so the out-of-memory retry (the
-// state restored, the slice run again with a smaller plan) can be tested without a GPU.
-void seedvr2_oom_fault_for_test(int64_t chunk);
-
 }  // namespace wm::models

@@ -6,7 +6,6 @@
 #include <torch/version.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 
 #include <cctype>
@@ -29,6 +28,7 @@
 #endif
 
 #include "src/base/error.h"
+#include "src/base/fault_point.h"
 #include "src/base/log_text.h"
 #include "src/exec/device_context.h"
 #include "src/models/seedvr2/torch/seedvr2_blocks.h"
@@ -58,17 +58,10 @@ constexpr const char* kLogger = "seedvr2-vae";
 // memory (each halves the working memory and the device-resident state).
 constexpr int kAttempts = 4;
 
-// The test-only out-of-memory fault (seedvr2_oom_fault_for_test).
-std::atomic<int64_t> g_fault_chunk{-1};
-std::atomic<int64_t> g_chunks{0};
-
-// Called for every output chunk before it is delivered (the state already moved past it).
-void inject_oom_for_test() {
-  const int64_t chunk = g_chunks.fetch_add(1);
-  if (chunk == g_fault_chunk.load()) {
-    TORCH_CHECK_WITH(OutOfMemoryError, false,
-                     "seedvr2-vae: injected out of memory (test fault) at output chunk ", chunk);
-  }
+// Every output chunk passes this fault point before it is delivered (the state already moved
+// past it): tests/support/seedvr2_fault.h makes one run out of memory there.
+void chunk_fault_point(const at::Tensor& chunk) {
+  fault_point(FaultPoint::kSeedvr2VaeChunk, int64_t(chunk.numel()));
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -267,7 +260,7 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
             state.in_place = true;
             std::vector<at::Tensor> parts;
             forward_cuda(in, state, ctx, attempt, retry, [&](const at::Tensor& y) {
-              inject_oom_for_test();
+              chunk_fault_point(y);
               parts.push_back(y.clone());  // (a chunk may live in a buffer the next one reuses)
             });
             return parts.size() == 1 ? parts[0] : at::cat(parts, 2);
@@ -417,13 +410,13 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
     int64_t work = tuning.work_mib << 20;
     if (work <= 0 && !host && tuning.phased <= 0) {
       at::Tensor y = net_->forward(x, state, ctx.first_slice);
-      inject_oom_for_test();
+      chunk_fault_point(y);
       return y;
     }
     work = std::max<int64_t>(work >> attempt, 1);
     std::vector<at::Tensor> parts;
     auto emit = [&](const at::Tensor& y) {
-      inject_oom_for_test();
+      chunk_fault_point(y);
       parts.push_back(y);
     };
     if (tuning.phased > 0) {
@@ -737,7 +730,7 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
       int64_t frame0 = 0;
       try {
         forward([&](const at::Tensor& y) {
-          inject_oom_for_test();
+          chunk_fault_point(y);
           if (frame0 + y.size(2) > total) {
             throw ModelError(traits_.name + ": decoder made more frames than expected");
           }
@@ -765,7 +758,7 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
     }
     std::vector<at::Tensor> parts;
     forward([&](const at::Tensor& y) {
-      inject_oom_for_test();
+      chunk_fault_point(y);
       parts.push_back(y);
     });
     at::Tensor y = parts.size() == 1 ? parts[0] : at::cat(parts, 2);
@@ -946,11 +939,6 @@ class SeedVR2Model final : public Model {
 };
 
 }  // namespace
-
-void seedvr2_oom_fault_for_test(int64_t chunk) {
-  g_chunks = 0;
-  g_fault_chunk = chunk;
-}
 
 std::unique_ptr<Model> make_seedvr2_vae(const ModelConfig& config, const Device& device) {
   const bool decoder = is_decoder(config);
