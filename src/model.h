@@ -51,10 +51,6 @@ struct ModelConfig {
   int scale = 2;                 // built-in upscalers: 2, 3 or 4
   std::string weights;           // path to weights (.safetensors, or .pt for torchscript)
   Precision precision = Precision::kFloat32;
-  // SeedVR2's VAE (kinds seedvr2-vae and seedvr2): GroupNorm groups. The one kind option still
-  // here (tests/unit/test_seedvr2_dit_gpu.cpp sets it); to move into Seedvr2VaeOptions and
-  // Seedvr2Options.
-  int norm_groups = 32;
   // Run setting (the job's `offload.pinned_mib`): the most pinned host memory each staging pool
   // of a GPU session holds (device→host outputs, host→device inputs); 0 = the model's default.
   int64_t pinned_pool_bytes = 0;

@@ -75,7 +75,7 @@ void parse_seedvr2_vae(const OptionReader& r, ModelConfig& m) {
   m.weights = required_weights(r, m, {".safetensors", ".pth"},
                                "the official ema_vae_fp16 release, .safetensors or .pth");
   auto options = std::make_shared<models::Seedvr2VaeOptions>();
-  if (r.has("norm_groups")) m.norm_groups = int(r.get_int("norm_groups", 1, 4096));
+  if (r.has("norm_groups")) options->norm_groups = int(r.get_int("norm_groups", 1, 4096));
   if (r.has("latent_scale")) options->latent_scale = r.get_number("latent_scale", 0, 1e6, true);
   if (r.has("latent_shift")) options->latent_shift = r.get_number("latent_shift", -1e6, 1e6);
   if (r.has("logvar")) options->logvar = r.get_bool("logvar");
@@ -136,7 +136,7 @@ void parse_seedvr2(const OptionReader& r, ModelConfig& m) {
   if (r.has("text_embedding")) parse_text_embedding(r, *options);
   if (r.has("noise")) options->noise = r.get_path("noise", {".safetensors"});
   if (r.has("heads")) options->heads = int(r.get_int("heads", 1, 1024));
-  if (r.has("norm_groups")) m.norm_groups = int(r.get_int("norm_groups", 1, 4096));
+  if (r.has("norm_groups")) options->norm_groups = int(r.get_int("norm_groups", 1, 4096));
   if (r.has("seed")) options->seed = r.get_int("seed", 0, (1LL << 53));
   if (r.has("color_fix")) {
     const std::string c = r.get_string("color_fix");

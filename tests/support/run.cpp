@@ -1,4 +1,5 @@
 #include "tests/support/run.h"
+#include "src/models/seedvr2/seedvr2_vae.h"
 #include "src/models/wan21/wan21_vae.h"
 
 #include <sys/wait.h>
@@ -64,7 +65,7 @@ ModelConfig tiny_vae_config(const std::string& kind, const std::string& task) {
   } else {
     config.weights =
         std::string(WM_SOURCE_DIR) + "/tests/data/golden/seedvr2-tiny/weights.safetensors";
-    config.norm_groups = 4;
+    edit_options<models::Seedvr2VaeOptions>(config).norm_groups = 4;
   }
   return config;
 }

@@ -202,13 +202,13 @@ TEST(SeedVR2UpscaleGpu, GoldenClipsInFloat32) {
     options->dit = kGolden + "weights.safetensors";
     options->vae = kVae;
     options->heads = 2;
+    options->norm_groups = 4;
     options->text_embedding = kGolden + name + ".safetensors";
     options->text_tensor = "text_pos";
     options->noise = kGolden + name + ".f64.safetensors";
     wm::ModelConfig config;
     config.kind = "seedvr2";
     config.task = "upscale";
-    config.norm_groups = 4;
     config.resolution = res;
     config.options = options;
     const auto model = wm::models::make_seedvr2(config, wm::Device{wm::Device::Kind::kCuda, 0});

@@ -183,7 +183,7 @@ wm::ModelConfig tiny_config(const std::string& task, const std::string& tuning =
   config.kind = "seedvr2-vae";
   config.task = task;
   config.weights = kGolden + "weights.safetensors";
-  config.norm_groups = 4;
+  wm::edit_options<wm::models::Seedvr2VaeOptions>(config).norm_groups = 4;
   wm::edit_options<wm::models::Seedvr2VaeOptions>(config).logvar = task == "encode";
   config.tuning = tuning;
   return config;

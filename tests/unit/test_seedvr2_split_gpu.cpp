@@ -24,15 +24,13 @@
 #include <mutex>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "parallel/halo_inprocess.h"
-#include "src/exec/halo_exchange.h"
 #include "src/model.h"
 #include "src/models/seedvr2/seedvr2_upscale.h"
 #include "src/models/seedvr2/seedvr2_vae.h"
 #include "src/models/seedvr2/torch/seedvr2_dit.h"
+#include "tests/support/seedvr2_ranks.h"
 
 namespace seedvr2 = wm::models::seedvr2;
 using wm::models::Seedvr2Options;
@@ -98,29 +96,8 @@ std::vector<wm::Planar> run_ranks(const wm::Model& model, const wm::Planar& fram
                                   std::vector<std::string>& errors, std::vector<Stages>& stages) {
   stages.assign(size_t(ranks), Stages{});
   std::mutex mutex;
-  wm::parallel::InProcessGroup group(ranks, std::chrono::seconds(120));
-  group.begin(ranks);
-  std::vector<wm::Planar> out(static_cast<size_t>(ranks));
-  errors.assign(static_cast<size_t>(ranks), "");
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      wm::exec::SliceExchange view(group.rank(r), r, ranks, r > 0 ? r - 1 : -1,
-                                   r + 1 < ranks ? r + 1 : -1);
-      wm::RunContext ctx;
-      ctx.first_frame = 3;
-      ctx.halo = &view;
-      try {
-        out[size_t(r)] =
-            seedvr2::upscale_batch_probed(model, frames, ctx, keep(stages[size_t(r)], mutex));
-      } catch (const std::exception& e) {
-        errors[size_t(r)] = e.what();
-        group.abort(e.what());
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  return out;
+  return wm::test::run_upscale_ranks(model, frames, ranks, 3, errors,
+                                     [&](int r) { return keep(stages[size_t(r)], mutex); });
 }
 
 // One 8-bit level, and the float rounding of k / 255 values.

@@ -13,15 +13,13 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "parallel/halo_inprocess.h"
-#include "src/exec/halo_exchange.h"
 #include "src/model.h"
 #include "src/models/seedvr2/seedvr2_upscale.h"
 #include "src/models/seedvr2/seedvr2_vae.h"
 #include "src/models/seedvr2/torch/seedvr2_dit.h"
+#include "tests/support/seedvr2_ranks.h"
 
 namespace seedvr2 = wm::models::seedvr2;
 using wm::models::Seedvr2Options;
@@ -60,28 +58,7 @@ wm::Planar random_frames(int frames) {
 // Rank r's output of `frames` split over `ranks` (errors: per rank).
 std::vector<wm::Planar> run_ranks(const wm::Model& model, const wm::Planar& frames, int ranks,
                                   int64_t first_frame, std::vector<std::string>& errors) {
-  wm::parallel::InProcessGroup group(ranks, std::chrono::seconds(120));
-  group.begin(ranks);
-  std::vector<wm::Planar> out(static_cast<size_t>(ranks));
-  errors.assign(static_cast<size_t>(ranks), "");
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      wm::exec::SliceExchange view(group.rank(r), r, ranks, r > 0 ? r - 1 : -1,
-                                   r + 1 < ranks ? r + 1 : -1);
-      wm::RunContext ctx;
-      ctx.first_frame = first_frame;
-      ctx.halo = &view;
-      try {
-        out[size_t(r)] = wm::models::seedvr2_upscale_batch(model, frames, ctx);
-      } catch (const std::exception& e) {
-        errors[size_t(r)] = e.what();
-        group.abort(e.what());
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  return out;
+  return wm::test::run_upscale_ranks(model, frames, ranks, first_frame, errors);
 }
 
 }  // namespace

@@ -47,7 +47,8 @@ wm::ModelConfig tiny_config(const std::string& task, const std::string& weights 
   config.kind = "seedvr2-vae";
   config.task = task;
   config.weights = weights.empty() ? kGolden + "weights.safetensors" : weights;
-  config.norm_groups = meta().at("config").at("norm_num_groups").get<int>();
+  wm::edit_options<wm::models::Seedvr2VaeOptions>(config).norm_groups =
+      meta().at("config").at("norm_num_groups").get<int>();
   return config;
 }
 
@@ -370,7 +371,8 @@ TEST(SeedVR2Weights, MissingOrMisShapedKeysAreNamed) {
 
 TEST(SeedVR2Weights, NormGroupsMustDivideTheWidths) {
   wm::ModelConfig config = tiny_config("decode");
-  config.norm_groups = 32;  // the official count: the tiny model's 16 channels do not split so
+  wm::edit_options<wm::models::Seedvr2VaeOptions>(config).norm_groups =
+      32;  // the official count: the tiny model's 16 channels do not split so
   try {
     wm::models::make_seedvr2_vae(config, wm::Device{});
     FAIL() << "accepted";

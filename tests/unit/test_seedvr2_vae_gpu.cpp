@@ -34,7 +34,7 @@ std::unique_ptr<wm::Model> tiny_model(const std::string& task, wm::Precision pre
   config.kind = "seedvr2-vae";
   config.task = task;
   config.weights = kGolden + "weights.safetensors";
-  config.norm_groups = 4;
+  wm::edit_options<wm::models::Seedvr2VaeOptions>(config).norm_groups = 4;
   wm::edit_options<wm::models::Seedvr2VaeOptions>(config).logvar = true;
   config.precision = precision;
   return wm::models::make_seedvr2_vae(config, kCuda);

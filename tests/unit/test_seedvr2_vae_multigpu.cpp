@@ -67,7 +67,7 @@ TEST(SeedVR2MultiGpu, TwoGpusEqualOne) {
   config.kind = "seedvr2-vae";
   config.task = "decode";
   config.weights = kGolden + "weights.safetensors";
-  config.norm_groups = 4;
+  wm::edit_options<wm::models::Seedvr2VaeOptions>(config).norm_groups = 4;
   config.precision = wm::Precision::kFloat32;
   auto model = wm::models::make_seedvr2_vae(config, gpu0);
   const Planar z = golden_latent();

@@ -21,10 +21,10 @@ const char* to_string(Seedvr2Options::ColorFix c) {
 
 std::string Seedvr2Options::text() const {
   return "dit " + dit + "\nvae " + vae + "\ntext_embedding " + text_embedding + "#" + text_tensor +
-         "\nnoise " + noise + "\nheads " + std::to_string(heads) + "\nseed " +
-         std::to_string(seed) + "\ncolor_fix " + to_string(color_fix) + "\nscale " +
-         std::to_string(scale) + "\nbatch_frames " + std::to_string(batch_frames) +
-         "\nbatch_overlap " + std::to_string(batch_overlap) + "\n";
+         "\nnoise " + noise + "\nheads " + std::to_string(heads) + "\nnorm_groups " +
+         std::to_string(norm_groups) + "\nseed " + std::to_string(seed) + "\ncolor_fix " +
+         to_string(color_fix) + "\nscale " + std::to_string(scale) + "\nbatch_frames " +
+         std::to_string(batch_frames) + "\nbatch_overlap " + std::to_string(batch_overlap) + "\n";
 }
 
 std::pair<int, int> seedvr2_output_size(int width, int height, int scale, int short_side) {

@@ -31,7 +31,7 @@
 
 namespace wm::models {
 
-// Options of kind seedvr2 beyond ModelConfig's precision and norm_groups (the VAE's).
+// Options of kind seedvr2 beyond ModelConfig's precision.
 struct Seedvr2Options : ModelOptions {
   enum class ColorFix { kWavelet, kAdain, kNone };
   std::string dit;             // the DiT checkpoint (.safetensors or .pth)
@@ -40,7 +40,8 @@ struct Seedvr2Options : ModelOptions {
   std::string text_tensor;     // its tensor ("FILE#NAME"); empty: the file's only tensor
   // Optional: the random draws (vae_sample_eps, noise, aug_noise) instead of seeded ones.
   std::string noise;
-  int heads = 0;  // 0: from the weights
+  int heads = 0;         // 0: from the weights
+  int norm_groups = 32;  // the VAE's GroupNorm groups (official 32)
   int64_t seed = 666;
   ColorFix color_fix = ColorFix::kWavelet;
   int scale = 0;  // output = input × scale (0: by resolution)
@@ -68,7 +69,7 @@ int64_t seedvr2_padded_frames(int64_t frames);
 
 // Builds the model from config.options (Seedvr2Options): the DiT checkpoint (architecture read
 // from its shapes, keys checked: one line naming the file for a wrong or truncated one, exit 65),
-// the text embedding, the VAE (config.norm_groups, config.precision). Task "dit": the DiT alone.
+// the text embedding, the VAE (options' norm_groups, config.precision). Task "dit": the DiT alone.
 std::unique_ptr<Model> make_seedvr2(const ModelConfig& config, const Device& device);
 
 // The same with random weights of the given architectures (benchmarks; file paths ignored): the

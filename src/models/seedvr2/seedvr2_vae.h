@@ -30,31 +30,33 @@
 
 namespace wm::models {
 
-// Options of kind seedvr2-vae (its `model:` keys besides weights, tuning and norm_groups, which
-// ModelConfig holds for both SeedVR2 kinds; channel widths come from the checkpoint): the scale
-// rule of its latent files (file latent = (posterior − shift) · scale, applied by the latent
-// tasks outside the VAE, registry: latent_files); encode: also give the posterior's logvar.
+// Options of kind seedvr2-vae (its `model:` keys besides weights and tuning; channel widths come
+// from the checkpoint): GroupNorm groups, the scale rule of its latent files (file latent =
+// (posterior − shift) · scale, applied by the latent tasks outside the VAE, registry:
+// latent_files); encode: also give the posterior's logvar.
 struct Seedvr2VaeOptions : ModelOptions {
+  int norm_groups = 32;  // GroupNorm groups (official 32)
   double latent_scale = 0.9152;
   double latent_shift = 0.0;
   bool logvar = false;
   std::string text() const override {
-    return "latent_scale " + std::to_string(latent_scale) + "\nlatent_shift " +
-           std::to_string(latent_shift) + "\nlogvar " + (logvar ? "1" : "0") + "\n";
+    return "norm_groups " + std::to_string(norm_groups) + "\nlatent_scale " +
+           std::to_string(latent_scale) + "\nlatent_shift " + std::to_string(latent_shift) +
+           "\nlogvar " + (logvar ? "1" : "0") + "\n";
   }
 };
 
 // Builds the decoder (config.task == "decode") or the encoder ("encode") from config.weights:
 // a .safetensors file, or the release .pth (torch.save zip, read by the restricted pickle reader
 // src/weights/torch_pickle.h), with the official key layout (F32/F16/BF16/F64), channel widths read
-// from its shapes, config.norm_groups groups. Throws ModelError (exit 65) naming the file and the
-// key for a missing, mis-shaped or unexpected key, and for bad configs.
+// from its shapes, Seedvr2VaeOptions::norm_groups groups. Throws ModelError (exit 65) naming the
+// file and the key for a missing, mis-shaped or unexpected key, and for bad configs.
 std::unique_ptr<Model> make_seedvr2_vae(const ModelConfig& config, const Device& device);
 
-// The same model with random weights (benchmarks, tests; config.weights and config.norm_groups
-// are ignored: `arch` says everything), drawn as the golden data's were (meta.json "init"):
-// GroupNorm weights 1 + U(±0.25), biases U(±0.25); conv and linear weights U(±√(3/fan_in)),
-// biases U(±0.1). Deterministic for a given seed.
+// The same model with random weights (benchmarks, tests; config.weights and the options'
+// norm_groups are ignored: `arch` says everything), drawn as the golden data's were (meta.json
+// "init"): GroupNorm weights 1 + U(±0.25), biases U(±0.25); conv and linear weights
+// U(±√(3/fan_in)), biases U(±0.1). Deterministic for a given seed.
 std::unique_ptr<Model> make_seedvr2_vae_random(const ModelConfig& config,
                                                const seedvr2::Architecture& arch,
                                                const Device& device, uint64_t seed);

@@ -197,6 +197,7 @@ ModelConfig vae_config(const ModelConfig& config, const std::string& weights, bo
   vae.resolution.clear();
   vae.task = encoder ? "encode" : "decode";
   auto options = std::make_shared<Seedvr2VaeOptions>();
+  options->norm_groups = options_as<Seedvr2Options>(config).norm_groups;
   options->logvar = encoder;
   vae.options = std::move(options);
   return vae;

@@ -92,7 +92,7 @@ ParamMap load_params(const ModelConfig& config, bool decoder, Architecture& arch
         const io::TensorInfo* t = file.find(key);
         return t ? &t->shape : nullptr;
       },
-      decoder, config.norm_groups);
+      decoder, options_as<Seedvr2VaeOptions>(config).norm_groups);
   const std::vector<ParamSpec> specs = seedvr2::layout(arch);
 
   std::vector<ExpectedTensor> expected;
