@@ -1,7 +1,7 @@
-// One SeedVR2 upscale batch split inside over in-process ranks (threads of one InProcessGroup,
-// each with its ring view: history from rank r − 1, to rank r + 1), for the split tests on CPU
-// ranks (test_seedvr2_upscale_split.cpp) and on one GPU (test_seedvr2_split_gpu.cpp).
-// Header-only (LibTorch): include it from the model tests only.
+// Tiny SeedVR2 networks, and one SeedVR2 upscale batch split inside over in-process ranks (threads
+// of one InProcessGroup, each with its ring view: history from rank r − 1, to rank r + 1), for the
+// split tests on CPU ranks (test_seedvr2_upscale_split.cpp) and on one GPU
+// (test_seedvr2_split_gpu.cpp). Header-only (LibTorch): include it from the model tests only.
 #pragma once
 
 #include <chrono>
@@ -14,9 +14,24 @@
 #include "parallel/halo_inprocess.h"
 #include "src/exec/halo_exchange.h"
 #include "src/model.h"
+#include "src/models/seedvr2/seedvr2_layout.h"
 #include "src/models/seedvr2/torch/seedvr2_dit.h"
 
 namespace wm::test {
+
+// Tiny random SeedVR2 networks of the golden data's widths (make_seedvr2_random's shapes).
+inline models::seedvr2::DitArchitecture tiny_seedvr2_dit() {
+  models::seedvr2::DitArchitecture dit = models::seedvr2::DitArchitecture::official_3b();
+  dit.dim = 64, dit.heads = 2, dit.head_dim = 32, dit.layers = 4, dit.mm_layers = 2;
+  dit.mlp_hidden = 256, dit.rope_freqs = 5, dit.txt_in_dim = 32;
+  return dit;
+}
+inline models::seedvr2::Architecture tiny_seedvr2_vae() {
+  models::seedvr2::Architecture vae;
+  vae.channels = {16, 32, 64, 64};
+  vae.norm_groups = 4;
+  return vae;
+}
 
 // Rank r's output of `frames` (every rank passes the whole batch, seeded by `first_frame`);
 // `errors[r]`: what rank r threw ("" when nothing), the group aborted then so the others stop.

@@ -42,12 +42,8 @@ bool have_gpu() { return static_cast<int>(torch::cuda::device_count()) > 0; }
 // Tiny random networks (the golden data's widths) on cuda:0, upscaling 96 × 160 to 192 × 320:
 // several windows of each layout per latent frame.
 std::unique_ptr<wm::Model> tiny_model(wm::Precision precision, const wm::Device& device) {
-  seedvr2::DitArchitecture dit = seedvr2::DitArchitecture::official_3b();
-  dit.dim = 64, dit.heads = 2, dit.head_dim = 32, dit.layers = 4, dit.mm_layers = 2;
-  dit.mlp_hidden = 256, dit.rope_freqs = 5, dit.txt_in_dim = 32;
-  seedvr2::Architecture vae;
-  vae.channels = {16, 32, 64, 64};
-  vae.norm_groups = 4;
+  const seedvr2::DitArchitecture dit = wm::test::tiny_seedvr2_dit();
+  const seedvr2::Architecture vae = wm::test::tiny_seedvr2_vae();
   auto options = std::make_shared<Seedvr2Options>();
   options->batch_frames = 13;
   options->batch_overlap = 0;

@@ -28,12 +28,8 @@ namespace {
 
 // Tiny random networks of the golden data's sizes, upscaling to 128 × 192.
 std::unique_ptr<wm::Model> tiny_model(Seedvr2Options::ColorFix fix) {
-  seedvr2::DitArchitecture dit = seedvr2::DitArchitecture::official_3b();
-  dit.dim = 64, dit.heads = 2, dit.head_dim = 32, dit.layers = 4, dit.mm_layers = 2;
-  dit.mlp_hidden = 256, dit.rope_freqs = 5, dit.txt_in_dim = 32;
-  seedvr2::Architecture vae;
-  vae.channels = {16, 32, 64, 64};
-  vae.norm_groups = 4;
+  const seedvr2::DitArchitecture dit = wm::test::tiny_seedvr2_dit();
+  const seedvr2::Architecture vae = wm::test::tiny_seedvr2_vae();
   auto options = std::make_shared<Seedvr2Options>();
   options->color_fix = fix;
   options->batch_frames = 9;
