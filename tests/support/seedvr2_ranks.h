@@ -15,7 +15,7 @@
 #include "src/exec/halo_exchange.h"
 #include "src/model.h"
 #include "src/models/seedvr2/seedvr2_layout.h"
-#include "src/models/seedvr2/torch/seedvr2_dit.h"
+#include "src/models/seedvr2/torch/seedvr2_upscale_probed.h"
 
 namespace wm::test {
 

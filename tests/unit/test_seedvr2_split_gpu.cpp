@@ -30,6 +30,7 @@
 #include "src/models/seedvr2/seedvr2_upscale.h"
 #include "src/models/seedvr2/seedvr2_vae.h"
 #include "src/models/seedvr2/torch/seedvr2_dit.h"
+#include "src/models/seedvr2/torch/seedvr2_upscale_probed.h"
 #include "tests/support/seedvr2_ranks.h"
 
 namespace seedvr2 = wm::models::seedvr2;

@@ -27,7 +27,6 @@
 #include <memory>
 #include <string>
 
-#include "src/model.h"
 #include "src/models/seedvr2/seedvr2_dit_layout.h"
 
 namespace wm::exec {
@@ -44,11 +43,6 @@ using DitParams = std::map<std::string, at::Tensor>;
 // Gets every intermediate of a forward (debug): the spec's names (`t_sinusoid`, `time_emb`,
 // `txt_tokens`, `vid_tokens` [T, H/2, W/2, dim], `block{i}_vid`, `block{i}_txt`, `vid_out_in`).
 using DitProbe = std::function<void(const std::string& name, const at::Tensor& value)>;
-
-// seedvr2_upscale_batch (seedvr2_upscale.h) with `probe` called on each intermediate of this
-// rank's run, in pipeline order (tests that find where a run parts from another).
-Planar upscale_batch_probed(const Model& model, const Planar& frames, const RunContext& ctx,
-                            const DitProbe& probe);
 
 struct DitOptions {
   at::Device device = at::kCPU;

@@ -31,6 +31,7 @@
 #include "src/models/seedvr2/torch/seedvr2_dit_split.h"
 #include "src/models/seedvr2/torch/seedvr2_pixels.h"
 #include "src/models/seedvr2/torch/seedvr2_sequence.h"
+#include "src/models/seedvr2/torch/seedvr2_upscale_probed.h"
 #include "src/models/tensor_model.h"
 #include "src/models/torch/tensor.h"
 #include "src/models/torch/weights_file.h"
