@@ -5,7 +5,7 @@
 //   wmbench seedvr2-upscale [--model 3b|7b|tiny] [--frames N] [--height H] [--width W]
 //                           [--dtype bf16|fp16|fp32] [--device cuda:N|cpu] [--warmup N]
 //                           [--iters N] [--max-gpu-gib N] [--text-tokens N] [--threads N]
-//                           [--seed N] [--color-fix wavelet|adain|none]
+//                           [--seed N] [--color-fix wavelet|adain|none] [--tuning K=V,...]
 //
 // --model tiny: the golden data's sizes (the benchmark's own check, on a CPU). H × W is the output
 // size (default 720 × 1280); the input is a random clip of half that size
@@ -40,8 +40,8 @@ struct Options {
   int frames = 21;
   int text_tokens = 58;  // pos_emb.pt
   std::string color_fix = "wavelet";
-  // The flags the VAE benchmarks share (bench_vae_common.h); dim, latent_frames, slice_frames,
-  // tuning and pinned_mib are read but not used.
+  // The flags the VAE benchmarks share (bench_vae_common.h); dim, latent_frames, slice_frames
+  // and pinned_mib are read but not used; --tuning goes to the VAE (its execution choices).
   int dim = 0, latent_frames = 0, slice_frames = 0, pinned_mib = 0;
   int height = 720, width = 1280;
   std::string dtype = "bf16";
@@ -66,7 +66,7 @@ int parse(int argc, char** argv, Options& o, wm::Device& device) {
       .integer("--text-tokens", &o.text_tokens, 1, "N")
       .choice("--color-fix", &o.color_fix, {"wavelet", "adain", "none"});
   wm::bench::add_shared_flags(args, o);
-  args.hide({"--dim", "--latent-frames", "--slice-frames", "--tuning", "--pinned-mib"});  // unused
+  args.hide({"--dim", "--latent-frames", "--slice-frames", "--pinned-mib"});  // unused
   if (const int status = args.parse(argc, argv); status >= 0) return status;
   if ((o.frames - 1) % 4 != 0) return args.fail("--frames must be 1 + 4k");
   if (o.height % 2 != 0 || o.width % 2 != 0) {
@@ -106,6 +106,7 @@ int bench_seedvr2_upscale(int argc, char** argv) {
     config.precision = wm::bench::parse_precision(o.dtype);
     config.resolution = {o.height, o.width};  // the official area rule and crop
     config.options = options;
+    config.tuning = o.tuning;  // the VAE's (seedvr2_blocks.h, Tuning)
     wm::parallel::limit_device_memory(device, o.max_gpu_gib);
     const auto build = std::chrono::steady_clock::now();
     auto model = wm::models::make_seedvr2_random(config, dit, vae, o.text_tokens, device, o.seed);
@@ -156,6 +157,7 @@ int bench_seedvr2_upscale(int argc, char** argv) {
     out["frames"] = o.frames;
     out["text_tokens"] = o.text_tokens;
     out["color_fix"] = o.color_fix;
+    if (!o.tuning.empty()) out["tuning"] = o.tuning;
     out["iters"] = o.iters;
     out["build_seconds"] = build_seconds;
     out["resize_seconds"] = sum.resize / n;

@@ -208,7 +208,12 @@ void cap_cuda_allocator(int device, double fraction) {
 #ifdef WMBATCH_WITH_CUDA
   // setMemoryFraction throws "Allocator not initialized for device" before the allocator's
   // first use on that device (seen: wmbench seedvr2-upscale --max-gpu-gib 16 aborted with 134),
-  // so use it once first.
+  // so use it once first. A capped budget is planned close to its edge: growable segments first
+  // (read at that first use; without them a SeedVR2 decode at 1080p in 16 GiB that fitted a
+  // fresh allocator ran out of memory in the next batch's fragmented cache).
+  exec::DeviceSettings settings;
+  settings.growable_segments = true;
+  exec::device_layer().ask(settings);
   at::empty({1}, at::TensorOptions().device(at::kCUDA, c10::DeviceIndex(device)));
   c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, device);
 #else

@@ -167,8 +167,8 @@ TEST(SeedVR2HostState, HostResidentStateEqualsDeviceState) {
   for (bool decoder : {true, false}) {
     const auto net = tiny_network(decoder, cl);
     const at::Tensor x = decoder ? golden("decode_t3", "latent") : golden("encode_t9", "video");
-    // (A 1-byte budget cuts every stage into single frames; encoder chunks keep whole stride-2
-    // windows.)
+    // (A 1-byte budget cuts every stage into single frames; a temporal downsampler runs whole
+    // stride-2 windows.)
     const std::vector<int64_t> sizes =
         decoder ? std::vector<int64_t>{1, 1, 1} : std::vector<int64_t>{5, 4};
     const at::Tensor device = run_slices(*net, x, sizes, {0}, 0);

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -200,7 +201,7 @@ TEST(SeedVR2Golden, ChannelsLastLayoutMatchesTheReference) {
 }
 
 // The stage-by-stage path with time chunks (what CUDA runs, sized from the memory budget): a
-// budget of one byte cuts every stage's input into single frames (encoder: whole downsampling
+// budget of one byte cuts every stage's input into single frames (a temporal downsampler: whole
 // windows), each taken through all later stages; the chunks together equal the whole pass.
 TEST(SeedVR2Slicing, TimeChunksInsideASliceEqualTheWholePass) {
   wm::io::SafetensorsFile weights(kGolden + "weights.safetensors");
@@ -235,6 +236,23 @@ TEST(SeedVR2Slicing, TimeChunksInsideASliceEqualTheWholePass) {
     std::cout << "[ chunks   ] " << (decoder ? "decode" : "encode") << ": " << parts.size()
               << " chunks, max abs difference " << err << "\n";
     EXPECT_LE(err, 1e-5);
+    if (decoder) continue;
+    // Budgets between one byte and the whole pass: the early stages run chunks of any length,
+    // and each temporal downsampler gathers them into whole stride windows until its own chunk
+    // fills the budget (so the chunks after it are larger than the ones before).
+    std::set<size_t> counts;
+    for (int64_t budget :
+         {int64_t(1) << 16, int64_t(1) << 19, int64_t(3) << 19, int64_t(1) << 21}) {
+      seedvr2::StreamState s;
+      std::vector<at::Tensor> out;
+      net.forward_chunks(x, s, true, budget, [&](const at::Tensor& y) { out.push_back(y); });
+      const double e = (at::cat(out, 2) - whole).abs().max().item<double>();
+      std::cout << "[ chunks   ] encode, budget " << budget << " B: " << out.size()
+                << " chunks, max abs difference " << e << "\n";
+      EXPECT_LE(e, 1e-5) << budget;
+      counts.insert(out.size());
+    }
+    EXPECT_GE(counts.size(), 2u);  // the budgets cut differently
   }
 }
 

@@ -62,9 +62,6 @@ struct Stage {
   const Resnet* resnet = nullptr;
   const Upsample* upsample = nullptr;
   const Conv* down = nullptr;
-  // Encoder: the product of the temporal strides after this stage's input (a time chunk after
-  // the sequence's first must hold a multiple of it, the first one 1 + a multiple).
-  int64_t frame_group = 1;
   std::vector<int> slots;  // the state slots of its convs
 };
 
@@ -287,11 +284,6 @@ Network::Network(const Architecture& arch, bool decoder, const ParamGetter& para
     }
   }
   add(Stage::kOut);
-  int64_t group = 1;
-  for (size_t i = stages_.size(); i-- > 0;) {
-    if (stages_[i].kind == Stage::kDownsample) group *= stages_[i].down->st;
-    stages_[i].frame_group = group;
-  }
   for (Stage& st : stages_) {
     auto use = [&](const Conv& c) {
       if (c.slot >= 0) st.slots.push_back(c.slot);
@@ -898,6 +890,37 @@ void Network::run_from(size_t index, size_t end, at::Tensor x, StreamState& s, b
     return;
   }
   const Stage& st = stages_[index];
+  if (st.kind == Stage::kDownsample && st.down->st > 1) {
+    // A temporal downsampler runs whole stride windows: the sequence's head chunk 1 + a multiple
+    // of the stride (at once), later frames gather (StreamState::waiting) until they fill the
+    // chunk the budget allows this stage, or the call's frames end (s.sends: no more come),
+    // then run in multiples of the stride. So the stages before may run chunks of any length
+    // and the stages after still get chunks as large as the budget allows.
+    const int64_t stride = st.down->st;
+    std::vector<at::Tensor>& waiting = s.waiting.at(index);
+    int64_t L = x.size(2);
+    for (const at::Tensor& w : waiting) L += w.size(2);
+    int64_t take = 0;
+    if (first) {
+      take = 1 + (L - 1) / stride * stride;
+    } else if (s.sends || work_bytes <= 0 ||
+               L * std::max<int64_t>(stage_bytes_per_frame(st, x), 1) >= work_bytes) {
+      take = L / stride * stride;
+    }
+    if (take == 0) {
+      waiting.push_back(std::move(x));
+      return;
+    }
+    if (!waiting.empty()) {
+      waiting.push_back(std::move(x));
+      x = at::cat(waiting, 2).contiguous(format_);
+      waiting.clear();
+    }
+    if (take < L) {
+      waiting.push_back(x.narrow(2, take, L - take).clone(at::MemoryFormat::Preserve));
+      x = x.narrow(2, 0, take);
+    }
+  }
   const int64_t T = x.size(2);
   int64_t n = T;
   if (work_bytes > 0) {
@@ -911,15 +934,17 @@ void Network::run_from(size_t index, size_t end, at::Tensor x, StreamState& s, b
     return;
   }
   // Time chunks, each through the remaining stages before the next (exact: every causal conv
-  // still sees its frames in order, with its state carried). Encoder chunks keep the temporal
-  // downsampling windows whole: 1 + a multiple of the group first, multiples after. A
+  // still sees its frames in order, with its state carried). Chunks may have any length; a
+  // temporal downsampler gathers whole stride windows (above) and cuts only between them. A
   // sequence-parallel rank's convs hand their memory on in the last chunk only.
-  const int64_t f = st.frame_group;
+  const int64_t stride = st.kind == Stage::kDownsample ? st.down->st : 1;
   const bool sends = s.sends;
   for (int64_t t0 = 0; t0 < T;) {
     const bool head = first && t0 == 0;
     int64_t len = n;
-    if (f > 1) len = head ? 1 + std::max<int64_t>(0, (n - 1) / f) * f : std::max(f, n / f * f);
+    if (stride > 1) {  // whole stride windows (the head: 1 + a multiple)
+      len = head ? 1 + (n - 1) / stride * stride : std::max(stride, n / stride * stride);
+    }
     len = std::min(len, T - t0);
     s.sends = sends && t0 + len >= T;
     run_from(index + 1, end, run_stage(st, x.narrow(2, t0, len), s, head), s, head, work_bytes,
@@ -934,6 +959,7 @@ void Network::forward_chunks(const at::Tensor& input, StreamState& state, bool f
                              const std::function<void(const at::Tensor&)>& emit) const {
   size_state(state);
   run_from(0, stages_.size(), input.contiguous(format_), state, first, work_bytes, emit);
+  check_drained(state);
 }
 
 namespace {
@@ -956,6 +982,7 @@ void Network::forward_phased(const at::Tensor& input, StreamState& s, bool first
   };
   if (phases <= 1) {
     run_from(0, stages_.size(), input.contiguous(format_), s, first, budget(0), emit);
+    check_drained(s);
     return;
   }
   // Every other phase's device-resident memory to host memory. It must have left before its
@@ -1064,6 +1091,7 @@ void Network::forward_phased(const at::Tensor& input, StreamState& s, bool first
     }
     spool = std::move(out);
   }
+  check_drained(s);
 }
 
 void Network::size_state(StreamState& state) const {
@@ -1071,6 +1099,20 @@ void Network::size_state(StreamState& state) const {
   state.written.resize(size_t(slots_));
   state.uploading.assign(size_t(slots_), nullptr);
   state.received.resize(size_t(slots_), 0);  // cleared per call by the session
+  state.waiting.assign(stages_.size(), {});
+}
+
+void Network::check_drained(StreamState& state) const {
+  for (const std::vector<at::Tensor>& waiting : state.waiting) {
+    int64_t left = 0;
+    for (const at::Tensor& w : waiting) left += w.size(2);
+    if (left == 0) continue;
+    state.waiting.assign(stages_.size(), {});
+    throw ModelError("seedvr2-vae: " + std::to_string(left) +
+                     " frames left over at a temporal downsampler: an encoder slice after the " +
+                     "sequence's first needs a multiple of " +
+                     std::to_string(arch_.temporal_factor()) + " frames");
+  }
 }
 
 int64_t Network::slot_bytes(int slot, int64_t h, int64_t w, int64_t element_size) const {

@@ -65,6 +65,9 @@ struct StreamState {
   // stage (run_from and forward_phased keep it).
   std::vector<char> received;
   bool sends = true;
+  // Encoder, within one call: per stage, the frames a temporal downsampler holds until enough
+  // whole stride windows have come (Network::run_from); empty between calls.
+  std::vector<std::vector<at::Tensor>> waiting;
 };
 
 // Execution choices (ModelConfig::tuning, "key=value,..."): they change rounding only, never the
@@ -206,6 +209,8 @@ class Network {
   // conv_buffer: the copy that wrote it has landed.
   void wait_written(int slot, StreamState& s) const;
   void size_state(StreamState& state) const;
+  // After a call: no frames wait at a temporal downsampler (ModelError otherwise).
+  void check_drained(StreamState& state) const;
   // A host slot's new memory (frames of a device tensor) to the host.
   void write_back(int slot, const at::Tensor& frames, StreamState& s) const;
   at::Tensor conv_buffered(const Conv& c, at::Tensor buffer, StreamState& s, bool first) const;

@@ -666,6 +666,16 @@ std::unique_ptr<ModelSession> Seedvr2Model::open_session(const Device& device) c
   return std::make_unique<Seedvr2Session>(*this);
 }
 
+// Before the DiT's first upload: the VAE plans its passes close to the device's budget and asks
+// for growable allocator segments, which LibTorch reads when its allocator first allocates, so
+// the DiT (loaded first) must not have allocated before the ask.
+void ask_device_settings(const Device& device) {
+  if (device.kind != Device::Kind::kCuda) return;
+  exec::DeviceSettings settings;
+  settings.growable_segments = true;
+  exec::device_layer().ask(settings);
+}
+
 }  // namespace
 
 std::unique_ptr<Model> make_seedvr2(const ModelConfig& config, const Device& device) {
@@ -678,6 +688,7 @@ std::unique_ptr<Model> make_seedvr2(const ModelConfig& config, const Device& dev
     }
     if (o.dit.empty()) throw ModelError("seedvr2: model.dit (the DiT checkpoint) is required");
     Seedvr2Model::Parts parts;
+    ask_device_settings(device);
     load_dit(o.dit, o.heads, where, dtype, parts.arch, parts.params);
     if (config.task != "dit") {  // the DiT alone takes its text from its inputs
       if (o.text_embedding.empty() || o.vae.empty()) {
@@ -698,6 +709,7 @@ std::unique_ptr<Model> make_seedvr2_random(const ModelConfig& config,
                                            const Device& device, uint64_t seed) {
   return guarded("seedvr2: random weights", [&]() -> std::unique_ptr<Model> {
     Seedvr2Model::Parts parts;
+    ask_device_settings(device);
     parts.arch = dit;
     const at::ScalarType dtype =
         device.kind == Device::Kind::kCpu ? at::kFloat : to_scalar_type(config.precision);

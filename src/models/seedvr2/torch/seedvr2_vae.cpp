@@ -136,11 +136,39 @@ ParamMap random_params(const Architecture& arch, bool decoder, uint64_t seed) {
   return params;
 }
 
+// What the calls of a model's sessions on one device learned about plans: per frame size, the
+// most phases a call needed after fewer ran out of device memory (a plan that fits a fresh
+// allocator can fail once what ran before has fragmented its cache; later calls start there,
+// rather than fail again first).
+class PlanHistory {
+ public:
+  int least_phases(int64_t h, int64_t w) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = phases_.find({h, w});
+    return it == phases_.end() ? 0 : it->second;
+  }
+  void ran_phases(int64_t h, int64_t w, int phases) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    int& least = phases_[{h, w}];
+    least = std::max(least, phases);
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::pair<int64_t, int64_t>, int> phases_;
+};
+
 class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession {
  public:
-  SeedVR2Session(const ModelTraits& traits, std::shared_ptr<const Network> net, at::Device device,
-                 at::ScalarType dtype, bool logvar)
-      : traits_(traits), net_(std::move(net)), device_(device), dtype_(dtype), logvar_(logvar) {}
+  SeedVR2Session(const ModelTraits& traits, std::shared_ptr<const Network> net,
+                 std::shared_ptr<PlanHistory> history, at::Device device, at::ScalarType dtype,
+                 bool logvar)
+      : traits_(traits),
+        net_(std::move(net)),
+        history_(std::move(history)),
+        device_(device),
+        dtype_(dtype),
+        logvar_(logvar) {}
 
   Planar run(Planar&& input, const RunContext& ctx) override {
     check(input, ctx);
@@ -604,17 +632,49 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
   //   allocated besides the state);
   // - a phase whose state does not fit sends its slots to host memory as plan() does (lowest
   //   resolution first, then execution order); working memory a third of what `avail` leaves
-  //   beside the phase's state; retry k halves the budgets k times.
+  //   beside the phase's state; a retry takes more phases, then halves the budgets (below).
   Plan phased_plan(int64_t h, int64_t w, int64_t avail, int64_t room, int attempt) const {
+    const seedvr2::Tuning& tuning = net_->tuning();
+    const std::vector<int> tries =
+        tuning.phased > 0 ? std::vector<int>{tuning.phased + 1} : std::vector<int>{2, 3, 4};
+    // Whether tries[n + 1] splits more finely than tries[n] (a network may have fewer levels).
+    auto finer = [&](size_t n) {
+      return n + 1 < tries.size() &&
+             net_->phase_starts(tries[n + 1]).size() > net_->phase_starts(tries[n]).size();
+    };
+    // The first count tried: the most phases a call at this size needed after running out of
+    // memory (PlanHistory). A retry takes the next count after the one that failed before it
+    // halves the budgets (one more spool costs far less than host-resident state).
+    size_t first = 0;
+    const int least = history_->least_phases(h, w);
+    while (int(net_->phase_starts(tries[first]).size()) < least && finer(first)) ++first;
+    size_t chosen = 0;
+    int halve = 0;
+    Plan p = phased_plan_from(h, w, avail, room, tries, first, halve, chosen);
+    for (int k = 0; k < attempt; ++k) {
+      if (finer(chosen)) {
+        first = chosen + 1;
+      } else {
+        ++halve;
+      }
+      p = phased_plan_from(h, w, avail, room, tries, first, halve, chosen);
+    }
+    return p;
+  }
+
+  // phased_plan() from tries[first] on (more phases only while a phase spills to host memory),
+  // budgets halved `halve` times; `chosen`: the index into `tries` it took.
+  Plan phased_plan_from(int64_t h, int64_t w, int64_t avail, int64_t room,
+                        const std::vector<int>& tries, size_t first, int halve,
+                        size_t& chosen) const {
     const seedvr2::Tuning& tuning = net_->tuning();
     constexpr int64_t kMostWork = int64_t(4) << 30, kLeastWork = int64_t(256) << 20;
     const int64_t slots = net_->state_slots();
     const int64_t elt = int64_t(c10::elementSize(dtype_));
-    const std::vector<int> tries =
-        tuning.phased > 0 ? std::vector<int>{tuning.phased + 1} : std::vector<int>{2, 3, 4};
     const std::vector<char> all;  // every slot
     Plan p;
-    for (size_t n = 0; n < tries.size(); ++n) {
+    for (size_t n = first; n < tries.size(); ++n) {
+      chosen = n;
       p = Plan{};
       p.starts = net_->phase_starts(tries[n]);
       p.on_host.assign(size_t(slots), tuning.host_state == 1 ? 1 : 0);
@@ -626,7 +686,7 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
         const int64_t budget =
             std::max<int64_t>(q == 0 ? avail - 5 * frame : room - 4 * frame - (int64_t(1) << 30),
                               0) >>
-            attempt;
+            halve;
         if (tuning.host_state < 0) {
           const std::vector<char> host = net_->host_slots(h, w, elt, budget, mine);
           for (size_t k = 0; k < size_t(slots); ++k) {
@@ -644,7 +704,7 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
         const int64_t work = tuning.work_mib > 0
                                  ? tuning.work_mib << 20
                                  : std::clamp<int64_t>((avail - device) / 3, kLeastWork, kMostWork);
-        p.works.push_back(std::max<int64_t>(work >> attempt, 1));
+        p.works.push_back(std::max<int64_t>(work >> halve, 1));
       }
       // More phases only when a phase spilled to host memory.
       if (!spilled || n + 1 == tries.size() ||
@@ -693,6 +753,7 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
     }
     if (phased) {
       forward_phased_ranges(x, state, ctx, p.starts, p.works, emit);
+      if (attempt > 0) history_->ran_phases(x.size(3), x.size(4), int(p.starts.size()));
     } else {
       net_->forward_chunks(x, state, ctx.first_slice, p.work, emit);
     }
@@ -817,6 +878,7 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
 
   ModelTraits traits_;
   std::shared_ptr<const Network> net_;
+  std::shared_ptr<PlanHistory> history_;  // the model's, for this device
   at::Device device_;
   at::ScalarType dtype_;
   bool logvar_;
@@ -873,8 +935,15 @@ class SeedVR2Model final : public Model {
     return decoder_ ? 1 + f * (frames - 1) : 1 + (frames - 1) / f;
   }
   std::unique_ptr<ModelSession> open_session(const Device& device) const override {
-    return std::make_unique<SeedVR2Session>(traits_, network_for(device), to_device(device),
-                                            dtype_for(device), logvar_);
+    std::shared_ptr<PlanHistory> history;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::shared_ptr<PlanHistory>& slot = histories_[device.str()];
+      if (!slot) slot = std::make_shared<PlanHistory>();
+      history = slot;
+    }
+    return std::make_unique<SeedVR2Session>(traits_, network_for(device), std::move(history),
+                                            to_device(device), dtype_for(device), logvar_);
   }
 
  private:
@@ -936,6 +1005,7 @@ class SeedVR2Model final : public Model {
   ModelTraits traits_;
   mutable std::mutex mutex_;
   mutable std::map<std::string, std::shared_ptr<const Network>> networks_;
+  mutable std::map<std::string, std::shared_ptr<PlanHistory>> histories_;  // per device
 };
 
 }  // namespace
