@@ -4,15 +4,20 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <exception>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
 
 #include "parallel/device_worker.h"
+#include "parallel/model_thread.h"
 #include "parallel/placed_session.h"
 #include "src/base/error.h"
 
@@ -35,27 +40,133 @@ struct TileJob {
 };
 using TilePtr = std::shared_ptr<TileJob>;
 
-// A pool of sessions; a worker takes one (with its index) for the duration of a call. The
-// worker node's concurrency equals the pool size, so a free session always exists.
-class SessionPool {
+// The model stage's dispatcher, behind the graph's async node: tiles wait in arrival order for
+// a free session; each call runs on its session's device worker (a placed session, which waits
+// for its ranks' own workers, on a waiter thread of its own), and its tile re-enters the graph
+// through the node's gateway from there, so no TBB thread waits on a device. The node is serial
+// (its body only queues), which keeps the tiles in the order the tiler made them; one session
+// (a model with causal state) then runs them one after another in that order.
+class ModelStage {
  public:
-  explicit SessionPool(std::vector<std::unique_ptr<ModelSession>>& sessions) {
-    for (size_t i = 0; i < sessions.size(); ++i) free_.push_back({sessions[i].get(), int(i)});
+  using Node = flow::async_node<TilePtr, TilePtr>;
+  // run(job, session index) makes the call; it runs on the session's worker or waiter thread.
+  using Run = std::function<void(TileJob& job, int session)>;
+
+  // `context`: the graph's (cancelled when a stage fails or the job is interrupted).
+  ModelStage(tbb::task_group_context& context, std::vector<parallel::DeviceWorker*> workers,
+             const std::vector<bool>& placed, Run run)
+      : context_(context), workers_(std::move(workers)), run_(std::move(run)) {
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      free_.push_back(int(workers_.size() - 1 - i));  // session 0 first
+      waiters_.emplace_back(placed[i] ? std::make_unique<parallel::ModelThread>("wm-placed")
+                                      : nullptr);
+    }
   }
-  std::pair<ModelSession*, int> take() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto s = free_.back();
+  ~ModelStage() { drain(); }
+
+  // The node's body: the tile waits for a session (the gateway holds the graph open meanwhile).
+  void submit(const TilePtr& job, Node::gateway_type& gateway) {
+    gateway.reserve_wait();
+    std::unique_lock<std::mutex> lock(mutex_);
+    ++open_;
+    if (stopping() || free_.empty()) {
+      queue_.push_back({job, &gateway});
+      if (stopping()) drop_queued(lock);
+      return;
+    }
+    const int session = free_.back();
     free_.pop_back();
-    return s;
+    lock.unlock();
+    launch({job, &gateway}, session);
   }
-  void give(std::pair<ModelSession*, int> s) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    free_.push_back(s);
+
+  // Waits until every tile handed in has left (the graph's wait can end early when it is
+  // cancelled, while calls still use the stage).
+  void drain() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return open_ == 0; });
+  }
+  // drain(), then rethrows the first call's failure.
+  void finish() {
+    drain();
+    if (error_) std::rethrow_exception(error_);
   }
 
  private:
+  struct Pending {
+    TilePtr job;
+    Node::gateway_type* gateway = nullptr;
+  };
+
+  void launch(Pending p, int session) {
+    auto task = [this, p, session] { complete(p, session); };
+    if (waiters_[size_t(session)]) {
+      waiters_[size_t(session)]->submit(std::move(task));
+    } else {
+      workers_[size_t(session)]->submit(std::move(task));
+    }
+  }
+
+  // On the session's thread: the call, then its tile back into the graph and the session to the
+  // next waiting tile.
+  void complete(const Pending& p, int session) {
+    std::exception_ptr failure;
+    try {
+      run_(*p.job, session);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (failure && !failed_) {
+      failed_ = true;
+      error_ = failure;
+      context_.cancel_group_execution();  // the other stages stop; run_pipeline rethrows this
+    }
+    free_.push_back(session);
+    std::optional<Pending> next;
+    if (stopping()) {
+      drop_queued(lock);
+    } else if (!queue_.empty()) {
+      next = queue_.front();
+      queue_.pop_front();
+      free_.pop_back();
+    }
+    lock.unlock();
+    if (next) launch(*next, session);
+    if (!failure) p.gateway->try_put(p.job);
+    leave(*p.gateway);
+  }
+
+  // After a failure: the waiting tiles leave without a call (mutex_ held on entry and exit).
+  void drop_queued(std::unique_lock<std::mutex>& lock) {
+    std::deque<Pending> dropped;
+    dropped.swap(queue_);
+    lock.unlock();
+    for (Pending& p : dropped) leave(*p.gateway);
+    lock.lock();
+  }
+
+  void leave(Node::gateway_type& gateway) {
+    gateway.release_wait();
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--open_ == 0) done_.notify_all();
+  }
+
+  // A call failed, or the graph was cancelled (another stage failed, or the job was interrupted):
+  // waiting tiles get no call (mutex_ held).
+  bool stopping() const { return failed_ || context_.is_group_execution_cancelled(); }
+
+  tbb::task_group_context& context_;
+  std::vector<parallel::DeviceWorker*> workers_;
+  std::vector<std::unique_ptr<parallel::ModelThread>> waiters_;  // placed sessions only
+  Run run_;
   std::mutex mutex_;
-  std::vector<std::pair<ModelSession*, int>> free_;
+  std::condition_variable done_;
+  std::vector<int> free_;      // sessions without a call
+  std::deque<Pending> queue_;  // tiles waiting for one, in arrival order
+  int64_t open_ = 0;           // tiles handed in and not yet left
+  bool failed_ = false;
+  std::exception_ptr error_;
 };
 
 // Adds the seconds a scope took to an atomic counter.
@@ -136,7 +247,6 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
   if (sessions.empty()) throw Error("no model session to run", kExitSoftware);
   const TilePlan& plan = options.tiles;
   const int tiles = plan.tiles();
-  SessionPool pool(sessions);
   // Session i runs on a lasting device worker of its device (LibTorch's per-thread cuDNN plan
   // cache; the worker's streams and staging): lane k for the k-th session on that device.
   std::vector<parallel::DeviceWorker*> workers;
@@ -153,7 +263,8 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
   const Clock::time_point start = Clock::now();
   std::atomic<int64_t> last_model_end_ns{0};  // since start
 
-  flow::graph g;
+  tbb::task_group_context context;
+  flow::graph g(context);
 
   flow::input_node<WorkPtr> input(g, [&](tbb::flow_control& fc) -> WorkPtr {
     if (options.cancel && options.cancel->load()) throw Cancelled("interrupted");
@@ -185,59 +296,53 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
     work->input = Planar();  // every tile has its own copy now
   });
 
-  flow::function_node<TilePtr, TilePtr> worker(
-      g, sessions.size(), [&](const TilePtr& job) -> TilePtr {
-        StageTimer timer(model_ns);
-        const auto taken = pool.take();
-        struct Return {
-          SessionPool& pool;
-          std::pair<ModelSession*, int> taken;
-          ~Return() { pool.give(taken); }
-        } give_back{pool, taken};
-        RunContext ctx;
-        ctx.slice_index = job->slice->index;
-        ctx.first_slice = job->slice->first;
-        ctx.last_slice = job->slice->last;
-        ctx.tile_index = job->tile;
-        ctx.tiles = tiles;
-        ctx.padded_frames = job->slice->padded;
-        if (!job->slice->frames.empty()) ctx.first_frame = job->slice->frames.front().index;
-        parallel::DeviceWorker& device_worker = *workers[size_t(taken.second)];
-        ctx.device = device_worker.context();
-        // A session that can hands its output back before its last copies land (the blender
-        // takes it), so the device starts the next slice meanwhile; sequence-parallel sessions
-        // gather their ranks' parts and take it at once.
-        ctx.deferred = &job->deferred;
-        const bool placed = dynamic_cast<parallel::PlacedSession*>(taken.first) != nullptr;
-        if (placed) {
-          // A session that runs on workers of its own (a rank's WorkerSession, sequence
-          // parallel) is only waited for.
-          job->output = taken.first->run(std::move(job->input), ctx);
-        } else {
-          job->output =
-              device_worker.call([&] { return taken.first->run(std::move(job->input), ctx); });
-        }
-        // Output frames made on the worker, once per slice (tile 0); a deferred output counts
-        // when the blender takes it.
-        parallel::DeviceWorker* counted = placed ? nullptr : &device_worker;
-        if (counted && job->tile == 0) {
-          if (job->deferred) {
-            job->deferred = [take = std::move(job->deferred), counted] {
-              Planar out = take();
-              counted->add_frames(out.frames);
-              return out;
-            };
-          } else {
-            counted->add_frames(job->output.frames);
-          }
-        }
-        const int64_t end =
-            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
-        for (int64_t seen = last_model_end_ns.load();
-             end > seen && !last_model_end_ns.compare_exchange_weak(seen, end);) {
-        }
-        return job;
-      });
+  std::vector<bool> placed;
+  for (const auto& session : sessions) {
+    placed.push_back(dynamic_cast<parallel::PlacedSession*>(session.get()) != nullptr);
+  }
+  ModelStage stage(context, workers, placed, [&](TileJob& job, int index) {
+    StageTimer timer(model_ns);
+    ModelSession& session = *sessions[size_t(index)];
+    RunContext ctx;
+    ctx.slice_index = job.slice->index;
+    ctx.first_slice = job.slice->first;
+    ctx.last_slice = job.slice->last;
+    ctx.tile_index = job.tile;
+    ctx.tiles = tiles;
+    ctx.padded_frames = job.slice->padded;
+    if (!job.slice->frames.empty()) ctx.first_frame = job.slice->frames.front().index;
+    parallel::DeviceWorker& device_worker = *workers[size_t(index)];
+    ctx.device = device_worker.context();
+    // A session that can hands its output back before its last copies land (the blender
+    // takes it), so the device starts the next slice meanwhile; sequence-parallel sessions
+    // gather their ranks' parts and take it at once. (This runs on the session's worker, or
+    // for a placed session, whose ranks run on workers of their own, on its waiter thread.)
+    ctx.deferred = &job.deferred;
+    job.output = session.run(std::move(job.input), ctx);
+    // Output frames made on the worker, once per slice (tile 0); a deferred output counts
+    // when the blender takes it.
+    parallel::DeviceWorker* counted = placed[size_t(index)] ? nullptr : &device_worker;
+    if (counted && job.tile == 0) {
+      if (job.deferred) {
+        job.deferred = [take = std::move(job.deferred), counted] {
+          Planar out = take();
+          counted->add_frames(out.frames);
+          return out;
+        };
+      } else {
+        counted->add_frames(job.output.frames);
+      }
+    }
+    const int64_t end =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+    for (int64_t seen = last_model_end_ns.load();
+         end > seen && !last_model_end_ns.compare_exchange_weak(seen, end);) {
+    }
+  });
+  ModelStage::Node worker(g, flow::serial,
+                          [&](const TilePtr& job, ModelStage::Node::gateway_type& gateway) {
+                            stage.submit(job, gateway);
+                          });
 
   // Blends tiles into their slice's output; emits the slice when its last tile arrives.
   struct Pending {
@@ -296,7 +401,13 @@ void run_pipeline(SliceSource& source, std::vector<std::unique_ptr<ModelSession>
   flow::make_edge(writer, limiter.decrementer());
 
   input.activate();
-  g.wait_for_all();
+  try {
+    g.wait_for_all();
+  } catch (...) {
+    stage.drain();  // (the graph's failure, not a call's, is the job's error)
+    throw;
+  }
+  stage.finish();
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
   if (options.stats) {
     options.stats->wall_seconds += wall;

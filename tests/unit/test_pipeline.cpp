@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <atomic>
@@ -252,6 +253,40 @@ TEST(Pipeline, CancelWithSlicesInFlightStopsWithCancelled) {
   // drain to the sink, the one read after the cancel included).
   EXPECT_LE(sink.order.size(), size_t(source.produced()));
   for (size_t i = 0; i < sink.order.size(); ++i) EXPECT_EQ(sink.order[i], int64_t(i));
+}
+
+// Holds slice 0 until the source has read `ahead` slices past it.
+class HoldingSession : public ModelSession {
+ public:
+  HoldingSession(RandomSource& source, int ahead) : source_(source), ahead_(ahead) {}
+  Planar run(Planar&& input, const RunContext& ctx) override {
+    if (ctx.slice_index == 0) {
+      while (source_.produced() < 1 + ahead_) std::this_thread::yield();
+    }
+    return std::move(input);
+  }
+
+ private:
+  RandomSource& source_;
+  int ahead_;
+};
+
+// A model call parks no TBB thread (the model node is an async node whose calls run on the
+// session's worker): in an arena of one thread the source still reads ahead while the model
+// holds slice 0. (Were the call waited for on a graph thread, this would never finish.)
+TEST(Pipeline, ModelCallsLeaveTheGraphThreadsFree) {
+  RandomSource source(10, 1, 4, 4);
+  CollectSink sink(&source);
+  std::vector<std::unique_ptr<ModelSession>> sessions;
+  sessions.push_back(std::make_unique<HoldingSession>(source, 3));
+  PipelineOptions options;
+  options.tokens = 4;
+  options.tiles = plan_tiles(4, 4, 0, 0, 0, 0);
+  tbb::task_arena one(1);
+  one.execute([&] { run_pipeline(source, sessions, sink, options); });
+  ASSERT_EQ(sink.order.size(), 10u);
+  for (size_t i = 0; i < sink.order.size(); ++i) EXPECT_EQ(sink.order[i], int64_t(i));
+  EXPECT_GE(source.max_in_flight.load(), 4);  // slice 0 held, three more read meanwhile
 }
 
 // Tiles with the model's halo reproduce the untiled result, for tile sizes that do and do not
