@@ -5,10 +5,11 @@
 //     ─► sink (serial) ─┐
 //          ▲──────────── token returned ◄──────────┘
 //
-// Stages talk only through the graph; no graph thread waits for a model call. The limiter caps the slices in flight, so memory is
-// bounded by `tokens` slices (plus the one the source node holds ready while the limiter is full)
-// whatever the video length. An exception in any node (or a failed model call) cancels the
-// graph and is rethrown by run_pipeline() after the graph has drained and every call returned.
+// Stages talk only through the graph; no graph thread waits for a model call. The limiter caps the
+// slices in flight, so memory is bounded by `tokens` slices (plus the one the source node holds
+// ready while the limiter is full) whatever the video length. An exception in any node (or a failed
+// model call) cancels the graph and is rethrown by run_pipeline() after the graph has drained and
+// every call returned.
 #pragma once
 
 #include <atomic>
