@@ -7,7 +7,7 @@
 //                      [--compare-fp32 0|1] [--tuning KEY=V,...] [--max-gpu-gib N]
 //                      [--pinned-mib N] [--kernels 0|1] [--gpu-activity 0|1]
 //                      [--devices 0,1|cpu] [--ranks N[,M...]] [--parallel sequence|spatial|...]
-//                      [--scaling 0|1] [--nccl 0|1]
+//                      [--scaling 0|1] [--nccl 0|1] [--trace PREFIX]
 //
 // --devices/--ranks add "sequence_parallel": the same decode as sequence-parallel ranks over the
 // listed devices (ranks: one per device, or N; several on one device run on streams of their
@@ -34,7 +34,9 @@
 // tflops_ref counts the reference decoder's 8.5 MFLOP per output pixel. --gpu-activity 1 (CUDA,
 // LibTorch 2) adds one more decode under LibTorch's Kineto profiler and reports what the GPU did
 // ("gpu_activity": kernels, busy time, the idle gaps between kernels split at 20 µs: what CUDA
-// graphs could win).
+// graphs could win). --trace PREFIX (with --devices/--ranks) runs each split once more under the
+// profiler and writes its Chrome trace to PREFIX-time.json / PREFIX-rows.json: per device its
+// kernels and copies, per host thread its CUDA calls and how long each waited.
 #include <cmath>
 #include <cstdlib>
 
@@ -87,6 +89,7 @@ struct Options {
   std::vector<std::string> parallel = {"sequence"};  // splits to measure: sequence, spatial
   bool scaling = true;  // the scaling model's per-rank compute (one more decode, ranks serial)
   bool nccl = false;    // the NCCL exchange (a GPU per rank)
+  std::string trace;    // Chrome trace file prefix of one more run per split (empty: none)
 };
 
 const char* kAbout =
@@ -126,7 +129,8 @@ int parse(int argc, char** argv, Options& o, wm::Device& device) {
                 }
               })
       .boolean("--scaling", &o.scaling)
-      .boolean("--nccl", &o.nccl);
+      .boolean("--nccl", &o.nccl)
+      .text("--trace", &o.trace, "PREFIX");
   if (const int status = args.parse(argc, argv); status >= 0) return status;
   if (o.height % 8 != 0 || o.width % 8 != 0) {
     return args.fail("--height and --width are output pixels and must be multiples of 8");
@@ -149,6 +153,7 @@ nlohmann::ordered_json sequence_parallel(const Options& o, const wm::ModelConfig
   b.rows = spatial;
   b.scaling = o.scaling;
   b.nccl = o.nccl;
+  if (!o.trace.empty()) b.trace = o.trace + (spatial ? "-rows.json" : "-time.json");
   b.model = [&](const wm::Device& d) -> std::shared_ptr<const wm::Model> {
     return wm::models::make_wan21_vae_random(config, d, o.seed);
   };

@@ -14,6 +14,7 @@
 #include "parallel/device_worker.h"
 #include "parallel/sequence_parallel.h"
 #include "src/base/error.h"
+#include "src/models/bench_support.h"
 
 namespace wm::bench {
 
@@ -128,6 +129,16 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
   const double iters = double(std::max(1, b.iters));
   const double seconds = total / iters;
   const parallel::ExchangeStats exchange = session->exchange_stats();
+  nlohmann::ordered_json traced;
+  if (!b.trace.empty()) {
+    const models::GpuActivity a = models::measure_gpu_activity(
+        [&] { run_slices(b.devices[0], *session, b.slices()); }, b.trace);
+    traced["file"] = a.trace_written ? b.trace : "";
+    traced["kernels"] = a.kernels;
+    traced["span_ms"] = a.span_ms;
+    traced["busy_ms"] = a.busy_ms;
+    traced["long_gap_ms"] = a.long_gap_ms;
+  }
   std::vector<parallel::WorkerStats> after;
   for (auto* w : workers) after.push_back(w->stats());
   session.reset();
@@ -193,6 +204,7 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
   }
   out["per_rank"] = rows;
   if (b.scaling) out["scaling"] = scaling_model(b.one_seconds, loads, !b.rows);
+  if (!traced.is_null()) out["trace"] = traced;
   return out;
 }
 

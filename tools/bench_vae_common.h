@@ -68,6 +68,9 @@ struct ParallelBench {
   bool rows = false;    // split by rows (else in time)
   bool nccl = false;    // the NCCL exchange (one rank per GPU; else in-process)
   bool scaling = true;  // one more run with the ranks one after another: the scaling model
+  // Non-empty: one more run under LibTorch's profiler, its Chrome trace written here (CUDA
+  // builds on LibTorch 2), and "trace" in the JSON (the file, kernels, GPU busy and gaps).
+  std::string trace;
   // The model on a device (the same weights on each), and the input as slices (made per run).
   std::function<std::shared_ptr<const Model>(const Device&)> model;
   std::function<std::vector<Planar>()> slices;

@@ -33,7 +33,9 @@ AllocatorCounts device_allocator_counts(const Device& device);
 // or newer; elsewhere `available` is false): kernels (memory copies and sets left out), the time
 // between the first kernel's start and the last one's end, the union of the kernels' intervals,
 // and the idle time between kernels, split at 20 µs: short gaps are launch latency that CUDA
-// graphs could remove, long ones are the device waiting for the host.
+// graphs could remove, long ones are the device waiting for the host. A non-empty `trace` also
+// writes the profiler's Chrome trace there (every device's kernels and copies, and each host
+// thread's CUDA calls with their waits: where ranks of a split stall); `trace_written` says so.
 struct GpuActivity {
   bool available = false;
   int64_t kernels = 0;
@@ -43,7 +45,8 @@ struct GpuActivity {
   int64_t short_gaps = 0;
   double long_gap_ms = 0;
   int64_t long_gaps = 0;
+  bool trace_written = false;
 };
-GpuActivity measure_gpu_activity(const std::function<void()>& body);
+GpuActivity measure_gpu_activity(const std::function<void()>& body, const std::string& trace = {});
 
 }  // namespace wm::models

@@ -12,9 +12,9 @@ if [ -d /opt/wm-deps ]; then
   export LD_LIBRARY_PATH=/opt/wm-deps/lib:/opt/wm-deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 wait_s=${NCCL_WAIT_S:-40}
-echo "gdb: $(command -v gdb) eu-stack: $(command -v eu-stack)" >>"$LOG"
+echo "gdb: $(command -v gdb) cuda-gdb: $(command -v cuda-gdb) eu-stack: $(command -v eu-stack)" >>"$LOG"
 for mode in ${NCCL_MODES:-LAZY EAGER}; do
-  for t in "test_sequence_parallel_multigpu:*OverNccl*" "test_seedvr2_vae_multigpu:*"; do
+  for t in ${NCCL_TESTS:-"test_sequence_parallel_multigpu:*OverNccl*" "test_seedvr2_vae_multigpu:*"}; do
     bin=build-gpu/tests/${t%%:*}
     echo "=== $mode $t" >>"$LOG"
     CUDA_MODULE_LOADING=$mode "$bin" --gtest_filter="${t#*:}" >>"$LOG" 2>&1 &
@@ -25,8 +25,9 @@ for mode in ${NCCL_MODES:-LAZY EAGER}; do
     done
     if kill -0 "$pid" 2>/dev/null; then
       echo "=== $mode $t: still running after ${wait_s}s; stacks:" >>"$LOG"
-      if command -v gdb >/dev/null; then
-        timeout 60 gdb -p "$pid" -batch -ex "thread apply all bt 14" 2>&1 |
+      dbg=$(command -v gdb || command -v cuda-gdb)
+      if [ -n "$dbg" ]; then
+        timeout 90 "$dbg" -p "$pid" -batch -ex "thread apply all bt 16" 2>&1 |
           grep -E "^Thread|^#" >>"$LOG"
       elif command -v eu-stack >/dev/null; then
         timeout 60 eu-stack -p "$pid" >>"$LOG" 2>&1

@@ -67,12 +67,13 @@ AllocatorCounts device_allocator_counts(const Device& device) {
   return out;
 }
 
-GpuActivity measure_gpu_activity(const std::function<void()>& body) {
+GpuActivity measure_gpu_activity(const std::function<void()>& body, const std::string& trace) {
   GpuActivity a;
 #ifdef WMBATCH_WITH_KINETO
   namespace impl = torch::profiler::impl;
   const impl::ProfilerConfig config(impl::ProfilerState::KINETO);
-  const std::set<impl::ActivityType> activities{impl::ActivityType::CUDA};
+  std::set<impl::ActivityType> activities{impl::ActivityType::CUDA};
+  if (!trace.empty()) activities.insert(impl::ActivityType::CPU);
   torch::autograd::profiler::prepareProfiler(config, activities);
   torch::autograd::profiler::enableProfiler(config, activities);
   try {
@@ -82,6 +83,10 @@ GpuActivity measure_gpu_activity(const std::function<void()>& body) {
     throw;
   }
   const auto result = torch::autograd::profiler::disableProfiler();
+  if (!trace.empty()) {
+    result->save(trace);
+    a.trace_written = true;
+  }
   std::vector<std::pair<uint64_t, uint64_t>> spans;
   for (const auto& e : result->events()) {
     if (e.deviceType() != c10::DeviceType::CUDA) continue;
@@ -112,6 +117,7 @@ GpuActivity measure_gpu_activity(const std::function<void()>& body) {
   }
   a.span_ms = double(end - spans.front().first) * 1e-6;
 #else
+  (void)trace;
   body();
 #endif
   return a;
