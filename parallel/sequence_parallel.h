@@ -115,6 +115,12 @@ void fit_to_model(SequenceParallelOptions& options, std::shared_ptr<const Model>
 // `frames` in at most `ranks` runs of nearly equal length, the longer runs last (rank 0 also
 // yields the sequence's first output frame alone). Never a run of 0.
 std::vector<int> split_frames(int frames, int ranks);
+// The same, the longer runs to the ranks that have done least so far (`done[r]`: rank r's
+// output frames of the sequence's earlier slices; ties: the later rank, as split_frames). A time
+// split's ranks run as a ring, each at most a slice ahead of the next, so the sequence takes as
+// long as its busiest rank: 81 frames in slices of 8 latents over 2 ranks gave 37 and 44 output
+// frames split evenly per slice (rank 0 yields the first frame alone), 41 and 40 this way.
+std::vector<int> split_frames_balanced(int frames, const std::vector<int64_t>& done);
 
 class SequenceParallelSession final : public PlacedSession {
  public:
@@ -168,6 +174,9 @@ class SequenceParallelSession final : public PlacedSession {
     bool ended = false;
   };
   std::map<int, Ring> ring_;
+  // Time split, per tile: each rank's output frames of the sequence so far
+  // (split_frames_balanced).
+  std::map<int, std::vector<int64_t>> done_;
   std::deque<std::shared_ptr<SliceRun>> in_flight_;
   struct Clocks;
   std::shared_ptr<Clocks> clocks_;  // per rank: seconds of its calls

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -198,6 +199,11 @@ struct RunContext {
   Planar* into = nullptr;
   int into_frame = 0;
   int into_row = 0;
+  // Valid: `*into`'s sizes are set but its memory is made beside the ranks' work (zero-filling
+  // a 720p slice's output took ~180 ms of host time before any rank could start); write into it
+  // only once this is ready (OutputSink::wait, or get() on the writing thread). Sizes may be
+  // read at once.
+  std::shared_future<void> into_ready;
   // Ranks of this run that share this device: each plans its memory with 1/device_ranks of it.
   int device_ranks = 1;
 };

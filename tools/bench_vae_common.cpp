@@ -129,6 +129,9 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
   const double iters = double(std::max(1, b.iters));
   const double seconds = total / iters;
   const parallel::ExchangeStats exchange = session->exchange_stats();
+  std::vector<parallel::WorkerStats> after;
+  for (auto* w : workers) after.push_back(w->stats());
+  // After the stats: the traced run is not one of the timed ones.
   nlohmann::ordered_json traced;
   if (!b.trace.empty()) {
     const models::GpuActivity a = models::measure_gpu_activity(
@@ -139,8 +142,6 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
     traced["busy_ms"] = a.busy_ms;
     traced["long_gap_ms"] = a.long_gap_ms;
   }
-  std::vector<parallel::WorkerStats> after;
-  for (auto* w : workers) after.push_back(w->stats());
   session.reset();
   nlohmann::ordered_json out;
   out["split"] = b.rows ? "rows" : "time";

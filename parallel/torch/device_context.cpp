@@ -15,6 +15,9 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#include <ATen/native/ConvUtils.h>
+#endif
 #endif
 
 #include "parallel/memory_budget.h"
@@ -130,6 +133,16 @@ class Layer final : public exec::DeviceLayer {
       if (benchmark_ < 0) {
         benchmark_ = settings.cudnn_benchmark;
         at::globalContext().setBenchmarkCuDNN(benchmark_ != 0);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+        // LibTorch empties every device's allocator cache after each cuDNN search (a conv shape
+        // first seen mid-run): it waits for every device's pending events and frees memory
+        // (cudaFree waits for the whole device). With ranks of one process on several GPUs
+        // that stalls them all, and over NCCL it deadlocked (issue 30's hang: a rank's thread
+        // in that wait, holding the other GPU's allocator lock, while the other rank's send
+        // waited on the device for the receive this rank had not queued yet). The cache is
+        // ours to reuse: the plans count only allocated memory.
+        at::native::_cudnn_set_conv_benchmark_empty_cache(false);
+#endif
       } else if (benchmark_ != settings.cudnn_benchmark) {
         log::info(kLogger, std::string("cuDNN benchmark mode stays ") +
                                (benchmark_ ? "on" : "off") +

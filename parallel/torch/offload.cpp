@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -124,7 +125,8 @@ struct OutputOffload::Impl {
   struct Task {
     uint64_t seq = 0;  // 1, 2, … in the order queued
     Planar* dst = nullptr;
-    bool allocate = false;  // else a chunk
+    bool allocate = false;  // else a chunk, or a gate
+    std::shared_future<void> gate;  // valid: a wait (wait()), not a chunk
     int c = 0, t = 0, h = 0, w = 0;
     at::Tensor chunk;
     Region region;
@@ -223,9 +225,12 @@ struct OutputOffload::Impl {
         running = true;
       }
       bool closed = false;  // the chunk no longer counts as open
+      const bool chunk = !task.allocate && !task.gate.valid();
       try {
         if (task.allocate) {
           *task.dst = Planar(task.c, task.t, task.h, task.w);
+        } else if (!chunk) {
+          task.gate.get();  // rethrows what the destination's allocation hit
         } else {
           closed = copy(task);
         }
@@ -236,8 +241,8 @@ struct OutputOffload::Impl {
       bool more;
       {
         std::lock_guard<std::mutex> lock(mutex);
-        if (!task.allocate && !closed) --open_chunks;
-        if (task.allocate || !closed) close(task.seq);
+        if (chunk && !closed) --open_chunks;
+        if (!chunk || !closed) close(task.seq);
         more = !queue.empty();
       }
       try {
@@ -387,6 +392,17 @@ void OutputOffload::allocate(Planar& dst, int c, int t, int h, int w) {
   task.dst = &dst;
   task.allocate = true;
   task.c = c, task.t = t, task.h = h, task.w = w;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    task.seq = ++impl_->queued;
+    impl_->queue.push_back(std::move(task));
+  }
+  impl_->work.notify_one();
+}
+
+void OutputOffload::wait(std::shared_future<void> ready) {
+  Impl::Task task;
+  task.gate = std::move(ready);
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     task.seq = ++impl_->queued;

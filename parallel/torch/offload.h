@@ -26,6 +26,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <future>
 #include <memory>
 
 #include "src/base/planar.h"
@@ -47,6 +48,9 @@ class OutputOffload final : public exec::OutputSink {
   // Makes `dst` = Planar(c, t, h, w) on the copier thread, ordered before later pushes. `dst`
   // must not be used by the caller until finish().
   void allocate(Planar& dst, int c, int t, int h, int w) override;
+  // Later pushes land once `ready` is (the copier thread waits for it; what it throws, finish()
+  // throws).
+  void wait(std::shared_future<void> ready) override;
   // `chunk`: [C, n, h, w] float32, contiguous; becomes frames [first_frame, first_frame + n),
   // rows [top, top + h) and columns [left, left + w) of `dst` (C channels). The chunk is kept
   // alive until copied.

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <utility>
 
@@ -72,6 +73,9 @@ class OutputSink {
   // Makes `dst` = Planar(c, t, h, w), ordered before later pushes; the caller leaves `dst`
   // alone until finish().
   virtual void allocate(Planar& dst, int c, int t, int h, int w) = 0;
+  // Later pushes land only once `ready` is: a destination allocated elsewhere (a split slice's
+  // output, made beside the ranks' work: RunContext::into_ready). Does not block the caller.
+  virtual void wait(std::shared_future<void> ready) = 0;
   // `chunk` [C, n, h, w] float32 contiguous → frames [first_frame, +n), rows [top, +h), columns
   // [left, +w) of `dst`. Records where the chunk's work stands on the current stream.
   virtual void push(const at::Tensor& chunk, Planar& dst, int first_frame, int top, int left) = 0;

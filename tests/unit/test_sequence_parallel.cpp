@@ -152,6 +152,19 @@ TEST(SequenceParallel, SplitFrames) {
   EXPECT_EQ(wm::parallel::split_frames(1, 3), (std::vector<int>{1}));
 }
 
+TEST(SequenceParallel, SplitFramesBalancedGivesTheRestToTheRanksBehind) {
+  using wm::parallel::split_frames_balanced;
+  // Nothing done yet: as split_frames (the longer runs last).
+  EXPECT_EQ(split_frames_balanced(9, {0, 0}), (std::vector<int>{4, 5}));
+  EXPECT_EQ(split_frames_balanced(9, {0, 0, 0, 0}), (std::vector<int>{2, 2, 2, 3}));
+  // 81 frames of Wan2.1 in slices of 8, 8 and 5 latents over 2 ranks: after 13 + 16 and 16 + 16
+  // output frames, the fifth latent goes to rank 0 (41 and 40 frames, not 37 and 44).
+  EXPECT_EQ(split_frames_balanced(5, {29, 32}), (std::vector<int>{3, 2}));
+  EXPECT_EQ(split_frames_balanced(6, {5, 8, 8, 1}), (std::vector<int>{2, 1, 1, 2}));
+  // Equal loads: the later ranks, fewer frames than ranks: the first ranks only.
+  EXPECT_EQ(split_frames_balanced(3, {4, 4, 4, 4}), (std::vector<int>{1, 1, 1}));
+}
+
 // --- float32, sessions and the pipeline -------------------------------------------------------
 
 RunContext slice_context(int64_t index, bool first, bool last, int tile = 0) {

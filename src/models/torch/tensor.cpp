@@ -32,6 +32,7 @@ Planar to_planar(const at::Tensor& t) {
 
 Planar to_slice_output(Planar part, const RunContext& ctx) {
   if (!ctx.into) return part;
+  if (ctx.into_ready.valid()) ctx.into_ready.get();
   if (!place(part, *ctx.into, ctx.into_frame, ctx.into_row)) {
     throw ModelError("a rank's part does not fit the split slice's output");
   }

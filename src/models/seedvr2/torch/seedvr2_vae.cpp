@@ -784,6 +784,7 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
             frame_base + total > out->frames) {
           throw ModelError(traits_.name + ": a rank's part does not fit the slice's output");
         }
+        if (ctx.into_ready.valid()) sink.wait(ctx.into_ready);
       } else {
         sink.allocate(own, traits_.out_channels, int(total), int(out_h), int(out_w));
       }

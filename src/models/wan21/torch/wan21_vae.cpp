@@ -689,6 +689,7 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, const RunContext& ctx) {
         frame_base + total > out->frames || row_base + out_h > out->height) {
       throw ModelError(traits_.name + ": a rank's part does not fit the slice's output");
     }
+    if (ctx.into_ready.valid()) sink.wait(ctx.into_ready);
   } else {
     sink.allocate(*out, traits_.out_channels, int(total), int(out_h), int(out_w));
   }
