@@ -53,6 +53,14 @@ class FaultyExchange final : public exec::HaloExchange {
     check();
     inner_.recv(from, into);
   }
+  void send_values(int to, const std::vector<int64_t>& values) override {
+    check();
+    inner_.send_values(to, values);
+  }
+  std::vector<int64_t> recv_values(int from) override {
+    check();
+    return inner_.recv_values(from);
+  }
 
  private:
   void check() {

@@ -15,6 +15,7 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include "parallel/value_mailbox.h"
 #include "src/base/error.h"
 #include "src/exec/halo_exchange.h"
 
@@ -39,6 +40,10 @@ struct InProcessGroup::Impl {
     int ranks() const override { return group_.active; }
     void send(int to, const at::Tensor& t) override { group_.send(rank_, to, t); }
     void recv(int from, at::Tensor& into) override { group_.recv(from, rank_, into); }
+    void send_values(int to, const std::vector<int64_t>& values) override {
+      group_.send_values(rank_, to, values);
+    }
+    std::vector<int64_t> recv_values(int from) override { return group_.recv_values(from, rank_); }
 
    private:
     Impl& group_;
@@ -142,10 +147,43 @@ struct InProcessGroup::Impl {
     }
   }
 
+  void send_values(int from, int to, const std::vector<int64_t>& values) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!failure.empty())
+        throw Error("halo exchange (rank " + std::to_string(from) + "): " + failure, kExitFailure);
+      check_peer(from, to);
+    }
+    mailbox.send(from, to, values);
+  }
+
+  std::vector<int64_t> recv_values(int from, int to) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      check_peer(from, to);
+    }
+    std::optional<std::vector<int64_t>> got =
+        mailbox.recv(from, to, std::chrono::steady_clock::now() + timeout, [this] {
+          std::lock_guard<std::mutex> lock(mutex);
+          return failure;
+        });
+    if (!got) {
+      const std::string why = "rank " + std::to_string(to) + " waited " +
+                              std::to_string(timeout.count() / 1000) + " s for rank " +
+                              std::to_string(from);
+      abort(why);
+      throw Error("halo exchange: " + why, kExitFailure);
+    }
+    return std::move(*got);
+  }
+
   void abort(const std::string& why) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (failure.empty()) failure = why;
-    arrived.notify_all();
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (failure.empty()) failure = why;
+      arrived.notify_all();
+    }
+    mailbox.wake();
   }
 
   std::chrono::milliseconds timeout;
@@ -156,6 +194,7 @@ struct InProcessGroup::Impl {
   std::map<std::pair<int, int>, std::deque<Message>> queues;
   std::string failure;  // non-empty: the run failed
   ExchangeStats stats;
+  ValueMailbox mailbox;
 };
 
 InProcessGroup::InProcessGroup(int ranks, std::chrono::milliseconds timeout)
@@ -166,6 +205,7 @@ InProcessGroup::~InProcessGroup() = default;
 int InProcessGroup::size() const { return int(impl_->ranks.size()); }
 
 void InProcessGroup::begin(int active) {
+  impl_->mailbox.clear();  // (its lock is never taken inside the group's)
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->queues.clear();
   impl_->failure.clear();

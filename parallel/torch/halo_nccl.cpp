@@ -20,6 +20,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <nccl.h>
 
+#include "parallel/value_mailbox.h"
 #include "src/exec/halo_exchange.h"
 #endif
 
@@ -245,6 +246,7 @@ class NcclGroup final : public ExchangeGroup {
   void begin(int active) override {
     std::shared_ptr<Communicators> comms = communicators(devices_, timeout_);
     int ranks = 0;
+    values_.clear();  // (its lock is never taken inside mutex_)
     {
       std::lock_guard<std::mutex> lock(mutex_);
       active_ = ranks = std::min(active, size());
@@ -275,6 +277,7 @@ class NcclGroup final : public ExchangeGroup {
       all.push_back(comms_);
       for (const auto& [edge, link] : links_) all.push_back(link->comms);
     }
+    values_.wake();
     for (const auto& c : all) {
       if (c) abort_all(*c);
     }
@@ -373,6 +376,12 @@ class NcclGroup final : public ExchangeGroup {
                         stream.stream());
       });
     }
+    void send_values(int to, const std::vector<int64_t>& values) override {
+      group_.send_values(rank_, to, values);
+    }
+    std::vector<int64_t> recv_values(int from) override {
+      return group_.recv_values(from, rank_);
+    }
 
    private:
     NcclGroup& group_;
@@ -408,6 +417,12 @@ class NcclGroup final : public ExchangeGroup {
         return ncclRecv(into.data_ptr(), size_t(into.nbytes()), ncclUint8, from, comm,
                         stream.stream());
       });
+    }
+    void send_values(int to, const std::vector<int64_t>& values) override {
+      group_.send_values(rank_, to, values);
+    }
+    std::vector<int64_t> recv_values(int from) override {
+      return group_.recv_values(from, rank_);
     }
 
    private:
@@ -465,6 +480,31 @@ class NcclGroup final : public ExchangeGroup {
       throw Error("halo exchange: NCCL " + why, kExitFailure);
     }
   }
+  // Host values go through the process's memory (every rank is a thread of it), bounded by the
+  // run's deadline like the NCCL operations.
+  void send_values(int rank, int to, const std::vector<int64_t>& values) {
+    check(rank, to);
+    values_.send(rank, to, values);
+  }
+  std::vector<int64_t> recv_values(int from, int rank) {
+    check(rank, from);
+    Clock::time_point deadline;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      deadline = deadline_;
+    }
+    std::optional<std::vector<int64_t> > got = values_.recv(from, rank, deadline, [this] {
+      std::lock_guard<std::mutex> lock(mutex_);
+      return failure_;
+    });
+    if (!got) {
+      const std::string why = "values from rank " + std::to_string(from) + " to rank " +
+                              std::to_string(rank) + ": timed out";
+      abort("NCCL " + why);
+      throw Error("halo exchange: " + why, kExitFailure);
+    }
+    return std::move(*got);
+  }
   void count(int rank, int64_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.messages += 1;
@@ -484,6 +524,7 @@ class NcclGroup final : public ExchangeGroup {
   std::shared_ptr<Communicators> comms_;
   Clock::time_point deadline_{};
   ExchangeStats stats_;
+  ValueMailbox values_;
 };
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace wm::exec {
 
@@ -34,6 +35,11 @@ class HaloExchange {
   // An exchange may instead make `into` the message's own memory when nothing else refers to
   // `into`'s (same sizes, strides, dtype and device): no copy.
   virtual void recv(int from, at::Tensor& into) = 0;
+  // A few host values (a plan, a count) to and from rank `to`/`from`, in order per pair, apart
+  // from the tensors: the ranks are threads of one process in every exchange, so they go host to
+  // host, and a rank that needs them on the host does not wait for its device.
+  virtual void send_values(int to, const std::vector<int64_t>& values) = 0;
+  virtual std::vector<int64_t> recv_values(int from) = 0;
 
   // A time split runs as a ring: every causal layer takes its history (the last input frames of
   // the rank before) from history_from() and hands its new history to history_to(), as soon as
@@ -57,6 +63,10 @@ class SliceExchange final : public HaloExchange {
   int ranks() const override { return ranks_; }
   void send(int to, const at::Tensor& t) override { inner_.send(to, t); }
   void recv(int from, at::Tensor& into) override { inner_.recv(from, into); }
+  void send_values(int to, const std::vector<int64_t>& values) override {
+    inner_.send_values(to, values);
+  }
+  std::vector<int64_t> recv_values(int from) override { return inner_.recv_values(from); }
   int history_from() const override { return from_; }
   int history_to() const override { return to_; }
 

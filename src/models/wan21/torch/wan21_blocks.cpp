@@ -402,23 +402,22 @@ void each_pair(exec::HaloExchange& halo, Send&& send, Recv&& recv) {
 // rank order: the whole frame's tokens, as one device has them.
 at::Tensor all_tokens(exec::HaloExchange& halo, const at::Tensor& mine) {
   const int r = halo.rank(), n = halo.ranks();
-  // The bands' token counts first (bands may differ by a row).
-  const at::Tensor count = at::full({1}, mine.size(1), mine.options().dtype(at::kLong));
-  std::vector<at::Tensor> counts(static_cast<size_t>(n));
+  // The bands' token counts first (bands may differ by a row), host to host.
+  std::vector<int64_t> sizes(static_cast<size_t>(n), 0);
   each_pair(
-      halo, [&](int to) { halo.send(to, count); },
+      halo, [&](int to) { halo.send_values(to, {mine.size(1)}); },
       [&](int from) {
-        counts[size_t(from)] = at::empty({1}, count.options());
-        halo.recv(from, counts[size_t(from)]);
+        const std::vector<int64_t> got = halo.recv_values(from);
+        if (got.size() != 1) throw ModelError("wan2.1-vae: a malformed token count from a rank");
+        sizes[size_t(from)] = got[0];
       });
-  counts[size_t(r)] = count;
-  const at::Tensor sizes = at::cat(counts).cpu();
+  sizes[size_t(r)] = mine.size(1);
   std::vector<at::Tensor> parts(static_cast<size_t>(n));
   parts[size_t(r)] = mine.contiguous();
   each_pair(
       halo, [&](int to) { halo.send(to, parts[size_t(r)]); },
       [&](int from) {
-        parts[size_t(from)] = at::empty({mine.size(0), sizes[from].item<int64_t>(), mine.size(2)},
+        parts[size_t(from)] = at::empty({mine.size(0), sizes[size_t(from)], mine.size(2)},
                                         mine.options().memory_format(at::MemoryFormat::Contiguous));
         halo.recv(from, parts[size_t(from)]);
       });

@@ -723,7 +723,6 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, const RunContext& ctx) {
       // every band must share to exchange rows in step) and passes it along the ranks.
       const int r = halo_->rank(), n = halo_->ranks();
       const wan21::TailRank use = rows_ ? wan21::TailRank::kRows : wan21::TailRank::kTime;
-      at::Tensor message = at::empty({3}, at::kLong);
       TailPlan plan;
       if (r == 0) {
         auto it = plans_.find(tile);
@@ -742,17 +741,12 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, const RunContext& ctx) {
         } else if (fresh) {
           log_plan(plan, tail_avail(), frames);
         }
-        int64_t* m = message.data_ptr<int64_t>();
-        m[0] = plan.rows;
-        m[1] = plan.cols;
-        m[2] = plan.frames;
-        halo_->send(1, message.to(tail_in.device()));
+        // Host to host: through the device, reading it back waited for this rank's stream.
+        halo_->send_values(1, {plan.rows, plan.cols, plan.frames});
       } else {
-        at::Tensor got = at::empty({3}, tail_in.options().dtype(at::kLong));
-        halo_->recv(r - 1, got);
-        if (r + 1 < n) halo_->send(r + 1, got);
-        message = got.cpu();
-        const int64_t* m = message.data_ptr<int64_t>();
+        const std::vector<int64_t> m = halo_->recv_values(r - 1);
+        if (r + 1 < n) halo_->send_values(r + 1, m);
+        if (m.size() != 3) throw ModelError(traits_.name + ": a malformed tail plan from a rank");
         plan = TailPlan{m[2], int(m[0]), int(m[1]), false, h, w};
         // A time split's rank sizes its own chunks for the grid (they are its business).
         if (!rows_)
