@@ -399,10 +399,9 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
       runs.front() += head;
       // What each rank yields of this slice (output frames when the model says, else input).
       for (size_t r = 0; r < runs.size(); ++r) {
+        const bool head_part = ctx.first_slice && r == 0;
         done[r] += options_.output_shape
-                       ? options_.output_shape(runs[r], input.height, input.width,
-                                               ctx.first_slice && r == 0)
-                             .frames
+                       ? options_.output_shape(runs[r], input.height, input.width, head_part).frames
                        : runs[r];
       }
     }
@@ -481,7 +480,8 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
       auto out = std::make_shared<Planar>();
       out->channels = s.channels, out->frames = s.frames, out->height = s.height,
       out->width = s.width;
-      const size_t values = size_t(s.channels) * size_t(s.frames) * size_t(s.height) * size_t(s.width);
+      const size_t values =
+          size_t(s.channels) * size_t(s.frames) * size_t(s.height) * size_t(s.width);
       run->out = out;
       run->out_ready =
           std::async(std::launch::async, [out, values] { out->data = PlanarData(values); }).share();

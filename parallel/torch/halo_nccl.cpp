@@ -379,9 +379,7 @@ class NcclGroup final : public ExchangeGroup {
     void send_values(int to, const std::vector<int64_t>& values) override {
       group_.send_values(rank_, to, values);
     }
-    std::vector<int64_t> recv_values(int from) override {
-      return group_.recv_values(from, rank_);
-    }
+    std::vector<int64_t> recv_values(int from) override { return group_.recv_values(from, rank_); }
 
    private:
     NcclGroup& group_;
@@ -421,9 +419,7 @@ class NcclGroup final : public ExchangeGroup {
     void send_values(int to, const std::vector<int64_t>& values) override {
       group_.send_values(rank_, to, values);
     }
-    std::vector<int64_t> recv_values(int from) override {
-      return group_.recv_values(from, rank_);
-    }
+    std::vector<int64_t> recv_values(int from) override { return group_.recv_values(from, rank_); }
 
    private:
     NcclGroup& group_;

@@ -125,7 +125,7 @@ struct OutputOffload::Impl {
   struct Task {
     uint64_t seq = 0;  // 1, 2, … in the order queued
     Planar* dst = nullptr;
-    bool allocate = false;  // else a chunk, or a gate
+    bool allocate = false;          // else a chunk, or a gate
     std::shared_future<void> gate;  // valid: a wait (wait()), not a chunk
     int c = 0, t = 0, h = 0, w = 0;
     at::Tensor chunk;
