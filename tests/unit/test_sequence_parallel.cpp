@@ -9,6 +9,7 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -163,6 +164,47 @@ TEST(SequenceParallel, SplitFramesBalancedGivesTheRestToTheRanksBehind) {
   EXPECT_EQ(split_frames_balanced(6, {5, 8, 8, 1}), (std::vector<int>{2, 1, 1, 2}));
   // Equal loads: the later ranks, fewer frames than ranks: the first ranks only.
   EXPECT_EQ(split_frames_balanced(3, {4, 4, 4, 4}), (std::vector<int>{1, 1, 1}));
+}
+
+// Host values between ranks (a tail plan, token counts): in order per pair, each pair apart,
+// forgotten by a new run; a receive with nothing coming fails the group at its timeout, and an
+// abort ends a waiting receive with the abort's reason.
+TEST(SequenceParallel, HostValuesKeepTheirOrderAndFailWithTheGroup) {
+  wm::parallel::InProcessGroup group(3, std::chrono::milliseconds(300));
+  group.begin(3);
+  wm::exec::HaloExchange& r0 = group.rank(0);
+  wm::exec::HaloExchange& r1 = group.rank(1);
+  wm::exec::HaloExchange& r2 = group.rank(2);
+  r0.send_values(1, {1, 2, 3});
+  r0.send_values(1, {4});
+  r2.send_values(1, {9});
+  r0.send_values(2, {7});
+  EXPECT_EQ(r1.recv_values(2), (std::vector<int64_t>{9}));
+  EXPECT_EQ(r1.recv_values(0), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(r1.recv_values(0), (std::vector<int64_t>{4}));
+  group.begin(3);  // the {7} for rank 2 is forgotten
+  try {
+    r2.recv_values(0);
+    ADD_FAILURE() << "a receive with nothing sent returned";
+  } catch (const wm::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 2 waited"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(group.failed());
+  EXPECT_THROW(r0.send_values(1, {1}), wm::Error);
+
+  wm::parallel::InProcessGroup patient(2, std::chrono::minutes(10));
+  patient.begin(2);
+  std::string error;
+  std::thread waiter([&] {
+    try {
+      patient.rank(0).recv_values(1);
+    } catch (const wm::Error& e) {
+      error = e.what();
+    }
+  });
+  patient.abort("rank 1 failed: out of memory");
+  waiter.join();
+  EXPECT_NE(error.find("rank 1 failed: out of memory"), std::string::npos) << error;
 }
 
 // --- float32, sessions and the pipeline -------------------------------------------------------
