@@ -6,6 +6,7 @@
 //                           [--dtype bf16|fp16|fp32] [--device cuda:N|cpu] [--warmup N]
 //                           [--iters N] [--max-gpu-gib N] [--text-tokens N] [--threads N]
 //                           [--seed N] [--color-fix wavelet|adain|none] [--tuning K=V,...]
+//                           [--devices 0,1|cpu] [--ranks N] [--parallel sequence|data|both]
 //
 // --model tiny: the golden data's sizes (the benchmark's own check, on a CPU). H × W is the output
 // size (default 720 × 1280); the input is a random clip of half that size
@@ -14,17 +15,30 @@
 // issue's tables use 21 and 45). --max-gpu-gib caps the device's memory budget: the DiT's blocks
 // that do not fit stream from pinned host memory. "fps" is output frames per second of the whole
 // batch; "dit_fps" of the DiT alone. "dit_blocks_resident" says how many blocks stayed resident.
+// --devices (with --ranks N: N ranks over them, round robin; default one per device) adds, after
+// the one-device run, the same batch on several devices, each against one device's plain run
+// (unsynchronised stages, as a job runs it) and its output: "sequence_parallel" splits the batch
+// inside over the ranks (the VAE's latent frames around the ring, the DiT's windows), as a job's
+// `parallel: {mode: sequence}` does; "data_parallel" gives every rank a batch of its own at once
+// (a job's batches over its devices): seconds, fps (output frames of all ranks), speed-up, and
+// the largest difference from one device's frames in 8-bit levels.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "parallel/device_worker.h"
+#include "parallel/halo_inprocess.h"
 #include "parallel/memory_budget.h"
 #include "src/base/error.h"
+#include "src/exec/halo_exchange.h"
 #include "src/model.h"
 #include "src/models/bench_support.h"
 #include "src/models/seedvr2/seedvr2_upscale.h"
@@ -51,6 +65,9 @@ struct Options {
   int threads = 0;
   uint64_t seed = 1;
   std::string tuning;
+  std::string devices;  // several devices (empty: the one-device run only)
+  int ranks = 0;        // over them (0: one per device)
+  std::string parallel = "both";
 };
 
 const char* kAbout =
@@ -64,7 +81,10 @@ int parse(int argc, char** argv, Options& o, wm::Device& device) {
   args.choice("--model", &o.model, {"3b", "7b", "tiny"})
       .integer("--frames", &o.frames, 1, "N")
       .integer("--text-tokens", &o.text_tokens, 1, "N")
-      .choice("--color-fix", &o.color_fix, {"wavelet", "adain", "none"});
+      .choice("--color-fix", &o.color_fix, {"wavelet", "adain", "none"})
+      .text("--devices", &o.devices, "0,1|cpu")
+      .integer("--ranks", &o.ranks, 0, "N")
+      .choice("--parallel", &o.parallel, {"sequence", "data", "both"});
   wm::bench::add_shared_flags(args, o);
   args.hide({"--dim", "--latent-frames", "--slice-frames", "--pinned-mib"});  // unused
   if (const int status = args.parse(argc, argv); status >= 0) return status;
@@ -74,6 +94,79 @@ int parse(int argc, char** argv, Options& o, wm::Device& device) {
   }
   device = wm::bench::parse_device(o.device);  // checked by --device
   return -1;
+}
+
+// The largest difference between `parts` (in order, frames one after another) and `one`, in
+// 8-bit levels; 1e9 when their sizes do not match.
+double max_levels(const std::vector<const wm::Planar*>& parts, const wm::Planar& one) {
+  const size_t plane = size_t(one.height) * size_t(one.width);
+  double most = 0;
+  int at = 0;
+  for (const wm::Planar* part : parts) {
+    const wm::Planar& p = *part;
+    if (p.height != one.height || p.width != one.width || p.channels != one.channels ||
+        at + p.frames > one.frames) {
+      return 1e9;
+    }
+    for (int ch = 0; ch < one.channels; ++ch) {
+      const float* a = p.data.data() + size_t(ch) * size_t(p.frames) * plane;
+      const float* b = one.data.data() + (size_t(ch) * size_t(one.frames) + size_t(at)) * plane;
+      for (size_t i = 0; i < size_t(p.frames) * plane; ++i) {
+        most = std::max(most, double(std::abs(a[i] - b[i])) * 255.0);
+      }
+    }
+    at += p.frames;
+  }
+  return at == one.frames ? most : 1e9;
+}
+
+// The batch on several devices (--devices): split inside over ranks (`split`) or one whole batch
+// per rank, each rank on a device worker of its own (lane 1 and up: lane 0 ran the one-device
+// run), timed over `iters` runs after `warmup`. Returns the ranks' outputs of the last run.
+std::vector<wm::Planar> run_ranks(const std::vector<std::shared_ptr<const wm::Model>>& models,
+                                  const std::vector<wm::Device>& devices, const wm::Planar& input,
+                                  bool split, int warmup, int iters, double& seconds) {
+  const int n = int(models.size());
+  wm::parallel::InProcessGroup group(n, std::chrono::minutes(10));
+  std::vector<wm::Planar> out(static_cast<size_t>(n));
+  seconds = 0;
+  for (int it = 0; it < warmup + iters; ++it) {
+    group.begin(n);
+    std::vector<std::string> errors(static_cast<size_t>(n));
+    std::vector<std::thread> threads;
+    const auto start = std::chrono::steady_clock::now();
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        const wm::Device& d = devices[size_t(r) % devices.size()];
+        wm::parallel::DeviceWorker& worker =
+            wm::parallel::device_worker(d, 1 + r / int(devices.size()));
+        wm::exec::SliceExchange view(group.rank(r), r, n, r > 0 ? r - 1 : -1,
+                                     r + 1 < n ? r + 1 : -1);
+        try {
+          out[size_t(r)] = worker.call([&] {
+            wm::RunContext ctx;
+            ctx.device = worker.context();
+            if (split) ctx.halo = &view;
+            return wm::models::seedvr2_upscale_batch(*models[size_t(r)], input, ctx);
+          });
+        } catch (const std::exception& e) {
+          errors[size_t(r)] = e.what();
+          group.abort(e.what());
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int r = 0; r < n; ++r) {
+      if (!errors[size_t(r)].empty()) {
+        throw wm::ModelError("rank " + std::to_string(r) + ": " + errors[size_t(r)]);
+      }
+    }
+    if (it >= warmup) {
+      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+  }
+  seconds /= std::max(1, iters);
+  return out;
 }
 
 }  // namespace
@@ -176,6 +269,51 @@ int bench_seedvr2_upscale(int argc, char** argv) {
     }
     out["dit_blocks_resident"] = wm::models::seedvr2_resident_blocks(*model);
     out["dit_blocks"] = dit.layers;
+    if (!o.devices.empty()) {
+      const std::vector<wm::Device> devices = wm::bench::parse_devices(o.devices, device);
+      const int ranks = o.ranks > 0 ? o.ranks : int(devices.size());
+      // One device's plain run (as a job runs a batch: no per-stage synchronisation) and its
+      // frames, warm: the baseline of both.
+      std::shared_ptr<const wm::Model> shared = std::move(model);
+      std::vector<std::shared_ptr<const wm::Model>> one_model{shared};
+      double one_seconds = 0;
+      const wm::Planar one =
+          std::move(run_ranks(one_model, {device}, input, false, 1, o.iters, one_seconds)[0]);
+      std::vector<std::shared_ptr<const wm::Model>> models;
+      for (int r = 0; r < ranks; ++r) {
+        const wm::Device& d = devices[size_t(r) % devices.size()];
+        models.push_back(d.str() == device.str()
+                             ? shared
+                             : std::shared_ptr<const wm::Model>(wm::models::make_seedvr2_random(
+                                   config, dit, vae, o.text_tokens, d, o.seed)));
+      }
+      std::string names;
+      for (const wm::Device& d : devices) names += (names.empty() ? "" : ",") + d.str();
+      out["one_device_seconds"] = one_seconds;
+      for (const bool split : {true, false}) {
+        if (o.parallel != "both" && (o.parallel == "sequence") != split) continue;
+        double seconds = 0;
+        const std::vector<wm::Planar> parts =
+            run_ranks(models, devices, input, split, o.warmup, o.iters, seconds);
+        nlohmann::ordered_json j;
+        j["devices"] = names;
+        j["ranks"] = ranks;
+        j["seconds"] = seconds;
+        const double batches = split ? 1.0 : double(ranks);
+        j["fps"] = batches * double(o.frames) / seconds;
+        j["speedup"] = batches * one_seconds / seconds;
+        double diff = 0;
+        std::vector<const wm::Planar*> each;
+        for (const wm::Planar& p : parts) each.push_back(&p);
+        if (split) {
+          diff = max_levels(each, one);
+        } else {
+          for (const wm::Planar* p : each) diff = std::max(diff, max_levels({p}, one));
+        }
+        j["max_diff_levels"] = diff;
+        out[split ? "sequence_parallel" : "data_parallel"] = j;
+      }
+    }
     std::cout << out.dump() << std::endl;
     return 0;
   } catch (const wm::Error& e) {

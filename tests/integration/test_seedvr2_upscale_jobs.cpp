@@ -426,5 +426,37 @@ TEST(SeedVR2Bench, TinyCpuRunReportsEveryStage) {
   EXPECT_EQ(j.at("dit_blocks").get<int>(), 4);
 }
 
+// The same over two CPU ranks (--devices cpu --ranks 2): the batch split inside over the ranks
+// and a batch per rank, each against one device's frames (bit for bit on CPU ranks) — the JSON
+// issue 30's multi-GPU rows are read from.
+TEST(SeedVR2Bench, TwoCpuRanksSplitAndDataRunsEqualOneDevice) {
+  const std::string wmbench = std::string(WM_BINARY_DIR) + "/wmbench";
+  if (!exists(wmbench)) GTEST_FAIL() << wmbench << " is not built";
+  const CommandResult r = run_command({wmbench,     "seedvr2-upscale",
+                                       "--model",   "tiny",
+                                       "--device",  "cpu",
+                                       "--dtype",   "fp32",
+                                       "--frames",  "5",
+                                       "--height",  "96",
+                                       "--width",   "160",
+                                       "--warmup",  "0",
+                                       "--iters",   "1",
+                                       "--devices", "cpu",
+                                       "--ranks",   "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const size_t brace = r.output.find('{');
+  ASSERT_NE(brace, std::string::npos) << r.output;
+  const nlohmann::json j =
+      nlohmann::json::parse(r.output.substr(brace, r.output.find('\n', brace) - brace));
+  EXPECT_GT(j.at("one_device_seconds").get<double>(), 0.0);
+  for (const char* run : {"sequence_parallel", "data_parallel"}) {
+    ASSERT_TRUE(j.contains(run)) << run << " in " << r.output;
+    const nlohmann::json& p = j.at(run);
+    EXPECT_EQ(p.at("ranks").get<int>(), 2) << run;
+    EXPECT_GT(p.at("fps").get<double>(), 0.0) << run;
+    EXPECT_EQ(p.at("max_diff_levels").get<double>(), 0.0) << run;
+  }
+}
+
 }  // namespace
 }  // namespace wm::test

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 30 on a host with several GPUs (nvidia-h200-x2/-x4), after build-gpu/ exists (all.sh
-# builds it): the multi-GPU tests, then the batch upscale of 8 inputs 1920x1080 -> 3840x2160
+# builds it): the multi-GPU tests, the SeedVR2 upscaler over every GPU (split and per batch),
+# then the batch upscale of 8 inputs 1920x1080 -> 3840x2160
 # (realesr-animevideov3 fp16, random weights, libx264 veryfast) on the first GPU against all of
 # them in the same process. The VAE scaling tables are ring.sh's. Writes $OUT/multi.jsonl and
 # the tests' log into $LOGS (all.sh packs it) or $OUT.
@@ -17,6 +18,15 @@ if [ "${MULTI_TESTS:-1}" = 1 ]; then
     --timeout 280 --output-on-failure) > "$LOGS/ctest-multigpu.log" 2>&1
   echo "ctest -L ${MULTI_LABELS:-multigpu} rc $?"
   grep -E "tests passed|\*\*\*|Passed|Failed" "$LOGS/ctest-multigpu.log" | head -40
+fi
+# The SeedVR2 upscaler (3B shapes, random weights, 21 frames to 1080p): one GPU against all of
+# them, the batch split inside (sequence) and a batch per GPU (data), each checked against one
+# GPU's frames (max_diff_levels). MULTI_SEEDVR2=0 skips it.
+if [ "${MULTI_SEEDVR2:-1}" = 1 ]; then
+  timeout 240 build-gpu/wmbench seedvr2-upscale --device cuda:0 --dtype bf16 --model 3b \
+    --frames 21 --height 1080 --width 1920 --warmup 1 --iters 1 --devices "$devs" \
+    2>>"$LOGS/seedvr2-multi.log" | tr -d '\n' >> "$OUT/multi.jsonl"
+  echo >> "$OUT/multi.jsonl"
 fi
 [ "${MULTI_BATCH:-1}" = 1 ] || exit 0
 timeout 300 build-gpu/wmbench upscale --devices "$devs" --model realesr-animevideov3 \
