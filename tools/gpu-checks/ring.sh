@@ -81,7 +81,8 @@ else
   # A rank per GPU: time split and row split in-process (peer copies), then the time split
   # over NCCL, then SeedVR2; on 2 GPUs, then on all of them (4 on nvidia-h200-x4).
   # RING_SIZES="1080" adds Wan2.1 1080p; RING_FRAMES="337" adds 337 frames (85 latents).
-  # RING_COUNTS picks the rank counts (default: 2, then all); RING_NCCL=0 skips the NCCL rows.
+  # RING_COUNTS picks the rank counts (default: 2, then all); RING_NCCL=0 skips the NCCL rows;
+  # RING_TRACE=1 traces the RING_FRAMES rows (summaries in $OUT/ring-traces.txt).
   counts=2
   [ "$GPUS" -gt 2 ] && counts="2 $GPUS"
   for n in ${RING_COUNTS:-$counts}; do
@@ -102,10 +103,21 @@ else
         --width $((size * 16 / 9)) --warmup 1 --iters 1 --devices "$LIST" --scaling 0
     done
     for frames in ${RING_FRAMES:-}; do
+      T=()
+      [ "${RING_TRACE:-0}" = 1 ] && T=(--trace "/tmp/ring-wan-${frames}-${n}")
       run "wan_720p_${frames}_${n}gpus" 120 $B vae-decode $D --latent-frames $(((frames - 1) / 4 + 1)) \
         --height 720 --width 1280 --slice-frames 8 --warmup 0 --iters 1 --devices "$LIST" \
-        --parallel sequence --scaling 0
+        --parallel sequence --scaling 0 "${T[@]}"
     done
+  done
+fi
+# RING_TRACE=1: the time-split rows of RING_FRAMES ran once more under the profiler; their
+# summaries (tools/gpu-checks/trace_summary.py) go to $OUT/ring-traces.txt.
+if [ "${RING_TRACE:-0}" = 1 ]; then
+  for t in /tmp/ring-wan-*-time.json; do
+    [ -f "$t" ] || continue
+    echo "=== $t" >>"$OUT/ring-traces.txt"
+    python3 tools/gpu-checks/trace_summary.py "$t" >>"$OUT/ring-traces.txt" 2>&1
   done
 fi
 exit 0
