@@ -79,7 +79,9 @@ TEST(WatchHostile, ANewVersionMovedOverARunningFileIsKeptAndProcessedAsItsOwn) {
   ASSERT_TRUE(wait_until([&] { return s.queue().at(0).disposed; })) << s.log();
   EXPECT_EQ(s.queue().at(0).state, "done");
   EXPECT_EQ(s.queue().at(0).source_now, s.in("a.mp4")) << "recorded as kept";
-  ASSERT_TRUE(exists(s.in("a.mp4"))) << "the new version was deleted unprocessed\n" << s.log();
+  // (Not whether a.mp4 exists now: the daemon may already have processed the 12-frame new
+  // version and deleted it, as on_done says — a CI run saw that. The second row and its 12-frame
+  // output below say it was not deleted unprocessed.)
   EXPECT_NE(s.log().find("a.mp4: replaced by a new version while it was processed"),
             std::string::npos)
       << s.log();
