@@ -31,14 +31,12 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "parallel/device_worker.h"
-#include "parallel/halo_inprocess.h"
 #include "parallel/memory_budget.h"
+#include "parallel/rank_run.h"
 #include "src/base/error.h"
-#include "src/exec/halo_exchange.h"
 #include "src/model.h"
 #include "src/models/bench_support.h"
 #include "src/models/seedvr2/seedvr2_upscale.h"
@@ -126,41 +124,14 @@ double max_levels(const std::vector<const wm::Planar*>& parts, const wm::Planar&
 std::vector<wm::Planar> run_ranks(const std::vector<std::shared_ptr<const wm::Model>>& models,
                                   const std::vector<wm::Device>& devices, const wm::Planar& input,
                                   bool split, int warmup, int iters, double& seconds) {
-  const int n = int(models.size());
-  wm::parallel::InProcessGroup group(n, std::chrono::minutes(10));
-  std::vector<wm::Planar> out(static_cast<size_t>(n));
+  wm::parallel::InProcessRanks ranks(devices, int(models.size()), 1);
+  std::vector<wm::Planar> out;
   seconds = 0;
   for (int it = 0; it < warmup + iters; ++it) {
-    group.begin(n);
-    std::vector<std::string> errors(static_cast<size_t>(n));
-    std::vector<std::thread> threads;
     const auto start = std::chrono::steady_clock::now();
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        const wm::Device& d = devices[size_t(r) % devices.size()];
-        wm::parallel::DeviceWorker& worker =
-            wm::parallel::device_worker(d, 1 + r / int(devices.size()));
-        wm::exec::SliceExchange view(group.rank(r), r, n, r > 0 ? r - 1 : -1,
-                                     r + 1 < n ? r + 1 : -1);
-        try {
-          out[size_t(r)] = worker.call([&] {
-            wm::RunContext ctx;
-            ctx.device = worker.context();
-            if (split) ctx.halo = &view;
-            return wm::models::seedvr2_upscale_batch(*models[size_t(r)], input, ctx);
-          });
-        } catch (const std::exception& e) {
-          errors[size_t(r)] = e.what();
-          group.abort(e.what());
-        }
-      });
-    }
-    for (std::thread& t : threads) t.join();
-    for (int r = 0; r < n; ++r) {
-      if (!errors[size_t(r)].empty()) {
-        throw wm::ModelError("rank " + std::to_string(r) + ": " + errors[size_t(r)]);
-      }
-    }
+    out = ranks.run(split, [&](int r, wm::RunContext& ctx) {
+      return wm::models::seedvr2_upscale_batch(*models[size_t(r)], input, ctx);
+    });
     if (it >= warmup) {
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
