@@ -129,6 +129,15 @@ class Layer final : public exec::DeviceLayer {
       setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", /*overwrite=*/0);
     }
 #endif
+    if (settings.peers_wait_on_device && !peers_wait_) {
+      peers_wait_ = true;
+      if (benchmark_ > 0) {
+        log::info(kLogger,
+                  "cuDNN benchmark mode off for this process: an NCCL group waits on the devices");
+      }
+      benchmark_ = 0;
+      at::globalContext().setBenchmarkCuDNN(false);
+    }
     if (settings.cudnn_benchmark >= 0) {
       if (benchmark_ < 0) {
         benchmark_ = settings.cudnn_benchmark;
@@ -145,8 +154,10 @@ class Layer final : public exec::DeviceLayer {
 #endif
       } else if (benchmark_ != settings.cudnn_benchmark) {
         log::info(kLogger, std::string("cuDNN benchmark mode stays ") +
-                               (benchmark_ ? "on" : "off") +
-                               " for this process (the first model that asked chose it)");
+                               (benchmark_ ? "on" : "off") + " for this process (" +
+                               (peers_wait_ ? "an NCCL group waits on the devices"
+                                            : "the first model that asked chose it") +
+                               ")");
       }
     }
     if (settings.exact_float32_convs && !exact_convs_) {
@@ -175,6 +186,7 @@ class Layer final : public exec::DeviceLayer {
   std::mutex mutex_;
   bool growable_ = false;
   int benchmark_ = -1;
+  bool peers_wait_ = false;
   bool exact_convs_ = false, exact_matmuls_ = false;
 };
 

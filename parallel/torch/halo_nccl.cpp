@@ -21,6 +21,7 @@
 #include <nccl.h>
 
 #include "parallel/value_mailbox.h"
+#include "src/exec/device_context.h"
 #include "src/exec/halo_exchange.h"
 #endif
 
@@ -241,6 +242,10 @@ class NcclGroup final : public ExchangeGroup {
       pipes_.push_back(std::make_unique<Pipe>(*this, int(r)));
     }
     stats_.ranks.resize(devices_.size());
+    // No cuDNN search while ranks wait on the devices (exec::DeviceSettings).
+    exec::DeviceSettings settings;
+    settings.peers_wait_on_device = true;
+    exec::device_layer().ask(settings);
   }
   int size() const override { return int(devices_.size()); }
   void begin(int active) override {

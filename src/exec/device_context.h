@@ -148,6 +148,13 @@ struct DeviceSettings {
   // Float32 meant exact: no TF32 in cuDNN convolutions / in cuBLAS matrix products.
   bool exact_float32_convs = false;
   bool exact_float32_matmuls = false;
+  // Ranks of this process wait for each other on the device (an NCCL group): no cuDNN search
+  // from then on. A search times its candidates behind cudaDeviceSynchronize, which waits for the
+  // device's NCCL kernels too; they wait for a peer whose thread may be in the same wait, or
+  // waiting on the host for this rank (issue 30's second NCCL hang, seen on two H200s: both
+  // ranks' threads in cuDNN's search, each GPU's receive waiting for the other's send). Stays on
+  // for the process and wins over cudnn_benchmark (cuDNN's heuristics choose the algorithms).
+  bool peers_wait_on_device = false;
 };
 
 // The device layer as a model reaches it outside a worker's call: at load (settings) and for
