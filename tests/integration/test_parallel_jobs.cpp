@@ -440,30 +440,5 @@ TEST(ParallelJobs, BenchUpscaleDevicesOnCpuRanks) {
   EXPECT_TRUE(bound == "decode" || bound == "model" || bound == "encode") << bound;
 }
 
-// With a network, the same batch runs once more with a Lanczos resize in its place on the same
-// devices and lanes: the host's ceiling (decode, conversions, encoder), beside the model job.
-TEST(ParallelJobs, BenchUpscaleDevicesMeasuresTheHostCeiling) {
-  TempDir dir("parallel-bench-ceiling");
-  const CommandResult r = run_command(
-      {std::string(WM_BINARY_DIR) + "/wmbench", "upscale", "--devices", "cpu", "--ranks", "2",
-       "--model", "realesr-animevideov3", "--precision", "fp32", "--inputs", "2", "--make",
-       "64x48:4", "--warmup", "0", "--workdir", dir.file("work")});
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const nlohmann::json j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
-  ASSERT_TRUE(j.contains("ceiling")) << j.dump();
-  const nlohmann::json& c = j.at("ceiling");
-  EXPECT_EQ(c.at("frames"), 8);
-  EXPECT_EQ(c.at("input_lanes"), j.at("all_devices").at("input_lanes"));
-  EXPECT_NEAR(j.at("of_ceiling").get<double>(),
-              j.at("all_devices").at("fps").get<double>() / c.at("fps").get<double>(), 1e-9);
-  // The resized outputs are the network's size (256x192): the encoder saw the same frames.
-  for (const char* name : {"input0.mp4", "input1.mp4"}) {
-    const Probe p = probe(dir.file(std::string("work/out_ceiling/") + name));
-    EXPECT_EQ(p.width, 256);
-    EXPECT_EQ(p.height, 192);
-    EXPECT_EQ(p.video_frames, 4);
-  }
-}
-
 }  // namespace
 }  // namespace wm::test
