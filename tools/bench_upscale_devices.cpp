@@ -15,6 +15,7 @@
 
 #include "io/video_reader.h"
 #include "io/video_writer.h"
+#include "parallel/thread_budget.h"
 #include "scheduler/runner.h"
 #include "src/base/fs.h"
 #include "src/base/json_text.h"
@@ -22,6 +23,7 @@
 #include "tools/bench.h"
 #include "tools/bench_args.h"
 #include "tools/bench_clip.h"
+#include "tools/bench_encode_ceiling.h"
 #include "tools/bench_job.h"
 
 namespace {
@@ -40,7 +42,10 @@ const char* kAbout =
     "  (host<->device copies included): stage_model, encode: stage_sink + writer_finish), and\n"
     "  `bound`, the stage with the largest share in the run on all devices. --lanes N: the jobs'\n"
     "  parallel.inputs (inputs at once; 0 = auto: one per device, more on a GPU once the first\n"
-    "  input's peak memory shows room); input_lanes in the JSON is what each run used.\n";
+    "  input's peak memory shows room); input_lanes in the JSON is what each run used.\n"
+    "  encode_ceiling: the run on all devices' outputs encoded again, decoded into memory\n"
+    "  first, in as many lanes with the same encoder settings and threads (the encoder alone:\n"
+    "  the host's ceiling for this output); of_ceiling: the run's fps over the ceiling's.\n";
 
 struct Run {
   double seconds = 0;
@@ -214,6 +219,21 @@ int bench_upscale_devices(int argc, char** argv) {
   for (int i = 0; i < warmup; ++i) run_job(all);
   const Run single = run_job(one);
   const Run spread = run_job(all);
+  // The encoder alone on the run's own outputs, in its lanes, with its encoder threads.
+  std::vector<std::string> outputs;
+  for (const std::string& c : copies) {
+    outputs.push_back(workdir + "/out_all/" + std::filesystem::path(c).stem().string() + ".mp4");
+  }
+  wm::io::EncodeSettings settings;
+  settings.codec = codec;
+  settings.preset = preset;
+  settings.crf = crf;
+  const wm::parallel::ThreadBudget budget =
+      wm::parallel::thread_budget(wm::parallel::host_cores(), spread.lanes);
+  settings.threads = budget.encoder_threads;
+  settings.convert_threads = budget.convert_threads;
+  const wm::bench::EncodeCeiling ceiling =
+      wm::bench::encode_ceiling(outputs, workdir + "/out_ceiling", spread.lanes, settings);
 
   nlohmann::json result = {{"bench", "upscale-devices"},
                            {"input", input},
@@ -228,6 +248,17 @@ int bench_upscale_devices(int argc, char** argv) {
                            {"one_device", describe(single)},
                            {"all_devices", describe(spread)},
                            {"speed_up", single.seconds / spread.seconds}};
+  if (ceiling.skipped.empty()) {
+    result["encode_ceiling"] = {{"seconds", ceiling.seconds},
+                                {"frames", ceiling.frames},
+                                {"fps", ceiling.frames / ceiling.seconds},
+                                {"lanes", ceiling.lanes},
+                                {"encoder_threads", settings.threads}};
+    // The job on all devices against the encoder alone, same frames and lanes.
+    result["of_ceiling"] = ceiling.seconds / spread.seconds;
+  } else {
+    result["encode_ceiling"] = {{"skipped", ceiling.skipped}};
+  }
   std::printf("%s\n", wm::json_dump(result, 2).c_str());
   return 0;
 }

@@ -438,6 +438,23 @@ TEST(ParallelJobs, BenchUpscaleDevicesOnCpuRanks) {
   EXPECT_TRUE(j.at("all_devices").at("stage_seconds").contains("stage_model_seconds"));
   const std::string bound = j.at("all_devices").at("bound");
   EXPECT_TRUE(bound == "decode" || bound == "model" || bound == "encode") << bound;
+  // The encoder alone, on the run's own outputs, in its lanes: every frame encoded again at the
+  // output size, and the run's share of that ceiling from the same numbers.
+  const nlohmann::json& c = j.at("encode_ceiling");
+  ASSERT_TRUE(c.contains("fps")) << c.dump();
+  EXPECT_EQ(c.at("frames"), 12);
+  EXPECT_EQ(c.at("lanes"), j.at("all_devices").at("input_lanes"));
+  EXPECT_NEAR(j.at("of_ceiling").get<double>(),
+              j.at("all_devices").at("fps").get<double>() / c.at("fps").get<double>(), 1e-9);
+  for (int i = 0; i < 3; ++i) {
+    const std::string name = "input" + std::to_string(i) + ".mp4";
+    const Probe again = probe(dir.file("work/out_ceiling/" + name));
+    const Probe job = probe(dir.file("work/out_all/" + name));
+    EXPECT_EQ(again.width, 128);
+    EXPECT_EQ(again.height, 96);
+    EXPECT_EQ(again.video_frames, 4);
+    EXPECT_EQ(again.video_pts, job.video_pts) << name;
+  }
 }
 
 }  // namespace

@@ -33,4 +33,4 @@ timeout 300 build-gpu/wmbench upscale --devices "$devs" --model realesr-animevid
   --precision fp16 --inputs 8 --make 1920x1080:24 --scale 2 --warmup 1 \
   | tr -d '\n' >> "$OUT/multi.jsonl"
 echo >> "$OUT/multi.jsonl"
-grep -o '"speed_up":[0-9.]*\|"fps[a-z_]*":[0-9.]*' "$OUT/multi.jsonl" | head
+grep -o '"speed_up":[0-9.]*\|"of_ceiling":[0-9.]*\|"fps[a-z_]*":[0-9.]*' "$OUT/multi.jsonl" | head

@@ -1,0 +1,149 @@
+#include "tools/bench_encode_ceiling.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "io/video_reader.h"
+#include "io/yuv_image.h"
+#include "src/base/error.h"
+
+namespace wm::bench {
+namespace {
+
+// One decoded video: its pictures' planes copied out of the decoder (so none is shared with a
+// decoder's pool), with their timing.
+struct Clip {
+  std::string path;
+  io::VideoInfo info;
+  io::YuvImage shape;  // format, sizes, tags of the pictures (no data)
+  std::vector<io::VideoFrame> timing;
+  std::vector<std::vector<uint8_t>> planes;  // 3 per picture, rows packed
+};
+
+size_t row_bytes(const io::YuvImage& im, int p) {
+  return size_t(im.plane_width(p)) * (im.depth > 8 ? 2 : 1);
+}
+
+Clip decode(const std::string& path) {
+  Clip clip;
+  clip.path = path;
+  io::VideoReader reader(path);
+  clip.info = reader.info();
+  io::VideoFrame frame;
+  io::YuvImage image;
+  while (reader.read_yuv(frame, image)) {
+    if (image.semi_planar) {
+      throw Error(path + ": the encoder ceiling takes planar pictures only", kExitSoftware);
+    }
+    clip.shape = image;
+    clip.shape.owner.reset();
+    std::fill(std::begin(clip.shape.data), std::end(clip.shape.data), nullptr);
+    for (int p = 0; p < 3; ++p) {
+      const size_t row = row_bytes(image, p);
+      std::vector<uint8_t> plane(row * size_t(image.plane_height(p)));
+      for (int y = 0; y < image.plane_height(p); ++y) {
+        std::memcpy(plane.data() + size_t(y) * row, image.data[p] + y * image.stride[p], row);
+      }
+      clip.planes.push_back(std::move(plane));
+    }
+    clip.timing.emplace_back();
+    clip.timing.back().index = frame.index;
+    clip.timing.back().pts = frame.pts;
+    clip.timing.back().duration = frame.duration;
+  }
+  return clip;
+}
+
+// Encodes one clip into out_dir; returns the frames written.
+int64_t encode(const Clip& clip, const std::string& out_dir, const io::EncodeSettings& settings) {
+  io::WriterConfig config;
+  config.path = out_dir + "/" + std::filesystem::path(clip.path).filename().string();
+  config.width = clip.info.width;
+  config.height = clip.info.height;
+  config.time_base = clip.info.time_base;
+  config.frame_rate = clip.info.frame_rate;
+  config.source = clip.info;
+  config.encode = settings;
+  io::VideoWriter writer(config);
+  for (size_t i = 0; i < clip.timing.size(); ++i) {
+    io::YuvImage out = writer.yuv_buffer();
+    for (int p = 0; p < 3; ++p) {
+      const size_t row = row_bytes(out, p);
+      const uint8_t* src = clip.planes[3 * i + size_t(p)].data();
+      for (int y = 0; y < out.plane_height(p); ++y) {
+        std::memcpy(out.data[p] + y * out.stride[p], src + size_t(y) * row, row);
+      }
+    }
+    writer.write_yuv(clip.timing[i], out);
+  }
+  return writer.finish();
+}
+
+}  // namespace
+
+EncodeCeiling encode_ceiling(const std::vector<std::string>& videos, const std::string& out_dir,
+                             int lanes, const io::EncodeSettings& settings) {
+  EncodeCeiling result;
+  result.lanes = std::max(1, std::min(lanes, int(videos.size())));
+  std::vector<Clip> clips;
+  for (const std::string& v : videos) clips.push_back(decode(v));
+  std::filesystem::create_directories(out_dir);
+  // The encoder must take the pictures as they are (no conversion timed): ask a writer of the
+  // first clip's settings before timing.
+  for (const Clip& clip : clips) {
+    if (clip.timing.empty()) continue;
+    io::WriterConfig probe;
+    probe.path = out_dir + "/.probe.mp4";
+    probe.width = clip.info.width;
+    probe.height = clip.info.height;
+    probe.time_base = clip.info.time_base;
+    probe.frame_rate = clip.info.frame_rate;
+    probe.source = clip.info;
+    probe.encode = settings;
+    io::VideoWriter writer(probe);
+    const io::YuvImage& s = clip.shape;
+    io::YuvImage buffer = writer.yuv_buffer();
+    if (!writer.accepts_yuv(s.format, s.colorspace, s.color_range, clip.info.height) ||
+        buffer.width != s.width || buffer.height != s.height) {
+      result.skipped = clip.path + ": the encoder does not take its pictures as they are";
+      return result;
+    }
+  }
+  std::mutex mutex;
+  size_t next = 0;
+  std::exception_ptr failure;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int lane = 0; lane < result.lanes; ++lane) {
+    threads.emplace_back([&] {
+      for (;;) {
+        size_t at;
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          if (next >= clips.size() || failure) return;
+          at = next++;
+        }
+        try {
+          const int64_t written = encode(clips[at], out_dir, settings);
+          std::lock_guard<std::mutex> lock(mutex);
+          result.frames += written;
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mutex);
+          if (!failure) failure = std::current_exception();
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  if (failure) std::rethrow_exception(failure);
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace wm::bench

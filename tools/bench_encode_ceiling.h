@@ -1,0 +1,29 @@
+// The host's encoder ceiling for a batch (wmbench upscale --devices): a job's output videos
+// decoded into memory first (not timed), then encoded again with the job's encoder settings in
+// as many lanes as the job ran inputs at once, each lane its share of the videos one after
+// another. What it times is the encoder alone (and one copy of each picture into the encoder's
+// buffer): a job of that output can approach it, not pass it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/video_writer.h"
+
+namespace wm::bench {
+
+struct EncodeCeiling {
+  double seconds = 0;
+  int64_t frames = 0;
+  int lanes = 1;
+  std::string skipped;  // why it was not measured (a pixel format the encoder does not take
+                        // as it is); empty when measured
+};
+
+// Encodes `videos` again into `out_dir` (file names kept) with `settings` in `lanes` lanes.
+// Throws wm::Error for an unreadable video or a failing encoder.
+EncodeCeiling encode_ceiling(const std::vector<std::string>& videos, const std::string& out_dir,
+                             int lanes, const io::EncodeSettings& settings);
+
+}  // namespace wm::bench
