@@ -9,9 +9,11 @@
 #include <shared_mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "src/base/error.h"
+#include "src/base/log_text.h"
 
 #ifdef WMBATCH_WITH_NCCL
 #include <ATen/ATen.h>
@@ -256,6 +258,7 @@ class NcclGroup final : public ExchangeGroup {
       std::lock_guard<std::mutex> lock(mutex_);
       active_ = ranks = std::min(active, size());
       failure_.clear();
+      ledger_.clear();
       comms_ = std::move(comms);
       // Pairs aborted with the last run's failure are made again below.
       for (auto it = links_.begin(); it != links_.end();) {
@@ -276,13 +279,22 @@ class NcclGroup final : public ExchangeGroup {
   exec::HaloExchange& pipelined(int r) override { return *pipes_.at(size_t(r)); }
   void abort(const std::string& why) override {
     std::vector<std::shared_ptr<Communicators> > all;
+    std::string unmatched;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (failure_.empty()) failure_ = why;
+      if (failure_.empty()) {
+        failure_ = why;
+        unmatched = unmatched_locked();
+      }
       all.push_back(comms_);
       for (const auto& [edge, link] : links_) all.push_back(link->comms);
     }
     values_.wake();
+    // What the ranks had queued when the run failed, where the two ends differ: an NCCL send
+    // waits on the device for its receive, so a message one rank queues and its peer never does
+    // (or one of another size) hangs both — the first thing to read in a hang.
+    if (!unmatched.empty())
+      log::warn("nccl", "queued and not matched when the run failed: " + unmatched);
     for (const auto& c : all) {
       if (c) abort_all(*c);
     }
@@ -368,6 +380,7 @@ class NcclGroup final : public ExchangeGroup {
       });
       data.record_stream(*link->sends);  // kept until the send has run
       group_.count(rank_, int64_t(data.nbytes()));
+      group_.note(1, rank_, to, true, int64_t(data.nbytes()));
     }
     void recv(int from, at::Tensor& into) override {
       group_.check(rank_, from);
@@ -380,6 +393,7 @@ class NcclGroup final : public ExchangeGroup {
         return ncclRecv(into.data_ptr(), size_t(into.nbytes()), ncclUint8, 0, comm,
                         stream.stream());
       });
+      group_.note(1, from, rank_, false, int64_t(into.nbytes()));
     }
     void send_values(int to, const std::vector<int64_t>& values) override {
       group_.send_values(rank_, to, values);
@@ -409,6 +423,7 @@ class NcclGroup final : public ExchangeGroup {
       });
       data.record_stream(stream);  // kept until the send has run
       group_.count(rank_, int64_t(data.nbytes()));
+      group_.note(0, rank_, to, true, int64_t(data.nbytes()));
     }
     void recv(int from, at::Tensor& into) override {
       group_.check(rank_, from);
@@ -420,6 +435,7 @@ class NcclGroup final : public ExchangeGroup {
         return ncclRecv(into.data_ptr(), size_t(into.nbytes()), ncclUint8, from, comm,
                         stream.stream());
       });
+      group_.note(0, from, rank_, false, int64_t(into.nbytes()));
     }
     void send_values(int to, const std::vector<int64_t>& values) override {
       group_.send_values(rank_, to, values);
@@ -513,6 +529,29 @@ class NcclGroup final : public ExchangeGroup {
     stats_.ranks[size_t(rank)].messages += 1;
     stats_.ranks[size_t(rank)].bytes += bytes;
   }
+  // Each queued operation of this run, by view (0: the group's, 1: the time split's pairs) and
+  // direction, at both ends.
+  struct Tally {
+    int64_t sends = 0, send_bytes = 0, recvs = 0, recv_bytes = 0;
+  };
+  void note(int view, int from, int to, bool send, int64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Tally& t = ledger_[{view, from, to}];
+    (send ? t.sends : t.recvs) += 1;
+    (send ? t.send_bytes : t.recv_bytes) += bytes;
+  }
+  std::string unmatched_locked() const {
+    std::string out;
+    for (const auto& [key, t] : ledger_) {
+      if (t.sends == t.recvs && t.send_bytes == t.recv_bytes) continue;
+      const auto& [view, from, to] = key;
+      out += std::string(out.empty() ? "" : "; ") + (view ? "pair " : "group ") +
+             std::to_string(from) + "->" + std::to_string(to) + ": " + std::to_string(t.sends) +
+             " sends (" + std::to_string(t.send_bytes) + " bytes), " + std::to_string(t.recvs) +
+             " receives (" + std::to_string(t.recv_bytes) + " bytes)";
+    }
+    return out;
+  }
 
   std::vector<int> devices_;
   std::chrono::milliseconds timeout_;
@@ -525,6 +564,7 @@ class NcclGroup final : public ExchangeGroup {
   std::shared_ptr<Communicators> comms_;
   Clock::time_point deadline_{};
   ExchangeStats stats_;
+  std::map<std::tuple<int, int, int>, Tally> ledger_;  // this run's, by (view, from, to)
   ValueMailbox values_;
 };
 
