@@ -11,7 +11,9 @@ export NCCL_NVLS_ENABLE=0 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 if [ -d /opt/wm-deps ]; then
   export LD_LIBRARY_PATH=/opt/wm-deps/lib:/opt/wm-deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
-wait_s=${NCCL_WAIT_S:-40}
+# Past the tests' own 60 s exchange timeout: a failed run first logs what its ranks queued and
+# did not match (the nccl warning), then the stacks show where the abort itself waits.
+wait_s=${NCCL_WAIT_S:-75}
 echo "gdb: $(command -v gdb) cuda-gdb: $(command -v cuda-gdb) eu-stack: $(command -v eu-stack)" >>"$LOG"
 for mode in ${NCCL_MODES:-LAZY EAGER}; do
   for t in ${NCCL_TESTS:-"test_sequence_parallel_multigpu:*OverNccl*" "test_seedvr2_vae_multigpu:*"}; do
