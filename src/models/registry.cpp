@@ -214,7 +214,10 @@ ModelKind entry(std::string name, std::vector<std::string> tasks, std::vector<st
   return k;
 }
 
-std::unique_ptr<Model> make_resampler(const ModelConfig& c, const Device&) {
+// The resamplers: torch-free on the CPU (a CPU job never loads LibTorch); on a GPU the LibTorch
+// side's model, which also takes frames on its device (the device frame path).
+std::unique_ptr<Model> make_resampler(const ModelConfig& c, const Device& d) {
+  if (d.kind == Device::Kind::kCuda) return make_on_torch_side(c, d);
   return models::make_resampler(c);
 }
 
@@ -226,9 +229,11 @@ std::vector<ModelKind> build_kinds() {
   kinds.push_back(entry("lanczos", {"upscale"}, {"scale"}, parse_resampler, make_resampler));
   kinds.back().precisions = {Precision::kFloat32};
   kinds.back().yuv_resampler = true;
+  kinds.back().torch_side_on_gpu = true;
   kinds.push_back(entry("bicubic", {"upscale"}, {"scale"}, parse_resampler, make_resampler));
   kinds.back().precisions = {Precision::kFloat32};
   kinds.back().yuv_resampler = true;
+  kinds.back().torch_side_on_gpu = true;
   kinds.push_back(
       entry("realesrgan", {"upscale"}, {"weights", "scale"}, parse_realesrgan, make_on_torch_side));
   kinds.back().cpu_precisions = {Precision::kFloat32};

@@ -76,6 +76,9 @@ struct ModelKind {
   // Computes with LibTorch: `make` is make_on_torch_side, which builds it by the TorchKind its
   // family registers (src/models/torch/torch_kinds.h); making one loads the torch side.
   bool torch_side = false;
+  // Computes with LibTorch on a CUDA device only (the resamplers: torch-free on the CPU, the
+  // LibTorch side's model on a GPU, registered by the family like the kinds above).
+  bool torch_side_on_gpu = false;
   // Not empty: this build cannot run the kind, and says why (validation fails with it).
   std::string unavailable;
   // The kind sizes its output by the job's `resolution:` (ModelConfig::resolution).

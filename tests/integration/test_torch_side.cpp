@@ -175,13 +175,16 @@ TEST(TorchSide, LinkedInTableNeedsNoModule) {
 TEST(TorchSide, EveryTorchKindIsRegisteredByItsFamily) {
   std::vector<std::string> torch_kinds;
   for (const ModelKind& k : model_kinds()) {
-    EXPECT_EQ(models::torch_kind_factory(k.name) != nullptr, k.torch_side) << k.name;
-    if (k.torch_side) torch_kinds.push_back(k.name);
+    EXPECT_FALSE(k.torch_side && k.torch_side_on_gpu) << k.name;
+    EXPECT_EQ(models::torch_kind_factory(k.name) != nullptr, k.torch_side || k.torch_side_on_gpu)
+        << k.name;
+    if (k.torch_side || k.torch_side_on_gpu) torch_kinds.push_back(k.name);
   }
   std::sort(torch_kinds.begin(), torch_kinds.end());
   EXPECT_EQ(models::torch_kind_names(), torch_kinds);
-  EXPECT_EQ(torch_kinds, (std::vector<std::string>{"aoti", "realesrgan", "seedvr2", "seedvr2-vae",
-                                                   "torchscript", "wan2.1-vae"}));
+  EXPECT_EQ(torch_kinds,
+            (std::vector<std::string>{"aoti", "bicubic", "lanczos", "realesrgan", "seedvr2",
+                                      "seedvr2-vae", "torchscript", "wan2.1-vae"}));
   ModelConfig config;
   config.kind = "no-such-kind";
   try {

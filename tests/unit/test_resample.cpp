@@ -3,8 +3,12 @@
 #include <cmath>
 #include <random>
 
+#include <ATen/ATen.h>
+
+#include "src/exec/device_frames.h"
 #include "src/models/resample/resample.h"
 #include "src/models/resample/resample_yuv.h"
+#include "src/models/torch_side.h"
 
 namespace wm::models {
 namespace {
@@ -111,6 +115,54 @@ TEST_P(ResampleVsFormula, MatchesDirectFormula) {
 INSTANTIATE_TEST_SUITE_P(All, ResampleVsFormula,
                          testing::Combine(testing::Values("lanczos", "bicubic"),
                                           testing::Values(2, 3, 4)));
+
+// On a GPU a resampler job's model is the LibTorch side's, which also takes frames already on its
+// device (the device frame path): made here on the CPU, its frames and its Planar sessions are
+// the torch-free model's, and its traits differ only in device_frames. The registry picks it by
+// device.
+TEST(Resample, GpuModelTakesDeviceFramesAndGivesTheSameFrames) {
+  for (const std::string kind : {"lanczos", "bicubic"}) {
+    for (const int scale : {2, 3}) {
+      SCOPED_TRACE(kind + " x" + std::to_string(scale));
+      ModelConfig config;
+      config.kind = kind;
+      config.task = "upscale";
+      config.scale = scale;
+      const std::unique_ptr<Model> cpu = make_resampler(config);
+      const std::unique_ptr<Model> gpu = torch_models().make_model(config, Device{});
+      const auto* frames = dynamic_cast<const exec::DeviceFrameModel*>(gpu.get());
+      ASSERT_NE(frames, nullptr);
+      EXPECT_TRUE(gpu->traits().device_frames);
+      EXPECT_FALSE(cpu->traits().device_frames);
+      EXPECT_EQ(gpu->traits().halo, cpu->traits().halo);
+      EXPECT_EQ(gpu->traits().scale_num, scale);
+      EXPECT_EQ(frames->frame_dtype(), at::kFloat);
+      EXPECT_EQ(frames->frames_per_call(5, 1080, 1920, 1), 5);
+
+      const int t = 2, h = 9, w = 13;
+      Planar input = random_planar(3, t, h, w, 11);
+      // Planar is [C, T, H, W]; the device frames are [T, 3, H, W].
+      const at::Tensor rgb = at::from_blob(input.data.data(), {3, t, h, w}, at::kFloat)
+                                 .permute({1, 0, 2, 3})
+                                 .contiguous();
+      const at::Tensor out = frames->upscale_frames(rgb);
+      ASSERT_EQ(out.sizes(), (at::IntArrayRef{t, 3, h * scale, w * scale}));
+      const Planar expected = cpu->open_session(Device{})->run(input.clone(), RunContext{});
+      const at::Tensor got = out.permute({1, 0, 2, 3}).contiguous();
+      const float* g = got.data_ptr<float>();
+      ASSERT_EQ(size_t(got.numel()), expected.data.size());
+      for (size_t i = 0; i < expected.data.size(); ++i) ASSERT_NEAR(g[i], expected.data[i], 1e-5);
+      const Planar session = gpu->open_session(Device{})->run(input.clone(), RunContext{});
+      ASSERT_EQ(session.data.size(), expected.data.size());
+      for (size_t i = 0; i < expected.data.size(); ++i) {
+        ASSERT_NEAR(session.data[i], expected.data[i], 1e-5);
+      }
+
+      EXPECT_TRUE(make_model(config, Device{Device::Kind::kCuda, 0})->traits().device_frames);
+      EXPECT_FALSE(make_model(config, Device{})->traits().device_frames);
+    }
+  }
+}
 
 TEST(Resample, ConstantStaysConstant) {
   ModelConfig config;

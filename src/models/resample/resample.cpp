@@ -108,17 +108,8 @@ class ResampleSession : public ModelSession {
 
 class ResampleModel : public Model {
  public:
-  ResampleModel(const std::string& kind, int scale) : kernel_(resample_kernel(kind, scale)) {
-    traits_.name = kind;
-    traits_.in_channels = 3;
-    traits_.out_channels = 3;
-    traits_.scale_num = scale;
-    traits_.scale_den = 1;
-    traits_.halo = std::max(-kernel_.offset, kernel_.taps - 1 + kernel_.offset);
-    traits_.halo_exact = true;
-    traits_.causal_state = false;
-    traits_.precisions = {Precision::kFloat32};
-  }
+  ResampleModel(const std::string& kind, int scale)
+      : kernel_(resample_kernel(kind, scale)), traits_(resampler_traits(kind, kernel_)) {}
   const ModelTraits& traits() const override { return traits_; }
   std::unique_ptr<ModelSession> open_session(const Device& device) const override {
     return std::make_unique<ResampleSession>(kernel_, device);
@@ -130,6 +121,20 @@ class ResampleModel : public Model {
 };
 
 }  // namespace
+
+ModelTraits resampler_traits(const std::string& kind, const ResampleKernel& kernel) {
+  ModelTraits traits;
+  traits.name = kind;
+  traits.in_channels = 3;
+  traits.out_channels = 3;
+  traits.scale_num = kernel.scale;
+  traits.scale_den = 1;
+  traits.halo = std::max(-kernel.offset, kernel.taps - 1 + kernel.offset);
+  traits.halo_exact = true;
+  traits.causal_state = false;
+  traits.precisions = {Precision::kFloat32};
+  return traits;
+}
 
 double resample_weight(const std::string& kind, double x) {
   const double ax = std::fabs(x);

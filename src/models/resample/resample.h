@@ -1,7 +1,8 @@
 // Built-in spatial upscalers (lanczos a=3, bicubic a=-0.5) for integer scales 2, 3, 4,
 // separable, exact halo (tiles with the halo equal the untiled result). Torch-free on the CPU
-// (resample.cpp); on a GPU the session calls resample_torch through the LibTorch side
-// (resample_torch.cpp, src/models/torch_side.h).
+// (resample.cpp); on a GPU the model is the LibTorch side's (torch/resample_frames.cpp, made
+// through src/models/torch_side.h), which also takes frames already on its device (the device
+// frame path of video jobs) and computes with resample_torch's convolutions.
 #pragma once
 
 #include <memory>
@@ -23,6 +24,10 @@ struct ResampleKernel {
   std::vector<std::vector<double>> weights;  // [scale][taps], each row sums to 1
 };
 ResampleKernel resample_kernel(const std::string& kind, int scale);
+// The traits of the resampler `kind` with `kernel` (both implementations of the model: the
+// torch-free one here, and on a GPU the one that also takes frames on its device,
+// resample_frames.cpp).
+ModelTraits resampler_traits(const std::string& kind, const ResampleKernel& kernel);
 // The two implementations behind the model (exposed for tests and benchmarks). Both edge-clamp.
 // resample_cpu: hand-written separable passes, threaded over rows; every output value is the
 // same sequence of float operations wherever its tile starts, so tiles reproduce the untiled

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "src/models/resample/resample.h"
+#include "src/models/resample/torch/resample_conv.h"
 #include "src/models/torch/tensor.h"
 
 namespace wm::models {
@@ -25,20 +26,29 @@ at::Tensor upsample_axis(const at::Tensor& x, const at::Tensor& kernel, int scal
 
 }  // namespace
 
+at::Tensor resample_weights(const ResampleKernel& k, const at::Device& device) {
+  at::Tensor weights = at::empty({k.scale, 1, 1, k.taps}, at::kDouble);
+  auto acc = weights.accessor<double, 4>();
+  for (int p = 0; p < k.scale; ++p) {
+    for (int i = 0; i < k.taps; ++i) acc[p][0][0][i] = k.weights[p][i];
+  }
+  return weights.to(device, at::kFloat);
+}
+
+at::Tensor resample_planes(const ResampleKernel& k, const at::Tensor& weights,
+                           const at::Tensor& planes) {
+  const at::Tensor vertical = weights.view({k.scale, 1, k.taps, 1});
+  const at::Tensor wide = upsample_axis(planes, weights, k.scale, -k.offset, false);
+  return upsample_axis(wide, vertical, k.scale, -k.offset, true);
+}
+
 Planar resample_torch(const ResampleKernel& k, Planar&& input, const Device& device) {
   return guarded("resample", [&] {
     const int c = input.channels, t = input.frames, h = input.height, w = input.width;
     const at::Device dev = to_device(device);
-    at::Tensor weights = at::empty({k.scale, 1, 1, k.taps}, at::kDouble);
-    auto acc = weights.accessor<double, 4>();
-    for (int p = 0; p < k.scale; ++p) {
-      for (int i = 0; i < k.taps; ++i) acc[p][0][0][i] = k.weights[p][i];
-    }
-    at::Tensor horizontal = weights.to(dev, at::kFloat);
-    at::Tensor vertical = horizontal.view({k.scale, 1, k.taps, 1});
+    const at::Tensor weights = resample_weights(k, dev);
     at::Tensor x = to_tensor(std::move(input)).to(dev).view({c * t, 1, h, w});
-    at::Tensor wide = upsample_axis(x, horizontal, k.scale, -k.offset, false);
-    at::Tensor out = upsample_axis(wide, vertical, k.scale, -k.offset, true);
+    at::Tensor out = resample_planes(k, weights, x);
     return to_planar(out.view({c, t, h * k.scale, w * k.scale}));
   });
 }
