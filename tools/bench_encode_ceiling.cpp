@@ -60,17 +60,24 @@ Clip decode(const std::string& path) {
   return clip;
 }
 
-// Encodes one clip into out_dir; returns the frames written.
-int64_t encode(const Clip& clip, const std::string& out_dir, const io::EncodeSettings& settings) {
+// A writer of `clip`'s size, timing and colour tags at `path`.
+io::WriterConfig writer_config(const Clip& clip, const std::string& path,
+                               const io::EncodeSettings& settings) {
   io::WriterConfig config;
-  config.path = out_dir + "/" + std::filesystem::path(clip.path).filename().string();
+  config.path = path;
   config.width = clip.info.width;
   config.height = clip.info.height;
   config.time_base = clip.info.time_base;
   config.frame_rate = clip.info.frame_rate;
   config.source = clip.info;
   config.encode = settings;
-  io::VideoWriter writer(config);
+  return config;
+}
+
+// Encodes one clip into out_dir; returns the frames written.
+int64_t encode(const Clip& clip, const std::string& out_dir, const io::EncodeSettings& settings) {
+  io::VideoWriter writer(writer_config(
+      clip, out_dir + "/" + std::filesystem::path(clip.path).filename().string(), settings));
   for (size_t i = 0; i < clip.timing.size(); ++i) {
     io::YuvImage out = writer.yuv_buffer();
     for (int p = 0; p < 3; ++p) {
@@ -98,15 +105,7 @@ EncodeCeiling encode_ceiling(const std::vector<std::string>& videos, const std::
   // first clip's settings before timing.
   for (const Clip& clip : clips) {
     if (clip.timing.empty()) continue;
-    io::WriterConfig probe;
-    probe.path = out_dir + "/.probe.mp4";
-    probe.width = clip.info.width;
-    probe.height = clip.info.height;
-    probe.time_base = clip.info.time_base;
-    probe.frame_rate = clip.info.frame_rate;
-    probe.source = clip.info;
-    probe.encode = settings;
-    io::VideoWriter writer(probe);
+    io::VideoWriter writer(writer_config(clip, out_dir + "/.probe.mp4", settings));
     const io::YuvImage& s = clip.shape;
     io::YuvImage buffer = writer.yuv_buffer();
     if (!writer.accepts_yuv(s.format, s.colorspace, s.color_range, clip.info.height) ||
