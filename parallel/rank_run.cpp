@@ -1,5 +1,6 @@
 #include "parallel/rank_run.h"
 #include <exception>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -30,6 +31,8 @@ std::vector<Planar> InProcessRanks::run(bool exchange,
   group_->begin(n);
   std::vector<Planar> out(static_cast<size_t>(n));
   std::vector<std::string> errors(static_cast<size_t>(n));
+  std::mutex mutex;
+  int first = -1;  // the rank that failed first (the others' errors follow from its abort)
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
@@ -43,16 +46,18 @@ std::vector<Planar> InProcessRanks::run(bool exchange,
           return body(r, ctx);
         });
       } catch (const std::exception& e) {
-        errors[size_t(r)] = e.what();
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          errors[size_t(r)] = e.what();
+          if (first < 0) first = r;
+        }
         group_->abort(e.what());
       }
     });
   }
   for (std::thread& t : threads) t.join();
-  for (int r = 0; r < n; ++r) {
-    if (!errors[size_t(r)].empty()) {
-      throw ModelError("rank " + std::to_string(r) + ": " + errors[size_t(r)]);
-    }
+  if (first >= 0) {
+    throw ModelError("rank " + std::to_string(first) + ": " + errors[size_t(first)]);
   }
   return out;
 }

@@ -23,7 +23,7 @@ class InProcessRanks {
   // Runs body(rank, ctx) on every rank at once on its worker; ctx.device is the worker's and,
   // when `exchange`, ctx.halo is the rank's view of the group with neighbours r - 1 and r + 1.
   // Returns the ranks' results in rank order. A rank's failure aborts the others and is thrown
-  // as ModelError "rank R: ..." (the first rank's in order).
+  // as ModelError "rank R: ..." (the rank that failed first: the others fail from its abort).
   std::vector<Planar> run(bool exchange, const std::function<Planar(int, RunContext&)>& body);
 
  private:

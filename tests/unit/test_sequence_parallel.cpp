@@ -22,6 +22,7 @@
 
 #include "parallel/device_worker.h"
 #include "parallel/halo_inprocess.h"
+#include "parallel/rank_run.h"
 #include "parallel/sequence_parallel.h"
 #include "scheduler/pipeline.h"
 #include "src/base/error.h"
@@ -205,6 +206,57 @@ TEST(SequenceParallel, HostValuesKeepTheirOrderAndFailWithTheGroup) {
   patient.abort("rank 1 failed: out of memory");
   waiter.join();
   EXPECT_NE(error.find("rank 1 failed: out of memory"), std::string::npos) << error;
+}
+
+// Ranks of one process without a session (parallel/rank_run.h, the benchmarks' split runs): each
+// rank runs on a worker of its own with its view of the group; a run's values pass between them,
+// and a failing rank aborts the one waiting for it and is the one reported. The next run of the
+// same ranks starts clean.
+TEST(SequenceParallel, InProcessRanksRunAtOnceAndReportTheRankThatFailed) {
+  const wm::Device cpu{wm::Device::Kind::kCpu, 0};
+  wm::parallel::InProcessRanks ranks({cpu}, 2, /*first_lane=*/1, std::chrono::minutes(10));
+  auto ring = [](int r, wm::RunContext& ctx) {
+    EXPECT_NE(ctx.device, nullptr);
+    wm::exec::HaloExchange& halo = *ctx.halo;
+    // Rank 0 hands a value to rank 1, which hands it back doubled: both must run at once.
+    int64_t v = 0;
+    if (r == 0) {
+      halo.send_values(1, {21});
+      v = halo.recv_values(1).at(0);
+    } else {
+      v = 2 * halo.recv_values(0).at(0);
+      halo.send_values(0, {v});
+    }
+    wm::Planar p(1, 1, 1, 1);
+    p.data[0] = float(v + r);
+    return p;
+  };
+  std::vector<wm::Planar> out = ranks.run(true, ring);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].data[0], 42.f);
+  EXPECT_EQ(out[1].data[0], 43.f);
+  try {
+    ranks.run(true, [](int r, wm::RunContext& ctx) {
+      if (r == 1) throw wm::ModelError("out of memory on purpose");
+      ctx.halo->recv_values(1);  // never sent: ends with rank 1's abort
+      return wm::Planar(1, 1, 1, 1);
+    });
+    ADD_FAILURE() << "a run with a failing rank returned";
+  } catch (const wm::ModelError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("rank 1: ", 0), 0u) << what;
+    EXPECT_NE(what.find("out of memory on purpose"), std::string::npos) << what;
+  }
+  out = ranks.run(true, ring);
+  EXPECT_EQ(out[1].data[0], 43.f);
+  // Without the exchange no rank has a view.
+  out = ranks.run(false, [](int r, wm::RunContext& ctx) {
+    wm::Planar p(1, 1, 1, 1);
+    p.data[0] = ctx.halo ? -1.f : float(r);
+    return p;
+  });
+  EXPECT_EQ(out[0].data[0], 0.f);
+  EXPECT_EQ(out[1].data[0], 1.f);
 }
 
 // --- float32, sessions and the pipeline -------------------------------------------------------
