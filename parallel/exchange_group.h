@@ -39,8 +39,9 @@ class ExchangeGroup {
   virtual exec::HaloExchange& rank(int r) = 0;
   // Rank r's view for the time split's messages, which go one way around the ranks (r to r + 1,
   // the last rank to rank 0 for the next slice): a send there never holds the sender (NCCL: a
-  // communicator per pair of ranks and a stream of its own for the sends; in-process sends never
-  // wait anyway), so a rank goes on while its receiver is a layer or a slice behind. Messages
+  // communicator per pair of ranks and a stream of its own for the sends, the last rank's
+  // hand-off through memory; in-process sends never wait anyway), so a rank goes on while its
+  // receiver is a layer or a slice behind. Messages
   // between two ranks keep their order within each view. Default: rank(r).
   virtual exec::HaloExchange& pipelined(int r) { return rank(r); }
   // Fails the run: every waiting and later send/recv throws (NCCL: the communicators are
@@ -52,6 +53,8 @@ class ExchangeGroup {
   // the ranks compute), as one line; empty when none. Polled by the session while it waits.
   virtual std::string health() { return {}; }
   virtual ExchangeStats stats() const = 0;
+  // What carries the messages: "in-process" or "nccl" (reports say what ran, not what was asked).
+  virtual const char* kind() const { return "in-process"; }
 };
 
 }  // namespace wm::parallel

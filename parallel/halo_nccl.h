@@ -27,10 +27,20 @@ inline bool nccl_available() {
 #endif
 }
 
+// NCCL's send and receive kernels wait on the device for their peers, and CUDA's lazy kernel
+// loading (its default since 12.2) may wait for a device's running kernels before it loads a
+// kernel first used mid-run: the two deadlock (CUDA's "lazy loading hazards"; seen on two
+// H200s: a rank's first cuDNN conv of a shape loading while the NCCL send of its peer waited for
+// it). So NCCL runs only in a process started with CUDA_MODULE_LOADING=EAGER (the multi-GPU
+// tests are); elsewhere nccl_group() warns and the ranks exchange in-process (exact, and faster
+// on two H200s: docs/gpu.md). Under EAGER the Wan2.1 benchmark's NCCL time split did not finish
+// in 80 s on two H200s (2026-11-29; not understood yet), so nothing asks for it by itself.
+
 // A group of one rank per CUDA device in `devices` (distinct indices; rank r on devices[r]).
 // `timeout`: the longest the communicators' setup, and any send or receive of a run (from
 // begin()), may take before the group is aborted. Throws wm::Error when the build has no NCCL or
-// a device repeats.
+// a device repeats. In a process whose CUDA loads kernels lazily: an in-process group, with a
+// warning (above).
 std::unique_ptr<ExchangeGroup> nccl_group(
     const std::vector<int>& devices, std::chrono::milliseconds timeout = std::chrono::minutes(30));
 

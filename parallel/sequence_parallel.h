@@ -143,6 +143,7 @@ class SequenceParallelSession final : public PlacedSession {
   int64_t row_slices() const { return row_slices_; }
   int64_t time_slices() const { return time_slices_; }
   ExchangeStats exchange_stats() const { return group_->stats(); }
+  const char* exchange_kind() const { return group_->kind(); }
   // Auto: the prediction its last choice was made from (null before one).
   const SplitPrediction* last_prediction() const { return predicted_ ? &prediction_ : nullptr; }
   // Per rank: seconds of its calls (options.serial: each rank alone, its compute time).

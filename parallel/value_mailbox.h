@@ -2,7 +2,9 @@
 // the ranks of both exchanges are threads of this process, so a plan or a count goes host to
 // host, queued per (sender, receiver) pair, instead of through device memory and back (a
 // device-to-pageable copy waits for the stream: every rank that read a message that way drained
-// its launch queue and left its GPU idle while it launched again). Torch-free, header-only.
+// its launch queue and left its GPU idle while it launched again). Mailbox<T> queues any
+// movable message the same way (the NCCL group's ring hand-offs: tensors with their events).
+// Torch-free, header-only.
 #pragma once
 
 #include <chrono>
@@ -21,11 +23,12 @@
 
 namespace wm::parallel {
 
-class ValueMailbox {
+template <typename T>
+class Mailbox {
  public:
   using Clock = std::chrono::steady_clock;
 
-  void send(int from, int to, std::vector<int64_t> values) {
+  void send(int from, int to, T values) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       queues_[{from, to}].push_back(std::move(values));
@@ -36,13 +39,13 @@ class ValueMailbox {
   // The next values from `from` to `to`; nullopt when `deadline` passed first. `failure()` (the
   // group's failure text, "" while none; called without the group's locks held by us) is polled
   // while waiting: a failed run throws wm::Error naming rank `to` and the cause.
-  std::optional<std::vector<int64_t>> recv(int from, int to, Clock::time_point deadline,
-                                           const std::function<std::string()>& failure) {
+  std::optional<T> recv(int from, int to, Clock::time_point deadline,
+                        const std::function<std::string()>& failure) {
     std::unique_lock<std::mutex> lock(mutex_);
-    std::deque<std::vector<int64_t>>& q = queues_[{from, to}];
+    std::deque<T>& q = queues_[{from, to}];
     for (;;) {
       if (!q.empty()) {
-        std::vector<int64_t> values = std::move(q.front());
+        T values = std::move(q.front());
         q.pop_front();
         return values;
       }
@@ -67,7 +70,9 @@ class ValueMailbox {
  private:
   std::mutex mutex_;
   std::condition_variable arrived_;
-  std::map<std::pair<int, int>, std::deque<std::vector<int64_t>>> queues_;
+  std::map<std::pair<int, int>, std::deque<T>> queues_;
 };
+
+using ValueMailbox = Mailbox<std::vector<int64_t>>;
 
 }  // namespace wm::parallel

@@ -129,6 +129,7 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
   const double iters = double(std::max(1, b.iters));
   const double seconds = total / iters;
   const parallel::ExchangeStats exchange = session->exchange_stats();
+  const std::string exchange_kind = session->exchange_kind();
   std::vector<parallel::WorkerStats> after;
   for (auto* w : workers) after.push_back(w->stats());
   // After the stats: the traced run is not one of the timed ones.
@@ -149,7 +150,7 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
   std::string names;
   for (const Device& d : b.devices) names += (names.empty() ? "" : ",") + d.str();
   out["devices"] = names;
-  out["exchange"] = b.nccl ? "nccl" : "in-process";
+  out["exchange"] = exchange_kind;  // what ran (NCCL asked under lazy CUDA loading: in-process)
   out["seconds"] = seconds;
   out["fps"] = double(b.frames_out) / seconds;
   out["speedup"] = b.one_seconds / seconds;

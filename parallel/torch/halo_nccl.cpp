@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -20,8 +21,10 @@
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "parallel/halo_inprocess.h"
 #include "parallel/value_mailbox.h"
 #include "src/exec/device_context.h"
 #include "src/exec/halo_exchange.h"
@@ -40,6 +43,25 @@ std::unique_ptr<ExchangeGroup> nccl_group(const std::vector<int>&, std::chrono::
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Whether this process's CUDA loads kernels lazily (cuModuleGetLoadingMode, through the
+// runtime's driver entry points: no link to the driver library); without that query, what the
+// environment asked for (lazy unless EAGER: CUDA's default since 12.2).
+bool lazy_module_loading() {
+#if CUDART_VERSION >= 12050
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  int mode = 0;  // CUmoduleLoadingMode: 1 eager, 2 lazy
+  if (cudaGetDriverEntryPointByVersion("cuModuleGetLoadingMode", &fn, 12000, cudaEnableDefault,
+                                       &found) == cudaSuccess &&
+      found == cudaDriverEntryPointSuccess && fn &&
+      reinterpret_cast<int (*)(int*)>(fn)(&mode) == 0) {
+    return mode == 2;
+  }
+#endif
+  const char* asked = std::getenv("CUDA_MODULE_LOADING");
+  return !(asked && std::string(asked) == "EAGER");
+}
 
 // NCCL's own words for a result, with its last error's first line when it has one.
 std::string nccl_text(ncclResult_t r) {
@@ -253,7 +275,8 @@ class NcclGroup final : public ExchangeGroup {
   void begin(int active) override {
     std::shared_ptr<Communicators> comms = communicators(devices_, timeout_);
     int ranks = 0;
-    values_.clear();  // (its lock is never taken inside mutex_)
+    values_.clear();  // (their locks are never taken inside mutex_)
+    handoffs_.clear();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       active_ = ranks = std::min(active, size());
@@ -267,29 +290,33 @@ class NcclGroup final : public ExchangeGroup {
       }
       deadline_ = Clock::now() + timeout_;
     }
-    // The ring's pair communicators (rank r to r + 1, the last to the first: the time split's
-    // pipelined messages), now, while none of this group's NCCL operations is in flight: made on
-    // first use mid-run, a communicator's setup (device memory, stream syncs on both GPUs) can
-    // wait behind a neighbour's receive kernel that waits for this very rank, and the run hangs
-    // until its deadline (seen on two H200s: the SeedVR2 and Wan2.1 NCCL runs of issue 30).
-    // Other pairs are still made on first use.
-    for (int r = 0; ranks > 1 && r < ranks; ++r) link(r, (r + 1) % ranks);
+    // The ring's pair communicators (rank r to r + 1: the time split's pipelined messages; the
+    // last rank's hand-off to rank 0 goes through memory, Pipe), now, while none of this group's
+    // NCCL operations is in flight: made on first use mid-run, a communicator's setup (device
+    // memory, stream syncs on both GPUs) can wait behind a neighbour's receive kernel that waits
+    // for this very rank, and the run hangs until its deadline (seen on two H200s: the SeedVR2
+    // and Wan2.1 NCCL runs of issue 30). Other pairs are still made on first use.
+    for (int r = 0; r + 1 < ranks; ++r) link(r, r + 1);
   }
   exec::HaloExchange& rank(int r) override { return *ranks_.at(size_t(r)); }
   exec::HaloExchange& pipelined(int r) override { return *pipes_.at(size_t(r)); }
   void abort(const std::string& why) override {
     std::vector<std::shared_ptr<Communicators> > all;
     std::string unmatched;
+    bool first = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (failure_.empty()) {
         failure_ = why;
         unmatched = unmatched_locked();
+        first = true;
       }
       all.push_back(comms_);
       for (const auto& [edge, link] : links_) all.push_back(link->comms);
     }
     values_.wake();
+    handoffs_.wake();
+    if (first) log::warn("nccl", "the run failed: " + why);
     // What the ranks had queued when the run failed, where the two ends differ: an NCCL send
     // waits on the device for its receive, so a message one rank queues and its peer never does
     // (or one of another size) hangs both — the first thing to read in a hang.
@@ -331,6 +358,7 @@ class NcclGroup final : public ExchangeGroup {
     std::lock_guard<std::mutex> lock(mutex_);
     return stats_;
   }
+  const char* kind() const override { return "nccl"; }
 
  private:
   // One direction between two ranks for pipelined messages: a two-rank communicator (the
@@ -358,6 +386,13 @@ class NcclGroup final : public ExchangeGroup {
 
   // Rank r's pipelined view: sends on the link's stream (after the work queued so far on the
   // sender's current stream), receives on the current stream (later work waits for them).
+  // Messages back in rank order (the time split's ring: the last rank's histories for rank 0's
+  // next slice) go through the process's memory instead (handoff_send): an NCCL send runs until
+  // its receive does, and a caller that takes each slice before giving the next never starts
+  // that receive while the last rank's slice still runs; with the send kernels waiting on its
+  // GPU the last rank's own slice never finished (seen on two H200s: the two-GPU NCCL test hung
+  // with 32 such sends queued and rank 0 done).
+
   class Pipe final : public exec::HaloExchange {
    public:
     Pipe(NcclGroup& group, int rank) : group_(group), rank_(rank) {}
@@ -368,6 +403,7 @@ class NcclGroup final : public ExchangeGroup {
     }
     void send(int to, const at::Tensor& t) override {
       group_.check(rank_, to);
+      if (to < rank_) return group_.handoff_send(rank_, to, t);
       const at::Tensor data = t.is_non_overlapping_and_dense() ? t : t.contiguous();
       const std::shared_ptr<Link> link = group_.link(rank_, to);
       const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(data.device().index());
@@ -384,6 +420,7 @@ class NcclGroup final : public ExchangeGroup {
     }
     void recv(int from, at::Tensor& into) override {
       group_.check(rank_, from);
+      if (from > rank_) return group_.handoff_recv(from, rank_, into);
       if (!into.is_non_overlapping_and_dense()) {
         throw Error("NCCL recv: the destination is not dense", kExitSoftware);
       }
@@ -522,6 +559,44 @@ class NcclGroup final : public ExchangeGroup {
     }
     return std::move(*got);
   }
+  // A ring hand-off: a copy of `t` made on the sender's current stream, taken by the receiver
+  // (handoff_recv) on its own stream after that copy, device to device.
+  void handoff_send(int rank, int to, const at::Tensor& t) {
+    Handoff m;
+    m.data = t.clone();
+    m.ready = std::make_shared<at::cuda::CUDAEvent>();
+    m.ready->record(c10::cuda::getCurrentCUDAStream(m.data.device().index()));
+    count(rank, int64_t(m.data.nbytes()));
+    handoffs_.send(rank, to, std::move(m));
+  }
+  void handoff_recv(int from, int rank, at::Tensor& into) {
+    Clock::time_point deadline;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      deadline = deadline_;
+    }
+    std::optional<Handoff> got = handoffs_.recv(from, rank, deadline, [this] {
+      std::lock_guard<std::mutex> lock(mutex_);
+      return failure_;
+    });
+    std::string why;
+    if (!got) {
+      why = "the hand-off from rank " + std::to_string(from) + " to rank " + std::to_string(rank) +
+            ": timed out";
+    } else if (got->data.sizes() != into.sizes() || got->data.scalar_type() != into.scalar_type()) {
+      why = "rank " + std::to_string(rank) + " expected a hand-off of " +
+            std::to_string(into.numel()) + " values from rank " + std::to_string(from) + ", got " +
+            std::to_string(got->data.numel());
+    }
+    if (!why.empty()) {
+      abort("NCCL " + why);
+      throw Error("halo exchange: " + why, kExitFailure);
+    }
+    const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(into.device().index());
+    got->ready->block(stream);
+    got->data.record_stream(stream);  // the sender's memory, read on this stream
+    into.copy_(got->data, /*non_blocking=*/true);
+  }
   void count(int rank, int64_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.messages += 1;
@@ -566,6 +641,11 @@ class NcclGroup final : public ExchangeGroup {
   ExchangeStats stats_;
   std::map<std::tuple<int, int, int>, Tally> ledger_;  // this run's, by (view, from, to)
   ValueMailbox values_;
+  struct Handoff {
+    at::Tensor data;
+    std::shared_ptr<at::cuda::CUDAEvent> ready;  // after the copy, on the sender's stream
+  };
+  Mailbox<Handoff> handoffs_;
 };
 
 }  // namespace
@@ -574,6 +654,16 @@ std::unique_ptr<ExchangeGroup> nccl_group(const std::vector<int>& devices,
                                           std::chrono::milliseconds timeout) {
   if (std::set<int>(devices.begin(), devices.end()).size() != devices.size()) {
     throw Error("NCCL halo exchange: one rank per GPU (a device repeats)", kExitDataErr);
+  }
+  if (lazy_module_loading()) {
+    static std::once_flag said;
+    std::call_once(said, [] {
+      log::warn("nccl",
+                "CUDA loads kernels lazily in this process (CUDA_MODULE_LOADING=EAGER was not "
+                "set before CUDA started), and a kernel's first load can deadlock against NCCL's "
+                "waiting kernels: the ranks exchange in-process instead");
+    });
+    return std::make_unique<InProcessGroup>(int(devices.size()), timeout);
   }
   return std::make_unique<NcclGroup>(devices, timeout);
 }

@@ -3,6 +3,7 @@
 // difference.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -91,6 +92,9 @@ inline double ranks_vs_one_rank(Precision precision, const std::vector<Device>& 
   options.timeout = std::chrono::seconds(60);
   options.by = by;
   parallel::SequenceParallelSession session(std::move(ranks), std::move(workers), options);
+  // NCCL runs only where CUDA loads kernels eagerly (ctest sets CUDA_MODULE_LOADING=EAGER for
+  // these tests); elsewhere the group is in-process, which this test is not about.
+  if (nccl) EXPECT_STREQ(session.exchange_kind(), "nccl") << "set CUDA_MODULE_LOADING=EAGER";
   const std::vector<float> got = run(session, nullptr);
   if (got.size() != expected.size()) return 1e30;
   double m = 0;

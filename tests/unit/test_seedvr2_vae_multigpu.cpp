@@ -86,6 +86,8 @@ TEST(SeedVR2MultiGpu, TwoGpusEqualOne) {
     options.nccl = nccl;
     options.timeout = std::chrono::seconds(60);  // a hung exchange fails here, with its error
     wm::parallel::SequenceParallelSession session(std::move(sessions), std::move(workers), options);
+    // (NCCL only where CUDA loads kernels eagerly: ctest sets it for these tests.)
+    EXPECT_STREQ(session.exchange_kind(), nccl ? "nccl" : "in-process");
     const Planar got = run(session, z, {3, 2});
     ASSERT_EQ(got.data.size(), whole.data.size());
     double err = 0;
