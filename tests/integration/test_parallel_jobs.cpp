@@ -446,6 +446,13 @@ TEST(ParallelJobs, BenchUpscaleDevicesOnCpuRanks) {
   EXPECT_EQ(c.at("lanes"), j.at("all_devices").at("input_lanes"));
   EXPECT_NEAR(j.at("of_ceiling").get<double>(),
               j.at("all_devices").at("fps").get<double>() / c.at("fps").get<double>(), 1e-9);
+  // Both thread splits were encoded, and the ceiling is the faster of them.
+  const nlohmann::json& splits = c.at("splits");
+  ASSERT_EQ(splits.size(), 2u) << c.dump();
+  EXPECT_EQ(splits[1].at("encoder_threads"), 0);
+  const double best =
+      std::max(splits[0].at("fps").get<double>(), splits[1].at("fps").get<double>());
+  EXPECT_DOUBLE_EQ(c.at("fps").get<double>(), best);
   for (int i = 0; i < 3; ++i) {
     const std::string name = "input" + std::to_string(i) + ".mp4";
     const Probe again = probe(dir.file("work/out_ceiling/" + name));
