@@ -7,10 +7,10 @@
 # instrumented anyway. Covered: the job parser and validator (with the model registry and the
 # built-in resamplers), geometry, safetensors and torch.save readers, everything libav (reader,
 # writer, stream copy, segments), the SQLite journal, WATCH.yaml and the status page's request
-# parsing, the table of released model names and one-line commands as jobs, and the fuzz seeds
-# and regressions.
+# parsing, the table of released model names and one-line commands as jobs, the fuzz seeds
+# and regressions, and the ranks' host mailbox (threads).
 set(WM_SANITIZE_TESTS test_front_door_spec test_fuzz_inputs test_geometry test_io test_io_carry
-  test_job_spec test_journal test_safetensors test_torch_pickle)
+  test_job_spec test_journal test_mailbox test_safetensors test_torch_pickle)
 
 add_custom_target(sanitize_tests)
 foreach(name ${WM_SANITIZE_TESTS})
