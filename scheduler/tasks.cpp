@@ -217,6 +217,9 @@ std::map<std::string, double> DeviceMeter::metrics(
       const parallel::ExchangeStats e = sp->exchange_stats();
       out["exchange_bytes"] += double(e.bytes);
       out["exchange_wait_seconds"] += e.wait_seconds;
+      // What carried the messages (1: NCCL; 0: in-process, also where NCCL was asked for and
+      // CUDA loads kernels lazily: parallel/halo_nccl.h).
+      out["exchange_nccl"] = std::string(sp->exchange_kind()) == "nccl" ? 1 : 0;
       out["parallel_sequence_slices"] += double(sp->time_slices());
       out["parallel_spatial_slices"] += double(sp->row_slices());
       // Auto's choice and the predicted speed-ups it was made from (the log has the sentence).

@@ -58,6 +58,7 @@ TEST(ParallelJobs, SequenceRanksEqualOneRank) {
     EXPECT_LE(err, 1e-5);
     const nlohmann::json in = report_input(dir.file(name + ".json"));
     EXPECT_GT(in.at("exchange_bytes").get<double>(), 0) << in.dump();
+    EXPECT_EQ(in.at("exchange_nccl").get<double>(), 0) << in.dump();  // in-process, as asked
     for (int rank = 1; rank < ranks; ++rank) {
       EXPECT_TRUE(in.contains("device_cpu." + std::to_string(rank) + "_busy_seconds")) << in.dump();
     }
