@@ -392,7 +392,6 @@ class NcclGroup final : public ExchangeGroup {
   // that receive while the last rank's slice still runs; with the send kernels waiting on its
   // GPU the last rank's own slice never finished (seen on two H200s: the two-GPU NCCL test hung
   // with 32 such sends queued and rank 0 done).
-
   class Pipe final : public exec::HaloExchange {
    public:
     Pipe(NcclGroup& group, int rank) : group_(group), rank_(rank) {}
