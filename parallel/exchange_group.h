@@ -41,8 +41,8 @@ class ExchangeGroup {
   // the last rank to rank 0 for the next slice): a send there never holds the sender (NCCL: a
   // communicator per pair of ranks and a stream of its own for the sends, the last rank's
   // hand-off through memory; in-process sends never wait anyway), so a rank goes on while its
-  // receiver is a layer or a slice behind. Messages
-  // between two ranks keep their order within each view. Default: rank(r).
+  // receiver is a layer or a slice behind. Messages between two ranks keep their order within
+  // each view. Default: rank(r).
   virtual exec::HaloExchange& pipelined(int r) { return rank(r); }
   // Fails the run: every waiting and later send/recv throws (NCCL: the communicators are
   // aborted, so device work waiting on a peer ends).

@@ -3,8 +3,7 @@
 // host, queued per (sender, receiver) pair, instead of through device memory and back (a
 // device-to-pageable copy waits for the stream: every rank that read a message that way drained
 // its launch queue and left its GPU idle while it launched again). Mailbox<T> queues any
-// movable message the same way (the NCCL group's ring hand-offs: tensors with their events).
-// Torch-free, header-only.
+// movable message the same way. Torch-free, header-only.
 #pragma once
 
 #include <chrono>

@@ -276,7 +276,7 @@ class NcclGroup final : public ExchangeGroup {
     std::shared_ptr<Communicators> comms = communicators(devices_, timeout_);
     int ranks = 0;
     values_.clear();  // (their locks are never taken inside mutex_)
-    handoffs_.clear();
+    handoffs_.begin(active);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       active_ = ranks = std::min(active, size());
@@ -315,7 +315,7 @@ class NcclGroup final : public ExchangeGroup {
       for (const auto& [edge, link] : links_) all.push_back(link->comms);
     }
     values_.wake();
-    handoffs_.wake();
+    handoffs_.abort(why);
     if (first) log::warn("nccl", "the run failed: " + why);
     // What the ranks had queued when the run failed, where the two ends differ: an NCCL send
     // waits on the device for its receive, so a message one rank queues and its peer never does
@@ -387,7 +387,8 @@ class NcclGroup final : public ExchangeGroup {
   // Rank r's pipelined view: sends on the link's stream (after the work queued so far on the
   // sender's current stream), receives on the current stream (later work waits for them).
   // Messages back in rank order (the time split's ring: the last rank's histories for rank 0's
-  // next slice) go through the process's memory instead (handoff_send): an NCCL send runs until
+  // next slice) go through the process's memory instead (an in-process group's, handoffs_):
+  // an NCCL send runs until
   // its receive does, and a caller that takes each slice before giving the next never starts
   // that receive while the last rank's slice still runs; with the send kernels waiting on its
   // GPU the last rank's own slice never finished (seen on two H200s: the two-GPU NCCL test hung
@@ -558,43 +559,19 @@ class NcclGroup final : public ExchangeGroup {
     }
     return std::move(*got);
   }
-  // A ring hand-off: a copy of `t` made on the sender's current stream, taken by the receiver
-  // (handoff_recv) on its own stream after that copy, device to device.
+  // A ring hand-off through handoffs_ (a copy on the sender's stream and its event; the
+  // receiver's stream waits for it). A failed hand-off fails the NCCL run too.
   void handoff_send(int rank, int to, const at::Tensor& t) {
-    Handoff m;
-    m.data = t.clone();
-    m.ready = std::make_shared<at::cuda::CUDAEvent>();
-    m.ready->record(c10::cuda::getCurrentCUDAStream(m.data.device().index()));
-    count(rank, int64_t(m.data.nbytes()));
-    handoffs_.send(rank, to, std::move(m));
+    handoffs_.rank(rank).send(to, t);
+    count(rank, int64_t(t.nbytes()));
   }
   void handoff_recv(int from, int rank, at::Tensor& into) {
-    Clock::time_point deadline;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      deadline = deadline_;
+    try {
+      handoffs_.rank(rank).recv(from, into);
+    } catch (const Error& e) {
+      abort(std::string("NCCL hand-off: ") + e.what());
+      throw;
     }
-    std::optional<Handoff> got = handoffs_.recv(from, rank, deadline, [this] {
-      std::lock_guard<std::mutex> lock(mutex_);
-      return failure_;
-    });
-    std::string why;
-    if (!got) {
-      why = "the hand-off from rank " + std::to_string(from) + " to rank " + std::to_string(rank) +
-            ": timed out";
-    } else if (got->data.sizes() != into.sizes() || got->data.scalar_type() != into.scalar_type()) {
-      why = "rank " + std::to_string(rank) + " expected a hand-off of " +
-            std::to_string(into.numel()) + " values from rank " + std::to_string(from) + ", got " +
-            std::to_string(got->data.numel());
-    }
-    if (!why.empty()) {
-      abort("NCCL " + why);
-      throw Error("halo exchange: " + why, kExitFailure);
-    }
-    const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(into.device().index());
-    got->ready->block(stream);
-    got->data.record_stream(stream);  // the sender's memory, read on this stream
-    into.copy_(got->data, /*non_blocking=*/true);
   }
   void count(int rank, int64_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -640,11 +617,7 @@ class NcclGroup final : public ExchangeGroup {
   ExchangeStats stats_;
   std::map<std::tuple<int, int, int>, Tally> ledger_;  // this run's, by (view, from, to)
   ValueMailbox values_;
-  struct Handoff {
-    at::Tensor data;
-    std::shared_ptr<at::cuda::CUDAEvent> ready;  // after the copy, on the sender's stream
-  };
-  Mailbox<Handoff> handoffs_;
+  InProcessGroup handoffs_{int(devices_.size()), timeout_};  // the last rank's hand-offs to rank 0
 };
 
 }  // namespace

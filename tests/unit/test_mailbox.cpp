@@ -1,9 +1,8 @@
 // Mailbox<T> (parallel/value_mailbox.h): host messages between the ranks of an exchange group —
-// the tail plans of both exchanges and, over NCCL, the time split's hand-offs from the last rank
-// to rank 0. What the ranks rely on: messages of one pair arrive in the order sent and apart from
-// other pairs', a receive waits for a later send, a missed deadline is told apart from a message,
-// the group's failure ends a waiting receive with an error naming the rank, and a new run starts
-// with nothing undelivered.
+// the tail plans of both exchanges. What the ranks rely on: messages of one pair arrive in the
+// order sent and apart from other pairs', a receive waits for a later send, a missed deadline is
+// told apart from a message, the group's failure ends a waiting receive with an error naming the
+// rank, and a new run starts with nothing undelivered.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -39,7 +38,7 @@ TEST(Mailbox, PairsKeepTheirOrderApartFromEachOther) {
 }
 
 TEST(Mailbox, ReceiveWaitsForALaterSend) {
-  // Move-only messages (a hand-off's tensor and event are moved, never copied).
+  // Move-only messages: moved in and out, never copied.
   Mailbox<std::unique_ptr<int>> box;
   std::thread sender([&] {
     std::this_thread::sleep_for(50ms);
