@@ -12,8 +12,12 @@ ThreadBudget thread_budget(int cores, int lanes) {
   b.lane_cores = std::max(1, b.cores / b.lanes);
   // libav's auto and TBB's default arena: one thread per core of what the lane has.
   b.decode_threads = b.lane_cores;
-  b.encoder_threads = b.lane_cores;
   b.tbb_threads = b.lane_cores;
+  // The encoder: x264's own auto rule (1.5 threads per core) on the lane's share. Its frame
+  // threads wait on each other's rows and its lookahead gets a third of them at veryfast, so one
+  // thread per core left the lanes' encoders short: on two H200s (32 cores, 7 lanes of 4) the
+  // encoder alone ran 60 fps at 4 threads each against 86 at x264's auto (docs/gpu.md).
+  b.encoder_threads = std::max(1, 3 * b.lane_cores / 2);
   // The device frame path decodes the model's input (~1/4 of the output's pixels or less): a
   // quarter of the lane's cores, 1 to 8 threads, is more than the device takes
   // (scheduler/upscale_device.cpp gives the encoders the rest).

@@ -10,7 +10,9 @@
 // core; x264 1.5 per core), swscale one thread, TBB's default arena (one thread per core), and the
 // device frame path's decode threads a quarter of the cores (2 to 8). Lanes > 1 divide the
 // cores: each lane gets cores / lanes (at least 1), so the lanes' CPU-heavy stages together stay
-// within the cores (or one thread per lane when there are more lanes than cores).
+// within the cores (or one thread per lane when there are more lanes than cores) — except the
+// encoder, which gets x264's own ratio of the lane's cores (1.5 per core, as its auto would take
+// of the whole host): its threads spend much of their time waiting on each other.
 //
 // LibTorch's intra-op pool is one per process (at::set_num_threads), shared by every lane:
 // `torch_threads` is the cores, set once when the LibTorch side loads
@@ -31,7 +33,8 @@ struct ThreadBudget {
   int decode_threads = 1;         // libav decoder of the host frame path
   int device_decode_threads = 1;  // libav decoder feeding the device frame path
   int convert_threads = 1;        // swscale, each direction
-  int encoder_threads = 1;        // libav encoder when the job leaves encode.threads to auto
+  int encoder_threads = 1;        // libav encoder when the job leaves encode.threads to auto:
+                                  // 1.5 per lane core
   int tbb_threads = 1;            // the lane's TBB arena (flow graph, parallel_pipeline)
   int torch_threads = 1;          // LibTorch's intra-op pool (process-wide, not divided)
 

@@ -43,6 +43,7 @@ const char* kAbout =
     "  `bound`, the stage with the largest share in the run on all devices. --lanes N: the jobs'\n"
     "  parallel.inputs (inputs at once; 0 = auto: one per device, more on a GPU once the first\n"
     "  input's peak memory shows room); input_lanes in the JSON is what each run used.\n"
+    "  --encode-threads N: the jobs' encode.threads (0: the host thread budget's).\n"
     "  encode_ceiling: the run on all devices' outputs encoded again, decoded into memory\n"
     "  first, in as many lanes with the same encoder settings, with the lanes' thread budget\n"
     "  and with the encoder's own threads (splits: both; the faster is the ceiling: the\n"
@@ -125,7 +126,8 @@ int bench_upscale_devices(int argc, char** argv) {
   std::string devices, input, kind = "lanczos", model, precision;
   std::string codec = "libx264", preset = "veryfast", workdir = "/tmp/wmbench-devices";
   wm::bench::ClipShape make{1920, 1080, 48};
-  int ranks = 0, inputs = 8, scale = 0, crf = 18, slice_frames = 0, warmup = 1, lanes = 0;
+  int ranks = 0, inputs = 8, scale = 0, crf = 18, slice_frames = 0, warmup = 1, lanes = 0,
+      encode_threads = 0;
   wm::bench::Args args("wmbench upscale", kAbout);
   args.text("--devices", &devices, "0,1,..|cpu")
       .integer("--ranks", &ranks, 0, "N")
@@ -142,6 +144,7 @@ int bench_upscale_devices(int argc, char** argv) {
       .integer("--crf", &crf, 0)
       .integer("--slice-frames", &slice_frames, 0)
       .integer("--lanes", &lanes, 0)
+      .integer("--encode-threads", &encode_threads, 0, "N")
       .integer("--warmup", &warmup, 0)
       .text("--workdir", &workdir, "DIR");
   if (const int status = args.parse(argc, argv); status >= 0) return status;
@@ -206,6 +209,7 @@ int bench_upscale_devices(int argc, char** argv) {
     if (!precision.empty()) yaml += "precision: " + precision + "\n";
     if (slice_frames > 0) yaml += "slice_frames: " + std::to_string(slice_frames) + "\n";
     yaml += "encode: {codec: " + codec + ", preset: " + preset + ", crf: " + std::to_string(crf) +
+            (encode_threads > 0 ? ", threads: " + std::to_string(encode_threads) : std::string()) +
             "}\n";
     const std::string path = workdir + "/" + name + ".yaml";
     wm::fs::write_file_atomic(path, yaml);
@@ -225,11 +229,11 @@ int bench_upscale_devices(int argc, char** argv) {
   for (const std::string& c : copies) {
     outputs.push_back(workdir + "/out_all/" + std::filesystem::path(c).stem().string() + ".mp4");
   }
-  // Two thread splits, the faster one the ceiling: the job's (the host budget of its lanes) and
-  // the encoder's own choice per lane (x264: 1.5 per core). The job's first inputs start with
-  // fewer lanes and more threads each, and x264's frame threads wait on each other, so on two
-  // H200s (32 cores, 7 lanes) the Lanczos batch ran 34.9 fps against 31.5 for its budget split
-  // alone: a ceiling below the job is no ceiling.
+  // Thread splits, the fastest one the ceiling: the job's (the host budget of its lanes) and
+  // the encoder's own choice per lane (x264: 1.5 per core of the whole host). The job's first
+  // inputs start with fewer lanes and more threads each, and x264's frame threads wait on each
+  // other, so on two H200s (32 cores, 7 lanes) the Lanczos batch ran 34.9 fps against 31.5 for its
+  // budget split alone: a ceiling below the job is no ceiling.
   wm::io::EncodeSettings settings;
   settings.codec = codec;
   settings.preset = preset;
@@ -239,7 +243,11 @@ int bench_upscale_devices(int argc, char** argv) {
   settings.convert_threads = budget.convert_threads;
   wm::bench::EncodeCeiling ceiling;
   nlohmann::json splits = nlohmann::json::array();
-  for (const int threads : {budget.encoder_threads, 0}) {
+  // Four splits: one thread per lane core (the budget before 2026-11-30), the budget's (x264's
+  // 1.5 per lane core), twice that, and the encoder's own auto in every lane.
+  std::vector<int> tries{budget.lane_cores, budget.encoder_threads, 2 * budget.encoder_threads, 0};
+  tries.erase(std::unique(tries.begin(), tries.end()), tries.end());
+  for (const int threads : tries) {
     wm::io::EncodeSettings tried = settings;
     tried.threads = threads;
     const wm::bench::EncodeCeiling c =
@@ -264,6 +272,7 @@ int bench_upscale_devices(int argc, char** argv) {
                            {"model", model.empty() ? kind : model},
                            {"scale", model_scale},
                            {"encode", codec + " " + preset + " crf " + std::to_string(crf)},
+                           {"encode_threads", encode_threads},  // 0: the thread budget's
                            {"cores", int(std::thread::hardware_concurrency())},
                            {"one_device", describe(single)},
                            {"all_devices", describe(spread)},

@@ -18,6 +18,7 @@
 #include <set>
 #include <thread>
 
+#include "parallel/thread_budget.h"
 #include "src/weights/safetensors.h"
 #include "tests/support/media.h"
 #include "tests/support/planar_ops.h"
@@ -282,7 +283,8 @@ TEST(ParallelJobs, InputLanesReportAndLogTheirThreadBudget) {
     EXPECT_EQ(b.at("lanes"), lanes ? 2 : 1);
     EXPECT_EQ(b.at("lane_cores"), lanes ? lane_cores : cores);
     EXPECT_EQ(b.at("decode_threads"), lanes ? lane_cores : cores);
-    EXPECT_EQ(b.at("encoder_threads"), lanes ? lane_cores : cores);
+    // x264's ratio of the lane's cores (one lane: what libav's auto gives x264 of the host).
+    EXPECT_EQ(b.at("encoder_threads"), std::max(1, 3 * (lanes ? lane_cores : cores) / 2));
     EXPECT_EQ(b.at("tbb_threads"), lanes ? lane_cores : cores);
     EXPECT_EQ(b.at("convert_threads"), 1);
     EXPECT_EQ(b.at("torch_threads"), cores);
@@ -447,12 +449,20 @@ TEST(ParallelJobs, BenchUpscaleDevicesOnCpuRanks) {
   EXPECT_EQ(c.at("lanes"), j.at("all_devices").at("input_lanes"));
   EXPECT_NEAR(j.at("of_ceiling").get<double>(),
               j.at("all_devices").at("fps").get<double>() / c.at("fps").get<double>(), 1e-9);
-  // Both thread splits were encoded, and the ceiling is the faster of them.
+  // Every thread split was encoded — one thread per lane core, the budget's (1.5 per lane core),
+  // twice that, the encoder's own auto; equal counts once — and the ceiling is the fastest.
   const nlohmann::json& splits = c.at("splits");
-  ASSERT_EQ(splits.size(), 2u) << c.dump();
-  EXPECT_EQ(splits[1].at("encoder_threads"), 0);
-  const double best =
-      std::max(splits[0].at("fps").get<double>(), splits[1].at("fps").get<double>());
+  const wm::parallel::ThreadBudget budget =
+      wm::parallel::thread_budget(wm::parallel::host_cores(), c.at("lanes").get<int>());
+  std::vector<int> expected{budget.lane_cores, budget.encoder_threads, 2 * budget.encoder_threads,
+                            0};
+  expected.erase(std::unique(expected.begin(), expected.end()), expected.end());
+  ASSERT_EQ(splits.size(), expected.size()) << c.dump();
+  double best = 0;
+  for (size_t i = 0; i < splits.size(); ++i) {
+    EXPECT_EQ(splits[i].at("encoder_threads"), expected[i]) << c.dump();
+    best = std::max(best, splits[i].at("fps").get<double>());
+  }
   EXPECT_DOUBLE_EQ(c.at("fps").get<double>(), best);
   for (int i = 0; i < 3; ++i) {
     const std::string name = "input" + std::to_string(i) + ".mp4";
