@@ -1,7 +1,8 @@
 // How many inputs of a batch one device runs at once when the job leaves `parallel.inputs` to
 // auto (docs/gpu.md "Batches across devices"). A data-parallel batch of a frame-wise model on
-// GPUs starts with one input per device; once its first input is done, the device's measured peak
-// memory says how many inputs it can hold, and further input lanes start (each with its own
+// GPUs starts with one input per device; once an input has written kGrowAfterSlices slices (or is
+// done), the device's measured peak memory says how many inputs it can hold, and further input
+// lanes start (each with its own
 // decoder, device worker lane and encoder, so one GPU is kept fed while its inputs' host stages
 // run). Torch-free.
 #pragma once
@@ -11,6 +12,11 @@
 namespace wm::sched {
 
 constexpr int kMaxLanesPerDevice = 4;
+// Slices an input of the first lanes writes before the batch may widen: a frame-wise model's
+// slices are alike, and by the third written the next ones are in flight (upload, model,
+// download), so the device's peak memory is that of a lane at work. Waiting for a whole input
+// instead held a batch of long clips on one lane per device for the first clip's whole length.
+constexpr int kGrowAfterSlices = 3;
 // Host cores each lane of a device should have (its decoder and encoder run there).
 constexpr int kCoresPerLane = 4;
 // The share of a device's usable memory the lanes may plan to fill.

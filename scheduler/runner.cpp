@@ -227,13 +227,15 @@ using LaneGrowth = std::function<std::vector<std::unique_ptr<TaskRunner>>(size_t
 // started, so the inputs start in their order; an input whose output an earlier one of the batch
 // also writes waits for it. Outcomes are recorded in the inputs' order once all are done; inputs
 // not started (a cancel, --stop-on-error after a failure) are left out, as in the sequential loop.
-// With `grow`, once the batch's first input is done and inputs are left, grow(left) may return
+// With `grow`, once an input of the batch is done or has written kGrowAfterSlices slices and
+// inputs are left, grow(left) may return
 // runners for further lanes (made on this thread: ModelShelf is per thread), which take the next
 // inputs not started.
 void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress,
                const std::vector<std::string>& inputs,
                std::vector<std::unique_ptr<TaskRunner>>& lanes, JobOutcome& outcome,
-               const std::shared_ptr<spdlog::logger>& log, const LaneGrowth& grow) {
+               const std::shared_ptr<spdlog::logger>& log, const LaneGrowth& grow,
+               Clock::time_point job_start) {
   const size_t n = inputs.size();
   std::vector<std::string> outputs(n);
   for (size_t i = 0; i < n; ++i) {
@@ -249,7 +251,7 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
   std::condition_variable finished;
   size_t next = lanes.size();  // inputs [0, lanes) are the lanes' first ones
   bool failed = false;
-  bool first_done = false;        // an input of the batch is done (time to grow)
+  bool first_done = false;        // an input is done or has written kGrowAfterSlices (time to grow)
   size_t running = lanes.size();  // lane threads not yet returned
   auto stopped = [&] {
     return (options.cancel && options.cancel->load()) || (!options.keep_going && failed);
@@ -265,6 +267,7 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
     InputOutcome in;
     in.input = inputs[i];
     const auto start = Clock::now();
+    in.started = std::chrono::duration<double>(start - job_start).count();
     try {
       in.output = expand_output(job.output, in.input, job.name, job.dir);
       // An image sequence's output is its folder (written whole, renamed into place).
@@ -282,6 +285,19 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
         // (graph, pipeline) runs in an arena of that many threads.
         RunOptions lane_options = options;
         lane_options.lanes = lanes_now;
+        if (grow) {
+          // The sink's thread, one call at a time: the batch may widen once this input's first
+          // slices are written (input_lanes.h), not only when it is done.
+          lane_options.on_slice = [&, given = options.on_slice](int64_t slice, int64_t written) {
+            if (given) given(slice, written);
+            if (slice + 1 < kGrowAfterSlices) return;
+            std::lock_guard<std::mutex> lock(mutex);
+            if (!first_done) {
+              first_done = true;
+              finished.notify_all();
+            }
+          };
+        }
         const parallel::ThreadBudget budget =
             parallel::thread_budget(parallel::host_cores(), lanes_now);
         tbb::task_arena arena(budget.tbb_threads);
@@ -472,7 +488,7 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
             more.push_back(make_task_runner(lane_job(job, int(lane), int(lane) + 1, ranks)));
           }
           log->info(
-              "{} inputs at once ({} per device: peak {:.2f} GiB after the first input, "
+              "{} inputs at once ({} per device: peak {:.2f} GiB after the first slices, "
               "{:.1f} GiB usable, {} cores)",
               total > size_t(now) ? total : size_t(now), per_device, peak / double(1 << 30),
               usable / double(1 << 30), cores);
@@ -544,7 +560,7 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
   };
 
   if (!lanes.empty()) {
-    run_lanes(job, options, progress, inputs, lanes, outcome, log, grow);
+    run_lanes(job, options, progress, inputs, lanes, outcome, log, grow, job_start);
     outcome.seconds = seconds_since(job_start);
     outcome.peak_rss_mib = peak_rss_mib();
     return outcome;
@@ -554,6 +570,7 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
     InputOutcome in;
     in.input = inputs[i];
     const auto start = Clock::now();
+    in.started = std::chrono::duration<double>(start - job_start).count();
     std::optional<PendingOutput> output;
     std::optional<io::OutputLock> lock;
     try {
@@ -614,6 +631,7 @@ void write_report(const std::string& path, const std::vector<JobOutcome>& outcom
                           {"output", in.output},
                           {"state", to_string(in.state)},
                           {"frames", in.frames},
+                          {"started_seconds", in.started},
                           {"seconds", in.seconds},
                           {"fps", in.seconds > 0 ? in.frames / in.seconds : 0.0}};
       // The frame sizes, as integers under names of their own.

@@ -78,6 +78,7 @@ struct InputOutcome {
   int exit_code = 0;
   std::string error;  // one line, names the file
   int64_t frames = 0;
+  double started = 0;  // seconds from the job's start to this input's (lanes run inputs at once)
   double seconds = 0;
   // Task measurements (reconstruct: psnr, ssim). The frame sizes, where the task knows them, are
   // "input_width", "input_height", "output_width", "output_height" (the report writes them as

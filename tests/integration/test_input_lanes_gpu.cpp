@@ -1,7 +1,8 @@
 // Input lanes sized from the GPU's memory (scheduler/input_lanes.h), label `gpu`: skipped without
 // a CUDA device. A batch of clips upscaled on one GPU with `parallel.inputs` left to auto starts
-// more inputs at once after the first (as many as memory, the host's cores and the cap allow) and
-// writes exactly what one input at a time writes, with the report in the inputs' order.
+// more inputs at once once the first has written a few slices (as many as memory, the host's
+// cores and the cap allow) and writes exactly what one input at a time writes, with the report in
+// the inputs' order.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -66,6 +67,39 @@ TEST(InputLanesGpu, AutoLanesOnOneGpuEqualOneInputAtATime) {
       EXPECT_TRUE(a[f].image.data == b[f].image.data) << clips[i] << " frame " << f;
     }
   }
+}
+
+// The batch widens while its first input still runs: a long first clip (60 slices) and short ones
+// after it. Once the first has written kGrowAfterSlices slices the further lanes start, so the
+// second input starts before the first ends (until 2026-11-30 it waited for the whole first
+// input); the report's started_seconds says when each began.
+TEST(InputLanesGpu, LanesWidenWhileTheFirstInputRuns) {
+  if (parallel::cuda_device_count() < 1) GTEST_SKIP() << "no CUDA device";
+  const int cores = int(std::thread::hardware_concurrency());
+  if (std::min(sched::kMaxLanesPerDevice, cores / sched::kCoresPerLane) < 2) {
+    GTEST_SKIP() << cores << " cores: one lane per GPU, nothing to widen";
+  }
+  TempDir dir("input-lanes-widen");
+  const std::vector<std::string> clips = make_batch_clips(dir, 4, "yuv444p", [](int i) {
+    return i == 0 ? std::array<int, 3>{640, 360, 240} : std::array<int, 3>{64, 48, 8};
+  });
+  std::string yaml = "task: upscale\ninput:\n";
+  for (const std::string& c : clips) yaml += "  - " + c + "\n";
+  yaml +=
+      "output: out/{stem}.mkv\nmodel: {kind: lanczos, scale: 2}\ndevices: [0]\n"
+      "slice_frames: 4\nencode: {codec: ffv1, pix_fmt: yuv444p}\n";
+  write_text(dir.file("job.yaml"), yaml);
+  const CommandResult r = wmbatch({"--report", dir.file("job.json"), dir.file("job.yaml")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json job = report_job(dir.file("job.json"));
+  EXPECT_GE(job.at("input_lanes").get<int>(), 2) << r.output;
+  const nlohmann::json& inputs = job.at("inputs");
+  ASSERT_EQ(inputs.size(), clips.size());
+  const double first_end =
+      inputs[0].at("started_seconds").get<double>() + inputs[0].at("seconds").get<double>();
+  EXPECT_LT(inputs[1].at("started_seconds").get<double>(), first_end) << r.output;
+  EXPECT_EQ(inputs[0].at("frames"), 240);
+  for (size_t i = 0; i < clips.size(); ++i) EXPECT_EQ(inputs[i].at("state"), "done");
 }
 
 }  // namespace

@@ -278,6 +278,20 @@ TEST(ParallelJobs, InputLanesReportAndLogTheirThreadBudget) {
     std::ifstream report(dir.file("job.json"));
     const nlohmann::json job = nlohmann::json::parse(report).at(0);
     ASSERT_TRUE(job.contains("thread_budget")) << job.dump();
+    // When each input began, from the job's start: within the job, in the inputs' order. Two
+    // lanes start the first two at once; the third waits for a lane to be done with its first.
+    const nlohmann::json& ins = job.at("inputs");
+    ASSERT_EQ(ins.size(), 3u);
+    std::vector<double> started, ended;
+    for (const nlohmann::json& in : ins) {
+      started.push_back(in.at("started_seconds").get<double>());
+      ended.push_back(started.back() + in.at("seconds").get<double>());
+      EXPECT_GE(started.back(), 0.0);
+      EXPECT_LE(ended.back(), job.at("seconds").get<double>() + 1e-6);
+    }
+    EXPECT_LE(started[0], started[1]);
+    EXPECT_LE(started[1], started[2]);
+    if (lanes) EXPECT_GE(started[2], std::min(ended[0], ended[1]) - 1e-6);
     const nlohmann::json& b = job.at("thread_budget");
     EXPECT_EQ(b.at("cores"), cores);
     EXPECT_EQ(b.at("lanes"), lanes ? 2 : 1);
