@@ -74,10 +74,10 @@ io::WriterConfig writer_config(const Clip& clip, const std::string& path,
   return config;
 }
 
-// Encodes one clip into out_dir; returns the frames written.
+// Encodes one clip into out_dir as STEM.mp4; returns the frames written.
 int64_t encode(const Clip& clip, const std::string& out_dir, const io::EncodeSettings& settings) {
   io::VideoWriter writer(writer_config(
-      clip, out_dir + "/" + std::filesystem::path(clip.path).filename().string(), settings));
+      clip, out_dir + "/" + std::filesystem::path(clip.path).stem().string() + ".mp4", settings));
   for (size_t i = 0; i < clip.timing.size(); ++i) {
     io::YuvImage out = writer.yuv_buffer();
     for (int p = 0; p < 3; ++p) {

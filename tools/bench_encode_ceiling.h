@@ -21,7 +21,7 @@ struct EncodeCeiling {
                         // as it is); empty when measured
 };
 
-// Encodes `videos` again into `out_dir` (file names kept) with `settings` in `lanes` lanes.
+// Encodes `videos` again into `out_dir` (STEM.mp4 each) with `settings` in `lanes` lanes.
 // Throws wm::Error for an unreadable video or a failing encoder.
 EncodeCeiling encode_ceiling(const std::vector<std::string>& videos, const std::string& out_dir,
                              int lanes, const io::EncodeSettings& settings);
