@@ -3,7 +3,7 @@
 # builds it): the multi-GPU tests, the SeedVR2 upscaler over every GPU (split and per batch),
 # then the batch upscale of 8 inputs 1920x1080 -> 3840x2160
 # (realesr-animevideov3 fp16, random weights, libx264 veryfast) on the first GPU against all of
-# them in the same process, with the encoder's ceiling measured on the same outputs, and the
+# them in the same process, with the encoder's ceiling measured on the job's own frames (a lossless run), and the
 # same batch with the built-in Lanczos resampler. The VAE scaling tables are ring.sh's. Writes $OUT/multi.jsonl and
 # the tests' log into $LOGS (all.sh packs it) or $OUT.
 set -u
