@@ -30,15 +30,21 @@ if [ "${MULTI_SEEDVR2:-1}" = 1 ]; then
   echo >> "$OUT/multi.jsonl"
 fi
 [ "${MULTI_BATCH:-1}" = 1 ] || exit 0
-timeout 300 build-gpu/wmbench upscale --devices "$devs" --model realesr-animevideov3 \
-  --precision fp16 --inputs 8 --make 1920x1080:24 --scale 2 --warmup 1 \
-  | tr -d '\n' >> "$OUT/multi.jsonl"
-echo >> "$OUT/multi.jsonl"
+# MULTI_FRAMES: frames per input (24; 96 shows the batch past its lanes' start), MULTI_THREADS:
+# the jobs' encode.threads to try ("0" = the thread budget's; e.g. "0 12 24" to choose the rule).
+frames=${MULTI_FRAMES:-24}
+for threads in ${MULTI_THREADS:-0}; do
+  timeout 300 build-gpu/wmbench upscale --devices "$devs" --model realesr-animevideov3 \
+    --precision fp16 --inputs 8 --make 1920x1080:$frames --scale 2 --warmup 1 \
+    --encode-threads "$threads" --workdir "/tmp/wmbench-multi-$frames" \
+    | tr -d '\n' >> "$OUT/multi.jsonl"
+  echo >> "$OUT/multi.jsonl"
+done
 # The built-in Lanczos resampler on the same batch (the device frame path since 2026-11-29;
 # 13.9 fps on two H200s before, through RGB float frames on the host). MULTI_RESAMPLE=0 skips it.
 if [ "${MULTI_RESAMPLE:-1}" = 1 ]; then
   timeout 200 build-gpu/wmbench upscale --devices "$devs" --kind lanczos --inputs 8 \
-    --make 1920x1080:24 --scale 2 --warmup 1 | tr -d '\n' >> "$OUT/multi.jsonl"
+    --make 1920x1080:$frames --scale 2 --warmup 1 | tr -d '\n' >> "$OUT/multi.jsonl"
   echo >> "$OUT/multi.jsonl"
 fi
 grep -o '"speed_up":[0-9.]*\|"of_ceiling":[0-9.]*\|"fps[a-z_]*":[0-9.]*' "$OUT/multi.jsonl" | head
