@@ -143,4 +143,11 @@ double peak_rss_mib() {
   return usage.ru_maxrss / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
+double process_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
 }  // namespace wm::sched

@@ -50,5 +50,7 @@ class Progress {
 
 // Peak resident set size of this process, MiB.
 double peak_rss_mib();
+// User + system CPU time of this process so far (all its threads), seconds.
+double process_cpu_seconds();
 
 }  // namespace wm::sched

@@ -11,6 +11,7 @@
 
 #include "io/video_reader.h"
 #include "io/yuv_image.h"
+#include "scheduler/progress.h"
 #include "src/base/error.h"
 
 namespace wm::bench {
@@ -118,6 +119,7 @@ EncodeCeiling encode_ceiling(const std::vector<std::string>& videos, const std::
   size_t next = 0;
   std::exception_ptr failure;
   const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = wm::sched::process_cpu_seconds();
   std::vector<std::thread> threads;
   for (int lane = 0; lane < result.lanes; ++lane) {
     threads.emplace_back([&] {
@@ -142,6 +144,7 @@ EncodeCeiling encode_ceiling(const std::vector<std::string>& videos, const std::
   for (std::thread& t : threads) t.join();
   if (failure) std::rethrow_exception(failure);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.cpu_seconds = wm::sched::process_cpu_seconds() - cpu_start;
   return result;
 }
 

@@ -15,6 +15,7 @@ namespace wm::bench {
 
 struct EncodeCeiling {
   double seconds = 0;
+  double cpu_seconds = 0;  // the process's user + system time over those seconds
   int64_t frames = 0;
   int lanes = 1;
   std::string skipped;  // why it was not measured (a pixel format the encoder does not take

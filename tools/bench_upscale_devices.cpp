@@ -16,6 +16,7 @@
 #include "io/video_reader.h"
 #include "io/video_writer.h"
 #include "parallel/thread_budget.h"
+#include "scheduler/progress.h"
 #include "scheduler/runner.h"
 #include "src/base/fs.h"
 #include "src/base/json_text.h"
@@ -38,9 +39,11 @@ const char* kAbout =
     "  --scale: the output scale, as model.scale in a job (default 2 for --kind, the network's\n"
     "  for --model; another one resizes the network's output). JSON: fps of both runs,\n"
     "  speed_up, per-device busy seconds and busy share of the wall time, per-stage seconds\n"
-    "  summed over the inputs and their share of the lanes' time (decode: stage_source, model\n"
-    "  (host<->device copies included): stage_model, encode: stage_sink + writer_finish), and\n"
-    "  `bound`, the stage with the largest share in the run on all devices. --lanes N: the jobs'\n"
+    "  summed over the inputs and their share of the lanes' time (decode: stage_source or\n"
+    "  stage_decode, model (host<->device copies included): stage_model, encode: stage_sink or\n"
+    "  stage_encode, + writer_finish), `bound`, the stage with the largest share in the run on\n"
+    "  all devices, and cpu_seconds / host_cpu_share, the process's CPU time over the run and\n"
+    "  its share of all the host's cores (also per ceiling split). --lanes N: the jobs'\n"
     "  parallel.inputs (inputs at once; 0 = auto: one per device, more on a GPU once the first\n"
     "  input's peak memory shows room); input_lanes in the JSON is what each run used.\n"
     "  --encode-threads N: the jobs' encode.threads (0: the host thread budget's).\n"
@@ -56,13 +59,21 @@ struct Run {
   int lanes = 1;
   std::map<std::string, double> busy;    // device_<dev>_busy_seconds, summed over inputs
   std::map<std::string, double> stages;  // stage and writer seconds, summed over inputs
+  double cpu_seconds = 0;                // the process's user + system time during the run
 };
+
+// The host's cores busy on average over `seconds` of wall time, as a share of all of them.
+double host_cpu_share(double cpu_seconds, double seconds) {
+  return cpu_seconds / (std::max(seconds, 1e-9) * wm::parallel::host_cores());
+}
 
 // Runs the job file; exits on failure.
 Run run_job(const std::string& yaml_path) {
   Run run;
+  const double cpu_before = wm::sched::process_cpu_seconds();
   const std::vector<wm::sched::JobOutcome> outcomes =
       wm::bench::run_job_or_exit(yaml_path, &run.seconds);
+  run.cpu_seconds = wm::sched::process_cpu_seconds() - cpu_before;
   for (const auto& o : outcomes) {
     run.frames += o.frames;
     run.lanes = std::max(run.lanes, o.input_lanes);
@@ -84,7 +95,11 @@ nlohmann::json describe(const Run& run) {
   nlohmann::json j = {{"seconds", run.seconds},
                       {"frames", run.frames},
                       {"fps", run.frames / run.seconds},
-                      {"input_lanes", run.lanes}};
+                      {"input_lanes", run.lanes},
+                      {"cpu_seconds", run.cpu_seconds},
+                      // Near 1: the host's cores are the bound; well below with a stage "bound"
+                      // at ~100 %: that stage waits (an encoder's threads on each other).
+                      {"host_cpu_share", host_cpu_share(run.cpu_seconds, run.seconds)}};
   nlohmann::json busy = nlohmann::json::object(), share = nlohmann::json::object();
   for (const auto& [name, value] : run.busy) {
     busy[name] = value;
@@ -105,10 +120,12 @@ nlohmann::json describe(const Run& run) {
     const auto it = run.stages.find(key);
     return it == run.stages.end() ? 0.0 : it->second;
   };
+  // The graph's names (source, sink) and the device frame path's (decode, encode).
   const std::map<std::string, double> named = {
-      {"decode", stage("stage_source_seconds")},
+      {"decode", stage("stage_source_seconds") + stage("stage_decode_seconds")},
       {"model", stage("stage_model_seconds")},
-      {"encode", stage("stage_sink_seconds") + stage("writer_finish_seconds")}};
+      {"encode", stage("stage_sink_seconds") + stage("stage_encode_seconds") +
+                     stage("writer_finish_seconds")}};
   std::string bound;
   double most = -1;
   for (const auto& [name, value] : named) {
@@ -270,7 +287,9 @@ int bench_upscale_devices(int argc, char** argv) {
       ceiling = c;
       break;
     }
-    splits.push_back({{"encoder_threads", threads}, {"fps", double(c.frames) / c.seconds}});
+    splits.push_back({{"encoder_threads", threads},
+                      {"fps", double(c.frames) / c.seconds},
+                      {"host_cpu_share", host_cpu_share(c.cpu_seconds, c.seconds)}});
     if (ceiling.frames == 0 || c.seconds < ceiling.seconds) {
       ceiling = c;
       settings.threads = threads;

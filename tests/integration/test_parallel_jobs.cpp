@@ -291,7 +291,9 @@ TEST(ParallelJobs, InputLanesReportAndLogTheirThreadBudget) {
     }
     EXPECT_LE(started[0], started[1]);
     EXPECT_LE(started[1], started[2]);
-    if (lanes) EXPECT_GE(started[2], std::min(ended[0], ended[1]) - 1e-6);
+    if (lanes) {
+      EXPECT_GE(started[2], std::min(ended[0], ended[1]) - 1e-6);
+    }
     const nlohmann::json& b = job.at("thread_budget");
     EXPECT_EQ(b.at("cores"), cores);
     EXPECT_EQ(b.at("lanes"), lanes ? 2 : 1);
@@ -453,6 +455,12 @@ TEST(ParallelJobs, BenchUpscaleDevicesOnCpuRanks) {
   EXPECT_TRUE(j.at("all_devices").at("device_busy_seconds").contains("device_cpu.1_busy_seconds"))
       << j.dump();
   EXPECT_TRUE(j.at("all_devices").at("stage_seconds").contains("stage_model_seconds"));
+  // The host's CPU over the run: some, and no more than all of its cores.
+  for (const char* run : {"one_device", "all_devices"}) {
+    EXPECT_GT(j.at(run).at("cpu_seconds").get<double>(), 0.0) << run;
+    EXPECT_GT(j.at(run).at("host_cpu_share").get<double>(), 0.0) << run;
+    EXPECT_LE(j.at(run).at("host_cpu_share").get<double>(), 1.05) << run;
+  }
   const std::string bound = j.at("all_devices").at("bound");
   EXPECT_TRUE(bound == "decode" || bound == "model" || bound == "encode") << bound;
   // The encoder alone, on the run's own frames (its lossless run), in its lanes: every frame
@@ -475,6 +483,8 @@ TEST(ParallelJobs, BenchUpscaleDevicesOnCpuRanks) {
   double best = 0;
   for (size_t i = 0; i < splits.size(); ++i) {
     EXPECT_EQ(splits[i].at("encoder_threads"), expected[i]) << c.dump();
+    EXPECT_GT(splits[i].at("host_cpu_share").get<double>(), 0.0) << c.dump();
+    EXPECT_LE(splits[i].at("host_cpu_share").get<double>(), 1.05) << c.dump();
     best = std::max(best, splits[i].at("fps").get<double>());
   }
   EXPECT_DOUBLE_EQ(c.at("fps").get<double>(), best);
