@@ -251,7 +251,7 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
   std::condition_variable finished;
   size_t next = lanes.size();  // inputs [0, lanes) are the lanes' first ones
   bool failed = false;
-  bool first_done = false;        // an input is done or has written kGrowAfterSlices (time to grow)
+  bool may_grow = false;          // an input is done or has written kGrowAfterSlices (time to grow)
   size_t running = lanes.size();  // lane threads not yet returned
   auto stopped = [&] {
     return (options.cancel && options.cancel->load()) || (!options.keep_going && failed);
@@ -292,8 +292,8 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
             if (given) given(slice, written);
             if (slice + 1 < kGrowAfterSlices) return;
             std::lock_guard<std::mutex> lock(mutex);
-            if (!first_done) {
-              first_done = true;
+            if (!may_grow) {
+              may_grow = true;
               finished.notify_all();
             }
           };
@@ -353,7 +353,7 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
       if (in.state == InputState::kFailed) failed = true;
       results[i] = std::move(in);
       done[i] = true;
-      first_done = true;
+      may_grow = true;
       finished.notify_all();
     }
   };
@@ -368,8 +368,8 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
   }
   if (grow) {
     std::unique_lock<std::mutex> lock(mutex);
-    finished.wait(lock, [&] { return first_done || running == 0; });
-    if (first_done && running > 0 && next < n && !stopped()) {
+    finished.wait(lock, [&] { return may_grow || running == 0; });
+    if (may_grow && running > 0 && next < n && !stopped()) {
       const size_t left = n - next;
       lock.unlock();
       std::vector<std::unique_ptr<TaskRunner>> more;
