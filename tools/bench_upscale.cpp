@@ -62,7 +62,9 @@ const char* kModelAbout =
     "  18). --baseline tools/bench/realesrgan_baseline.py: runs the PyTorch script (python3,\n"
     "  same size, --baseline-frames per call) in its --baseline-modes (eager; channels_last;\n"
     "  compile = torch.compile max-autotune-no-cudagraphs on channels_last) and reports their\n"
-    "  fps and speedup_vs_<mode>. Sizes default to 1920x1080 (SRVGG) and 960x540 (RRDB).\n";
+    "  fps and speedup_vs_<mode>. Sizes default to 1920x1080 (SRVGG) and 960x540 (RRDB).\n"
+    "  --trace FILE: two more calls under LibTorch's profiler, its Chrome trace written to FILE\n"
+    "  (tools/gpu-checks/trace_summary.py FILE --kernels: the GPU's time by kernel).\n";
 
 // A WxH clip of `seconds` at 25 fps written in process (libx264 veryfast crf 20, no audio),
 // for hosts without the ffmpeg CLI. Returns false on failure.
@@ -129,7 +131,7 @@ std::string capture(const std::string& command, int& status) {
 
 int bench_upscale_model(int argc, char** argv) {
   std::string model, precision_text = "fp16", size, baseline;
-  std::string workdir = "/tmp/wmbench", e2e, tuning, baseline_modes = "eager";
+  std::string workdir = "/tmp/wmbench", e2e, tuning, baseline_modes = "eager", trace;
   int frames = 4, calls = -1, warmup = -1, baseline_frames = 1;
   wm::Device device{wm::Device::Kind::kCuda, 0};
   wm::bench::Args args("wmbench upscale", kModelAbout);
@@ -146,6 +148,7 @@ int bench_upscale_model(int argc, char** argv) {
       .text("--baseline-modes", &baseline_modes, "eager,channels_last,compile")
       .integer("--baseline-frames", &baseline_frames, 1)
       .text("--tuning", &tuning, "KEY=V,...")
+      .text("--trace", &trace, "FILE")
       .text("--workdir", &workdir, "DIR");
   if (const int status = args.parse(argc, argv); status >= 0) return status;
   wm::models::RealEsrganArch arch;
@@ -175,13 +178,19 @@ int bench_upscale_model(int argc, char** argv) {
                            {"tuning", tuning}};
   try {
     const wm::models::RealEsrganBench b = wm::models::bench_realesrgan(
-        arch, device, precision, frames, height, width, calls, warmup, tuning);
+        arch, device, precision, frames, height, width, calls, warmup, tuning, 0, trace);
     result["model_fps"] = b.fps;
     result["model_seconds"] = b.seconds;
     result["model_tflops"] = b.tflops;
     result["model_peak_mib"] = b.peak_mib;
     result["gflop_per_frame"] = arch.flops_per_input_pixel() * width * height / 1e9;
     result["output_mean"] = b.output_mean;
+    if (!trace.empty()) {
+      result["trace_written"] = b.activity.trace_written;
+      result["gpu_busy_ms"] = b.activity.busy_ms;
+      result["gpu_span_ms"] = b.activity.span_ms;
+      result["gpu_kernels"] = b.activity.kernels;
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "wmbench: %s\n", e.what());
     return 1;

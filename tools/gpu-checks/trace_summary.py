@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Summarises a Chrome trace written by `wmbench vae-decode ... --trace PREFIX` (LibTorch's
-Kineto profiler): where each GPU computes, copies and waits, and where each host thread blocks.
+"""Summarises a Chrome trace written by `wmbench vae-decode ... --trace PREFIX` or `wmbench
+upscale --model M --trace FILE` (LibTorch's Kineto profiler): where each GPU computes, copies
+and waits, and where each host thread blocks.
 
-  python3 tools/gpu-checks/trace_summary.py TRACE.json [--bucket-ms 10] [--gap-ms 1]
+  python3 tools/gpu-checks/trace_summary.py TRACE.json [--bucket-ms 10] [--gap-ms 1] [--kernels N]
 
 Prints, per GPU: kernel busy time (the union of its kernels' intervals), the span from its first
 kernel to its last, idle gaps longer than --gap-ms (count, sum, the ten longest with the kernel
 that ended each gap), copies by kind (bytes, seconds, GB/s), and a strip of --bucket-ms buckets
-(digit d: the GPU computed d*10 to d*10+9 % of that bucket; '#' = 100 %). Per host thread: its
+(digit d: the GPU computed d*10 to d*10+9 % of that bucket; '#' = 100 %); with --kernels N, the
+N kernels that took the most GPU time, by name. Per host thread: its
 CUDA runtime and driver calls by name (count, seconds), the blocking ones (synchronisations,
 event waits, allocation) listed with their start when longer than --gap-ms.
 """
@@ -38,6 +40,8 @@ def main():
     ap.add_argument("trace")
     ap.add_argument("--bucket-ms", type=float, default=10.0)
     ap.add_argument("--gap-ms", type=float, default=1.0)
+    ap.add_argument("--kernels", type=int, default=0,
+                    help="also list the N kernels (by name) that took the most GPU time")
     a = ap.parse_args()
     with open(a.trace) as f:
         events = json.load(f).get("traceEvents", [])
@@ -85,6 +89,16 @@ def main():
               f" all gaps {sum(g[0] for g in gaps) / 1e3:.1f} ms")
         for g, at, name in sorted(long_gaps, reverse=True)[:10]:
             print(f"    {g / 1e3:8.2f} ms from {(at - t0) / 1e3:8.1f} ms, then {name[:90]}")
+        if a.kernels > 0:
+            by_name = defaultdict(lambda: [0, 0.0])
+            for s, e, name in ks:
+                by_name[name][0] += 1
+                by_name[name][1] += e - s
+            total = sum(v[1] for v in by_name.values())
+            print(f"  kernels by time ({len(by_name)} names, {total / 1e3:.2f} ms in all):")
+            for name, (n, us) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:a.kernels]:
+                print(f"    {us / 1e3:8.2f} ms {100 * us / max(total, 1.0):5.1f} % {n:5d} x "
+                      f"{us / n:8.1f} us  {name[:110]}")
         for kind, (nbytes, us, n) in sorted(copies.get(dev, {}).items()):
             rate = nbytes / us / 1e3 if us else 0
             print(f"  {kind[:40]:<40} {n:6d} x, {nbytes / 1e9:8.3f} GB, {us / 1e3:8.1f} ms, "

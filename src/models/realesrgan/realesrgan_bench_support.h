@@ -7,6 +7,7 @@
 #include <string>
 
 #include "src/model.h"
+#include "src/models/bench_support.h"
 #include "src/models/realesrgan/realesrgan.h"
 
 namespace wm::models {
@@ -19,11 +20,15 @@ struct RealEsrganBench {
   double tflops = 0;       // achieved, from RealEsrganArch::flops_per_input_pixel
   double peak_mib = -1;    // device memory (CUDA), -1 elsewhere
   double output_mean = 0;  // of the last output (a check that it ran)
+  GpuActivity activity;    // of two more calls, with a non-empty `trace` (CUDA, LibTorch 2)
 };
 // With `out_scale` > 0: as a job runs the model (float32 output, and the Lanczos resize to
-// out_scale where it is not the network's own scale).
+// out_scale where it is not the network's own scale). A non-empty `trace`: two more calls, untimed,
+// under the profiler, whose Chrome trace is written there (tools/gpu-checks/trace_summary.py
+// lists where the GPU's time goes, kernel by kernel).
 RealEsrganBench bench_realesrgan(const RealEsrganArch& arch, const Device& device,
                                  Precision precision, int frames, int height, int width, int calls,
-                                 int warmup, const std::string& tuning = "", int out_scale = 0);
+                                 int warmup, const std::string& tuning = "", int out_scale = 0,
+                                 const std::string& trace = "");
 
 }  // namespace wm::models

@@ -39,7 +39,8 @@ void synchronize(const Device& device) {
 
 RealEsrganBench bench_realesrgan(const RealEsrganArch& arch, const Device& device,
                                  Precision precision, int frames, int height, int width, int calls,
-                                 int warmup, const std::string& tuning_text, int out_scale) {
+                                 int warmup, const std::string& tuning_text, int out_scale,
+                                 const std::string& trace) {
   const RealEsrganTuning tuning = RealEsrganTuning::parse(tuning_text);
   return guarded("realesrgan bench", [&] {
     c10::InferenceMode inference;
@@ -102,6 +103,14 @@ RealEsrganBench bench_realesrgan(const RealEsrganArch& arch, const Device& devic
     b.tflops = arch.flops_per_input_pixel() * height * width * frames * calls / b.seconds / 1e12;
     b.peak_mib = peak_device_memory_mib(device);
     b.output_mean = y.to(at::kFloat).mean().item<double>();
+    if (!trace.empty()) {
+      b.activity = measure_gpu_activity(
+          [&] {
+            for (int i = 0; i < 2; ++i) y = step();
+            synchronize(device);
+          },
+          trace);
+    }
     return b;
   });
 }
