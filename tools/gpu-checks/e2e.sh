@@ -123,7 +123,8 @@ E2E="$B e2e --device cuda:0 --precision fp16 --workdir $WORK"
 X264="--codec libx264 --preset veryfast --crf 18"
 X265="--codec libx265 --preset fast --crf 18"
 MODES=eager,channels_last
-[ "${E2E_COMPILE:-0}" = 1 ] && MODES=eager,channels_last,compile
+BASE_S=90  # per model; torch.compile's autotuning takes minutes more
+[ "${E2E_COMPILE:-0}" = 1 ] && MODES=eager,channels_last,compile && BASE_S=300
 
 if [ "$ONLY" != baseline ]; then
   # 1. The gpu tests of the new code (ctest -L gpu in all.sh runs them too; here for a lone run).
@@ -145,8 +146,8 @@ fi
 
 # 4. The model alone against PyTorch in the same call (eager and channels_last; compiled with
 # E2E_COMPILE=1, alone, as its autotuning takes minutes).
-step model_vs_pytorch_anime 90 json $B upscale --model realesr-animevideov3 --precision fp16 \
+step model_vs_pytorch_anime $BASE_S json $B upscale --model realesr-animevideov3 --precision fp16 \
   --calls 5 --baseline tools/bench/realesrgan_baseline.py --baseline-modes $MODES --baseline-frames 4
-step model_vs_pytorch_x4plus 90 json $B upscale --model RealESRGAN_x4plus --precision fp16 \
+step model_vs_pytorch_x4plus $BASE_S json $B upscale --model RealESRGAN_x4plus --precision fp16 \
   --calls 5 --baseline tools/bench/realesrgan_baseline.py --baseline-modes $MODES --baseline-frames 4
 exit 0

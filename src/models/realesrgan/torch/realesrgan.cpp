@@ -248,13 +248,18 @@ bool fused_mix(const at::Tensor& a, const at::Tensor& b, float beta, const at::T
 
 // SRVGG's tail in one pass (EsrganShuffleAddArgs); an undefined tensor when the kernel cannot
 // take the tensors.
-at::Tensor fused_shuffle_add(const at::Tensor& t, const at::Tensor& x, int scale, bool out_float) {
+at::Tensor fused_shuffle_add(const at::Tensor& t, const at::Tensor& x, int scale, bool out_float,
+                             const at::Tensor& bias = {}) {
 #ifdef WMBATCH_WITH_CUDA
   cuda::EsrganDType dtype;
-  if (!t.is_cuda() || !kernel_dtype(t, dtype) || !pixel_major(t) || x.device() != t.device() ||
-      x.scalar_type() != t.scalar_type() || x.dim() != 4 || x.size(1) != 3 ||
-      t.size(1) != 3 * scale * scale || x.size(0) != t.size(0) || x.size(2) != t.size(2) ||
-      x.size(3) != t.size(3)) {
+  if (!t.is_cuda() || !kernel_dtype(t, dtype) || !pixel_major(t) || !aligned16(t.data_ptr()) ||
+      x.device() != t.device() || x.scalar_type() != t.scalar_type() || x.dim() != 4 ||
+      x.size(1) != 3 || t.size(1) != 3 * scale * scale || x.size(0) != t.size(0) ||
+      x.size(2) != t.size(2) || x.size(3) != t.size(3)) {
+    return {};
+  }
+  if (bias.defined() && (bias.device() != t.device() || bias.scalar_type() != t.scalar_type() ||
+                         bias.numel() != t.size(1) || !bias.is_contiguous())) {
     return {};
   }
   const int64_t n = t.size(0), h = t.size(2), w = t.size(3);
@@ -262,6 +267,7 @@ at::Tensor fused_shuffle_add(const at::Tensor& t, const at::Tensor& x, int scale
                              t.options().dtype(out_float ? at::kFloat : t.scalar_type()));
   cuda::EsrganShuffleAddArgs args;
   args.t = t.data_ptr();
+  args.bias = bias.defined() ? bias.data_ptr() : nullptr;
   args.x = x.data_ptr();
   for (int d = 0; d < 4; ++d) args.x_strides[d] = x.stride(d);
   args.out = out.data_ptr();
@@ -275,7 +281,36 @@ at::Tensor fused_shuffle_add(const at::Tensor& t, const at::Tensor& x, int scale
                "realesrgan shuffle kernel");
   return out;
 #else
-  (void)t, (void)x, (void)scale, (void)out_float;
+  (void)t, (void)x, (void)scale, (void)out_float, (void)bias;
+  return {};
+#endif
+}
+
+// Nearest ×2 of a pixel-major half-type tensor in one pass (EsrganNearest2Args), channels_last
+// out; an undefined tensor when the kernel cannot take it.
+at::Tensor fused_nearest2(const at::Tensor& f) {
+#ifdef WMBATCH_WITH_CUDA
+  cuda::EsrganDType dtype;
+  if (!f.is_cuda() || !kernel_dtype(f, dtype) || !pixel_major(f) || f.size(1) % 8 ||
+      !aligned16(f.data_ptr())) {
+    return {};
+  }
+  const int64_t n = f.size(0), c = f.size(1), h = f.size(2), w = f.size(3);
+  at::Tensor out =
+      at::empty({n, c, 2 * h, 2 * w}, f.options().memory_format(at::MemoryFormat::ChannelsLast));
+  cuda::EsrganNearest2Args args;
+  args.in = f.data_ptr();
+  args.out = out.data_ptr();
+  args.frames = int(n);
+  args.height = int(h);
+  args.width = int(w);
+  args.channels = int(c);
+  const c10::cuda::CUDAGuard guard(f.device());
+  check_launch(cuda::launch_esrgan_nearest2(dtype, args, at::cuda::getCurrentCUDAStream()),
+               "realesrgan nearest kernel");
+  return out;
+#else
+  (void)f;
   return {};
 #endif
 }
@@ -571,8 +606,8 @@ class Network final : public RealEsrganNetwork {
                                         x.options().memory_format(at::MemoryFormat::ChannelsLast));
         in.narrow(1, 0, 3).copy_(x);
         const at::Tensor& weight = w("body.0.weight.pad8");
-        const at::Tensor y =
-            at::empty({x.size(0), weight.size(0), x.size(2), x.size(3)}, in.options());
+        const at::Tensor y = at::empty({x.size(0), weight.size(0), x.size(2), x.size(3)},
+                                       in.options().memory_format(at::MemoryFormat::ChannelsLast));
         if (cudnn_conv(in, 8, weight, w("body.0.bias"), ConvAct::kPRelu, slopes, prelu_in_unit_[0],
                        {{y, 0}})) {
           t = y;
@@ -594,12 +629,25 @@ class Network final : public RealEsrganNetwork {
       t = conv_named(t, name);
       t = at::prelu(t, slopes);
     }
+    // The last convolution: its bias in cuDNN's fused epilogue where the graph takes it (no
+    // engine for its 3·s² outputs on some versions), else in the shuffle kernel's pass (ATen's
+    // convolution adds it in a pass of its own over the 3·s² channels).
     const std::string last = "body." + std::to_string(2 * arch_.convs + 2);
-    at::Tensor y = conv_fused(t, last, ConvAct::kNone);  // the bias in the epilogue
-    t = y.defined() ? y : conv_named(t, last);
+    at::Tensor tail_bias;
+    at::Tensor y = conv_fused(t, last, ConvAct::kNone);
+    if (y.defined()) {
+      t = y;
+    } else if (fused_) {
+      t = conv(t, w(last + ".weight"), {});
+      tail_bias = w(last + ".bias");
+    } else {
+      t = conv_named(t, last);
+    }
     if (fused_) {
-      at::Tensor y = fused_shuffle_add(t, x, arch_.scale, out_float);
+      at::Tensor y = fused_shuffle_add(t.contiguous(at::MemoryFormat::ChannelsLast), x, arch_.scale,
+                                       out_float, tail_bias);
       if (y.defined()) return y;
+      if (tail_bias.defined()) t = t + tail_bias.view({1, -1, 1, 1});
     }
     return at::pixel_shuffle(t, arch_.scale) + nearest(x, arch_.scale);
   }
@@ -772,10 +820,14 @@ class Network final : public RealEsrganNetwork {
     return conv_named(f, "conv_last");
   }
 
-  // Nearest ×2 of the tail. On the GPU ATen's kernel keeps the channels-last layout (the
-  // view/expand form would come out NCHW and cost a conversion per conv).
+  // Nearest ×2 of the tail, channels-last on the GPU (the view/expand form would come out NCHW
+  // and cost a conversion per conv): our kernel for half types, else ATen's.
   at::Tensor upsample2(const at::Tensor& f) const {
     if (!channels_last_) return nearest(f, 2);
+    if (fused_) {
+      const at::Tensor y = fused_nearest2(f);
+      if (y.defined()) return y;
+    }
     return at::upsample_nearest2d(f, std::vector<int64_t>{f.size(2) * 2, f.size(3) * 2});
   }
 
