@@ -5,8 +5,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
-
 #include "src/models/kernels/cuda_convert.cuh"
 #include "src/models/kernels/realesrgan_launch.h"
 
@@ -145,57 +143,6 @@ __global__ void __launch_bounds__(256) shuffle_add_pixel_kernel(EsrganShuffleAdd
   }
 }
 
-// One thread per pixel: its 27 inputs, 64 sums whose weights are constant-bank operands.
-template <typename T>
-__global__ void __launch_bounds__(128)
-    first_conv_kernel(const __grid_constant__ EsrganFirstConvArgs a) {
-  constexpr int kIn = EsrganFirstConvArgs::kIn, kOut = EsrganFirstConvArgs::kOut;
-  const int64_t pixels = int64_t(a.height) * a.width;
-  const int64_t total = int64_t(a.frames) * pixels;
-  const T* x = static_cast<const T*>(a.x);
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = i / pixels;
-    const int64_t yx = i - n * pixels;
-    const int y = int(yx / a.width), xx = int(yx - int64_t(y) * a.width);
-    float v[kIn * 9];
-#pragma unroll
-    for (int ky = 0; ky < 3; ++ky) {
-      const int sy = y + ky - 1;
-#pragma unroll
-      for (int kx = 0; kx < 3; ++kx) {
-        const int sx = xx + kx - 1;
-        const bool inside = sy >= 0 && sy < a.height && sx >= 0 && sx < a.width;
-        const T* p =
-            x + n * a.x_strides[0] + int64_t(sy) * a.x_strides[2] + int64_t(sx) * a.x_strides[3];
-#pragma unroll
-        for (int c = 0; c < kIn; ++c) {
-          v[c * 9 + ky * 3 + kx] = inside ? to_f(__ldg(p + c * a.x_strides[1])) : 0.f;
-        }
-      }
-    }
-    float acc[kOut];
-#pragma unroll
-    for (int o = 0; o < kOut; ++o) acc[o] = a.bias[o];
-#pragma unroll
-    for (int k = 0; k < kIn * 9; ++k) {
-#pragma unroll
-      for (int o = 0; o < kOut; ++o) acc[o] = fmaf(a.weight[o * kIn * 9 + k], v[k], acc[o]);
-    }
-    T* out = static_cast<T*>(a.out) + i * kOut;
-#pragma unroll
-    for (int q = 0; q < kOut / 8; ++q) {
-      Vec8<T> r;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float z = acc[q * 8 + j];
-        r.v[j] = from_f<T>(z >= 0.f ? z : z * a.slope[q * 8 + j]);
-      }
-      *reinterpret_cast<uint4*>(out + q * 8) = r.raw;
-    }
-  }
-}
-
 // One thread per (input pixel, 8 channels): one 16-byte load, four 16-byte stores.
 template <typename T>
 __global__ void __launch_bounds__(256) nearest2_kernel(EsrganNearest2Args a) {
@@ -264,19 +211,6 @@ cudaError_t launch_esrgan_shuffle_add(EsrganDType dtype, const EsrganShuffleAddA
       launch_shuffle_add<__nv_bfloat16, float>(args, stream);
     else
       launch_shuffle_add<__nv_bfloat16, __nv_bfloat16>(args, stream);
-  }
-  return cudaGetLastError();
-}
-
-cudaError_t launch_esrgan_first_conv(EsrganDType dtype, const EsrganFirstConvArgs& args,
-                                     cudaStream_t stream) {
-  const int64_t work = int64_t(args.frames) * args.height * args.width;
-  if (work == 0) return cudaSuccess;
-  const int blocks = int(std::min<int64_t>((work + 127) / 128, 65536 * 8));
-  if (dtype == EsrganDType::kFloat16) {
-    first_conv_kernel<__half><<<blocks, 128, 0, stream>>>(args);
-  } else {
-    first_conv_kernel<__nv_bfloat16><<<blocks, 128, 0, stream>>>(args);
   }
   return cudaGetLastError();
 }

@@ -56,25 +56,6 @@ struct EsrganShuffleAddArgs {
 cudaError_t launch_esrgan_shuffle_add(EsrganDType dtype, const EsrganShuffleAddArgs& args,
                                       cudaStream_t stream);
 
-// SRVGG's first layer: a 3×3 convolution from 3 channels to 64 (zero padding), bias and PReLU,
-// one thread per pixel, float32 math, one rounding at the store. The weights travel in the
-// arguments (the constant bank: each multiply-add reads its weight as an operand); cuDNN's
-// graph has no engine for 3 (or 8 padded) input channels, and ATen's convolution, bias and
-// PReLU were three passes over the 64-channel output. x: any strides (elements) for n, c, h, w;
-// out: pixel-major [N, H, W, 64], contiguous and 16-byte aligned.
-struct EsrganFirstConvArgs {
-  static constexpr int kIn = 3, kOut = 64;
-  const void* x = nullptr;
-  int64_t x_strides[4] = {};
-  void* out = nullptr;
-  int frames = 0, height = 0, width = 0;
-  float weight[kOut * kIn * 9] = {};  // [out][in][ky][kx]
-  float bias[kOut] = {};
-  float slope[kOut] = {};  // PReLU's, per output channel
-};
-cudaError_t launch_esrgan_first_conv(EsrganDType dtype, const EsrganFirstConvArgs& args,
-                                     cudaStream_t stream);
-
 // Nearest-neighbour ×2 of a pixel-major tensor: out[n, 2y + i, 2x + j, c] = in[n, y, x, c] for
 // i, j in {0, 1}. in: [N, H, W, C] contiguous, out: [N, 2H, 2W, C] contiguous; C a multiple of 8,
 // both 16-byte aligned. RRDBNet's two upsamplings (ATen's channels-last kernel ran at a seventh

@@ -555,22 +555,13 @@ class Network final : public RealEsrganNetwork {
         const at::Tensor& a = w("body." + std::to_string(2 * i + 1) + ".weight");
         prelu_in_unit_.push_back(a.min().item<float>() >= 0.f && a.max().item<float>() <= 1.f);
       }
+      // The first convolution takes 3 channels; cuDNN's graph wants 16-byte pixels, so it runs on
+      // the input padded to 8 channels with a weight padded by zeros (the same sums).
+      const at::Tensor& w0 = w("body.0.weight");
+      at::Tensor padded = at::zeros({w0.size(0), 8, 3, 3}, w0.options());
+      padded.narrow(1, 0, w0.size(1)).copy_(w0);
+      tensors_["body.0.weight.pad8"] = padded.contiguous(at::MemoryFormat::ChannelsLast);
     }
-#ifdef WMBATCH_WITH_CUDA
-    // SRVGG's first layer (3 → 64 channels) on its own kernel, its weights in the launch's
-    // arguments: the run dtype's values, as ATen's convolution would read them.
-    using First = cuda::EsrganFirstConvArgs;
-    if (fused_ && arch_.family == RealEsrganArch::Family::kSrvgg &&
-        w("body.0.weight").size(0) == First::kOut && w("body.0.weight").size(1) == First::kIn) {
-      first_ = std::make_unique<First>();
-      const at::Tensor wf = w("body.0.weight").to(at::kFloat).contiguous().cpu();
-      const at::Tensor bf = w("body.0.bias").to(at::kFloat).contiguous().cpu();
-      const at::Tensor af = w("body.1.weight").to(at::kFloat).contiguous().cpu();
-      std::copy_n(wf.data_ptr<float>(), First::kOut * First::kIn * 9, first_->weight);
-      std::copy_n(bf.data_ptr<float>(), First::kOut, first_->bias);
-      std::copy_n(af.data_ptr<float>(), First::kOut, first_->slope);
-    }
-#endif
   }
   const RealEsrganArch& arch() const override { return arch_; }
 
@@ -605,42 +596,20 @@ class Network final : public RealEsrganNetwork {
     return y;
   }
 
-  // SRVGG's first layer with its bias and PReLU in one pass (EsrganFirstConvArgs), into a new
-  // channels_last tensor; undefined when that kernel is off or cannot take x.
-  at::Tensor first_conv(const at::Tensor& x) const {
-#ifdef WMBATCH_WITH_CUDA
-    cuda::EsrganDType dtype;
-    if (!first_ || !x.is_cuda() || x.dim() != 4 || x.size(1) != first_->kIn ||
-        !kernel_dtype(x, dtype) || x.scalar_type() != w("body.0.weight").scalar_type()) {
-      return {};
-    }
-    const at::Tensor y = at::empty({x.size(0), first_->kOut, x.size(2), x.size(3)},
-                                   x.options().memory_format(at::MemoryFormat::ChannelsLast));
-    cuda::EsrganFirstConvArgs args = *first_;
-    args.x = x.data_ptr();
-    for (int d = 0; d < 4; ++d) args.x_strides[d] = x.stride(d);
-    args.out = y.data_ptr();
-    args.frames = int(x.size(0));
-    args.height = int(x.size(2));
-    args.width = int(x.size(3));
-    const c10::cuda::CUDAGuard guard(x.device());
-    check_launch(cuda::launch_esrgan_first_conv(dtype, args, at::cuda::getCurrentCUDAStream()),
-                 "realesrgan first convolution kernel");
-    return y;
-#else
-    (void)x;
-    return {};
-#endif
-  }
-
   at::Tensor srvgg(const at::Tensor& x, bool out_float) const {
     at::Tensor t = x;
     for (int i = 0; i <= arch_.convs; ++i) {
       const std::string name = "body." + std::to_string(2 * i);
       const at::Tensor& slopes = w("body." + std::to_string(2 * i + 1) + ".weight");
-      if (i == 0) {
-        const at::Tensor y = first_conv(x);
-        if (y.defined()) {
+      if (i == 0 && cudnn_fused_ && x.size(1) == 3) {
+        const at::Tensor in = at::zeros({x.size(0), 8, x.size(2), x.size(3)},
+                                        x.options().memory_format(at::MemoryFormat::ChannelsLast));
+        in.narrow(1, 0, 3).copy_(x);
+        const at::Tensor& weight = w("body.0.weight.pad8");
+        const at::Tensor y = at::empty({x.size(0), weight.size(0), x.size(2), x.size(3)},
+                                       in.options().memory_format(at::MemoryFormat::ChannelsLast));
+        if (cudnn_conv(in, 8, weight, w("body.0.bias"), ConvAct::kPRelu, slopes, prelu_in_unit_[0],
+                       {{y, 0}})) {
           t = y;
           continue;
         }
@@ -867,11 +836,8 @@ class Network final : public RealEsrganNetwork {
   RealEsrganTuning tuning_;
   bool fused_ = false;
   bool own_conv_ = false;
-  bool own_conv5_ = false;    // RRDB's conv5 on our kernel too
-  bool cudnn_fused_ = false;  // 64-channel convolutions on cuDNN's fused graph (conv=fused)
-#ifdef WMBATCH_WITH_CUDA
-  std::unique_ptr<cuda::EsrganFirstConvArgs> first_;  // SRVGG's first layer on its own kernel
-#endif
+  bool own_conv5_ = false;           // RRDB's conv5 on our kernel too
+  bool cudnn_fused_ = false;         // 64-channel convolutions on cuDNN's fused graph (conv=fused)
   std::vector<bool> prelu_in_unit_;  // SRVGG: layer i's PReLU slopes all in [0, 1]
   std::map<std::string, at::Tensor> tensors_;
 };
