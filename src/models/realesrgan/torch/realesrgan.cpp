@@ -555,12 +555,8 @@ class Network final : public RealEsrganNetwork {
         const at::Tensor& a = w("body." + std::to_string(2 * i + 1) + ".weight");
         prelu_in_unit_.push_back(a.min().item<float>() >= 0.f && a.max().item<float>() <= 1.f);
       }
-      // The first convolution takes 3 channels; cuDNN's graph wants 16-byte pixels, so it runs on
-      // the input padded to 8 channels with a weight padded by zeros (the same sums).
-      const at::Tensor& w0 = w("body.0.weight");
-      at::Tensor padded = at::zeros({w0.size(0), 8, 3, 3}, w0.options());
-      padded.narrow(1, 0, w0.size(1)).copy_(w0);
-      tensors_["body.0.weight.pad8"] = padded.contiguous(at::MemoryFormat::ChannelsLast);
+      // The first convolution (3 input channels) stays on ATen: cuDNN 9.19's graph has no engine
+      // for it, not even on the input padded to 8 channels (measured on an H200, 2026-11-30).
     }
   }
   const RealEsrganArch& arch() const override { return arch_; }
@@ -601,19 +597,6 @@ class Network final : public RealEsrganNetwork {
     for (int i = 0; i <= arch_.convs; ++i) {
       const std::string name = "body." + std::to_string(2 * i);
       const at::Tensor& slopes = w("body." + std::to_string(2 * i + 1) + ".weight");
-      if (i == 0 && cudnn_fused_ && x.size(1) == 3) {
-        const at::Tensor in = at::zeros({x.size(0), 8, x.size(2), x.size(3)},
-                                        x.options().memory_format(at::MemoryFormat::ChannelsLast));
-        in.narrow(1, 0, 3).copy_(x);
-        const at::Tensor& weight = w("body.0.weight.pad8");
-        const at::Tensor y = at::empty({x.size(0), weight.size(0), x.size(2), x.size(3)},
-                                       in.options().memory_format(at::MemoryFormat::ChannelsLast));
-        if (cudnn_conv(in, 8, weight, w("body.0.bias"), ConvAct::kPRelu, slopes, prelu_in_unit_[0],
-                       {{y, 0}})) {
-          t = y;
-          continue;
-        }
-      }
       if (own_conv_ && i > 0) {  // the body's F→F convolutions, PReLU in the epilogue
         t = t.contiguous(at::MemoryFormat::ChannelsLast);  // (a no-op where it already is)
         const at::Tensor& weight = w(name + ".weight");
