@@ -15,17 +15,20 @@
 #include "src/base/error.h"
 
 namespace wm::bench {
-namespace {
 
 // One decoded video: its pictures' planes copied out of the decoder (so none is shared with a
 // decoder's pool), with their timing.
-struct Clip {
+struct DecodedClip {
   std::string path;
   io::VideoInfo info;
   io::YuvImage shape;  // format, sizes, tags of the pictures (no data)
   std::vector<io::VideoFrame> timing;
   std::vector<std::vector<uint8_t>> planes;  // 3 per picture, rows packed
 };
+
+namespace {
+
+using Clip = DecodedClip;
 
 size_t row_bytes(const io::YuvImage& im, int p) {
   return size_t(im.plane_width(p)) * (im.depth > 8 ? 2 : 1);
@@ -95,23 +98,54 @@ int64_t encode(const Clip& clip, const std::string& out_dir, const io::EncodeSet
 
 }  // namespace
 
-EncodeCeiling encode_ceiling(const std::vector<std::string>& videos, const std::string& out_dir,
-                             int lanes, const io::EncodeSettings& settings) {
+DecodedVideos decode_videos(const std::vector<std::string>& videos, int threads) {
+  DecodedVideos decoded;
+  decoded.clips.resize(videos.size());
+  std::mutex mutex;
+  size_t next = 0;
+  std::exception_ptr failure;
+  std::vector<std::thread> workers;
+  const int n = std::max(1, std::min(threads, int(videos.size())));
+  for (int w = 0; w < n; ++w) {
+    workers.emplace_back([&] {
+      for (;;) {
+        size_t at;
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          if (next >= videos.size() || failure) return;
+          at = next++;
+        }
+        try {
+          decoded.clips[at] = std::make_shared<const Clip>(decode(videos[at]));
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mutex);
+          if (!failure) failure = std::current_exception();
+        }
+      }
+    });
+  }
+  for (std::thread& t : workers) t.join();
+  if (failure) std::rethrow_exception(failure);
+  return decoded;
+}
+
+EncodeCeiling encode_ceiling(const DecodedVideos& videos, const std::string& out_dir, int lanes,
+                             const io::EncodeSettings& settings) {
   EncodeCeiling result;
-  result.lanes = std::max(1, std::min(lanes, int(videos.size())));
-  std::vector<Clip> clips;
-  for (const std::string& v : videos) clips.push_back(decode(v));
+  result.lanes = std::max(1, std::min(lanes, int(videos.clips.size())));
+  std::vector<const Clip*> clips;
+  for (const auto& clip : videos.clips) clips.push_back(clip.get());
   std::filesystem::create_directories(out_dir);
   // The encoder must take the pictures as they are (no conversion timed): ask a writer of the
   // first clip's settings before timing.
-  for (const Clip& clip : clips) {
-    if (clip.timing.empty()) continue;
-    io::VideoWriter writer(writer_config(clip, out_dir + "/.probe.mp4", settings));
-    const io::YuvImage& s = clip.shape;
+  for (const Clip* clip : clips) {
+    if (clip->timing.empty()) continue;
+    io::VideoWriter writer(writer_config(*clip, out_dir + "/.probe.mp4", settings));
+    const io::YuvImage& s = clip->shape;
     io::YuvImage buffer = writer.yuv_buffer();
-    if (!writer.accepts_yuv(s.format, s.colorspace, s.color_range, clip.info.height) ||
+    if (!writer.accepts_yuv(s.format, s.colorspace, s.color_range, clip->info.height) ||
         buffer.width != s.width || buffer.height != s.height) {
-      result.skipped = clip.path + ": the encoder does not take its pictures as they are";
+      result.skipped = clip->path + ": the encoder does not take its pictures as they are";
       return result;
     }
   }
@@ -131,7 +165,7 @@ EncodeCeiling encode_ceiling(const std::vector<std::string>& videos, const std::
           at = next++;
         }
         try {
-          const int64_t written = encode(clips[at], out_dir, settings);
+          const int64_t written = encode(*clips[at], out_dir, settings);
           std::lock_guard<std::mutex> lock(mutex);
           result.frames += written;
         } catch (...) {

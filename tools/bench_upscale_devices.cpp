@@ -278,11 +278,13 @@ int bench_upscale_devices(int argc, char** argv) {
   // 1.5 per lane core), twice that, and the encoder's own auto in every lane.
   std::vector<int> tries{budget.lane_cores, budget.encoder_threads, 2 * budget.encoder_threads, 0};
   tries.erase(std::unique(tries.begin(), tries.end()), tries.end());
+  const wm::bench::DecodedVideos frames =
+      wm::bench::decode_videos(outputs, wm::parallel::host_cores());
   for (const int threads : tries) {
     wm::io::EncodeSettings tried = settings;
     tried.threads = threads;
     const wm::bench::EncodeCeiling c =
-        wm::bench::encode_ceiling(outputs, workdir + "/out_ceiling", spread.lanes, tried);
+        wm::bench::encode_ceiling(frames, workdir + "/out_ceiling", spread.lanes, tried);
     if (!c.skipped.empty()) {
       ceiling = c;
       break;
