@@ -15,4 +15,13 @@ int lanes_per_device(int64_t usable, int64_t peak, int lanes_now, int cores, int
   return std::max(lanes, lanes_now);
 }
 
+int balanced_lanes(int64_t inputs, int cap, int lanes_now) {
+  cap = std::max(cap, 1);
+  lanes_now = std::max(lanes_now, 1);
+  if (inputs <= 0) return lanes_now;
+  const int64_t rounds = (inputs + cap - 1) / cap;
+  const int64_t lanes = (inputs + rounds - 1) / rounds;  // <= cap
+  return std::max(int(lanes), lanes_now);
+}
+
 }  // namespace wm::sched

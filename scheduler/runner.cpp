@@ -483,12 +483,14 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
             peak = std::max(peak, double(m.peak));
             usable = std::max(usable, double(m.usable));
           }
-          const size_t total = std::min(size_t(per_device) * size_t(d), size_t(now) + left);
+          // The lanes the devices have room for, as few as keep the batch's rounds.
+          const size_t total =
+              size_t(balanced_lanes(int64_t(now) + int64_t(left), per_device * d, now));
           for (size_t lane = size_t(now); lane < total; ++lane) {
             more.push_back(make_task_runner(lane_job(job, int(lane), int(lane) + 1, ranks)));
           }
           log->info(
-              "{} inputs at once ({} per device: peak {:.2f} GiB after the first slices, "
+              "{} inputs at once (room for {} per device: peak {:.2f} GiB after the first slices, "
               "{:.1f} GiB usable, {} cores)",
               total > size_t(now) ? total : size_t(now), per_device, peak / double(1 << 30),
               usable / double(1 << 30), cores);

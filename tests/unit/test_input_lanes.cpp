@@ -40,5 +40,35 @@ TEST(InputLanes, NeverFewerThanRunningAndUnknownMemoryKeepsThem) {
   EXPECT_EQ(lanes_per_device(INT64_MAX, 1, 1, 4, 1), 1);
 }
 
+TEST(InputLanes, BalancedRoundsUseNoMoreLanesThanTheRoundsNeed) {
+  // Within the cap, one lane per input.
+  EXPECT_EQ(balanced_lanes(8, 8, 2), 8);
+  EXPECT_EQ(balanced_lanes(3, 8, 2), 3);
+  // Past the cap: the rounds stay ceil(inputs / cap), the lanes as few as that allows.
+  EXPECT_EQ(balanced_lanes(8, 7, 2), 4);    // 2 rounds of 4, not 7 + 1
+  EXPECT_EQ(balanced_lanes(9, 8, 2), 5);    // 2 rounds: 5 + 4
+  EXPECT_EQ(balanced_lanes(9, 4, 1), 3);    // 3 rounds of 3, not 4 + 4 + 1
+  EXPECT_EQ(balanced_lanes(16, 8, 2), 8);   // whole rounds already
+  EXPECT_EQ(balanced_lanes(17, 8, 2), 6);   // 3 rounds: 6 + 6 + 5
+  EXPECT_EQ(balanced_lanes(100, 4, 1), 4);  // 25 rounds either way
+  // Never fewer lanes than run now; nothing left: the lanes as they are; no cap: one lane.
+  EXPECT_EQ(balanced_lanes(8, 7, 5), 5);
+  EXPECT_EQ(balanced_lanes(0, 8, 3), 3);
+  EXPECT_EQ(balanced_lanes(5, 0, 1), 1);
+  // Every answer keeps the cap's rounds, within the cap, and one lane fewer would need a round
+  // more.
+  for (int64_t inputs = 1; inputs <= 40; ++inputs) {
+    for (int cap = 1; cap <= 9; ++cap) {
+      const int lanes = balanced_lanes(inputs, cap, 1);
+      const int64_t rounds = (inputs + cap - 1) / cap;
+      EXPECT_LE(lanes, cap);
+      EXPECT_EQ((inputs + lanes - 1) / lanes, rounds) << inputs << " inputs, cap " << cap;
+      if (lanes > 1) {
+        EXPECT_GT((inputs + lanes - 2) / (lanes - 1), rounds) << inputs << " inputs, cap " << cap;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace wm::sched
