@@ -5,6 +5,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -96,27 +97,24 @@ int64_t encode(const Clip& clip, const std::string& out_dir, const io::EncodeSet
   return writer.finish();
 }
 
-}  // namespace
-
-DecodedVideos decode_videos(const std::vector<std::string>& videos, int threads) {
-  DecodedVideos decoded;
-  decoded.clips.resize(videos.size());
+// Runs work(i) for i in [0, count) on `lanes` threads, each taking the next index as it frees up;
+// the first exception stops the others taking more and is rethrown.
+void in_lanes(size_t count, int lanes, const std::function<void(size_t)>& work) {
   std::mutex mutex;
   size_t next = 0;
   std::exception_ptr failure;
-  std::vector<std::thread> workers;
-  const int n = std::max(1, std::min(threads, int(videos.size())));
-  for (int w = 0; w < n; ++w) {
-    workers.emplace_back([&] {
+  std::vector<std::thread> threads;
+  for (int lane = 0; lane < std::max(1, std::min(lanes, int(count))); ++lane) {
+    threads.emplace_back([&] {
       for (;;) {
         size_t at;
         {
           std::lock_guard<std::mutex> lock(mutex);
-          if (next >= videos.size() || failure) return;
+          if (next >= count || failure) return;
           at = next++;
         }
         try {
-          decoded.clips[at] = std::make_shared<const Clip>(decode(videos[at]));
+          work(at);
         } catch (...) {
           std::lock_guard<std::mutex> lock(mutex);
           if (!failure) failure = std::current_exception();
@@ -124,8 +122,17 @@ DecodedVideos decode_videos(const std::vector<std::string>& videos, int threads)
       }
     });
   }
-  for (std::thread& t : workers) t.join();
+  for (std::thread& t : threads) t.join();
   if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace
+
+DecodedVideos decode_videos(const std::vector<std::string>& videos, int threads) {
+  DecodedVideos decoded;
+  decoded.clips.resize(videos.size());
+  in_lanes(videos.size(), threads,
+           [&](size_t i) { decoded.clips[i] = std::make_shared<const Clip>(decode(videos[i])); });
   return decoded;
 }
 
@@ -150,33 +157,13 @@ EncodeCeiling encode_ceiling(const DecodedVideos& videos, const std::string& out
     }
   }
   std::mutex mutex;
-  size_t next = 0;
-  std::exception_ptr failure;
   const auto start = std::chrono::steady_clock::now();
   const double cpu_start = wm::sched::process_cpu_seconds();
-  std::vector<std::thread> threads;
-  for (int lane = 0; lane < result.lanes; ++lane) {
-    threads.emplace_back([&] {
-      for (;;) {
-        size_t at;
-        {
-          std::lock_guard<std::mutex> lock(mutex);
-          if (next >= clips.size() || failure) return;
-          at = next++;
-        }
-        try {
-          const int64_t written = encode(*clips[at], out_dir, settings);
-          std::lock_guard<std::mutex> lock(mutex);
-          result.frames += written;
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(mutex);
-          if (!failure) failure = std::current_exception();
-        }
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  if (failure) std::rethrow_exception(failure);
+  in_lanes(clips.size(), result.lanes, [&](size_t i) {
+    const int64_t written = encode(*clips[i], out_dir, settings);
+    std::lock_guard<std::mutex> lock(mutex);
+    result.frames += written;
+  });
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.cpu_seconds = wm::sched::process_cpu_seconds() - cpu_start;
   return result;
