@@ -57,6 +57,18 @@ __global__ void __launch_bounds__(256) mix_kernel(EsrganMixArgs a) {
   }
 }
 
+// Element i of frames of `plane` = height · width elements: its frame, row and column.
+struct Position {
+  int64_t n;
+  int y, x;
+};
+__device__ __forceinline__ Position position(int64_t i, int64_t plane, int width) {
+  const int64_t n = i / plane;
+  const int64_t yx = i - n * plane;
+  const int y = int(yx / width);
+  return {n, y, int(yx - int64_t(y) * width)};
+}
+
 // One thread per output pixel (n, Y, X), its three channels: scales other than 1, 2 and 4.
 template <typename T, typename O>
 __global__ void __launch_bounds__(256) shuffle_add_kernel(EsrganShuffleAddArgs a) {
@@ -69,9 +81,9 @@ __global__ void __launch_bounds__(256) shuffle_add_kernel(EsrganShuffleAddArgs a
   O* out = static_cast<O*>(a.out);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = i / plane;
-    const int64_t yx = i - n * plane;
-    const int oy = int(yx / out_w), ox = int(yx - int64_t(oy) * out_w);
+    const Position at = position(i, plane, out_w);
+    const int64_t n = at.n, yx = i - n * plane;
+    const int oy = at.y, ox = at.x;
     const int y = oy / s, xx = ox / s;
     const int phase = (oy - y * s) * s + (ox - xx * s);
     const T* tp = t + ((n * a.height + y) * a.width + xx) * ch + phase;
@@ -105,9 +117,9 @@ __global__ void __launch_bounds__(256) shuffle_add_pixel_kernel(EsrganShuffleAdd
   O* out = static_cast<O*>(a.out);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = i / pixels;
-    const int64_t yx = i - n * pixels;
-    const int y = int(yx / a.width), xx = int(yx - int64_t(y) * a.width);
+    const Position at = position(i, pixels, a.width);
+    const int64_t n = at.n;
+    const int y = at.y, xx = at.x;
     float v[kCh];
     const T* tp = static_cast<const T*>(a.t) + i * kCh;
     if constexpr ((kCh * sizeof(T)) % 16 == 0) {
