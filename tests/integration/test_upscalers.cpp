@@ -271,7 +271,7 @@ TEST(Upscalers, AVideoThatChangesSizeMidwayIsBadDataNamingTheFrame) {
   make_clip(dir.file("b.ts"), spec);
   write_text(dir.file("joined.ts"), read_text(dir.file("a.ts")) + read_text(dir.file("b.ts")));
   const std::string srvgg = kGolden + "srvgg-x2-tiny/weights.safetensors";
-  for (const std::string model :
+  for (const std::string& model :
        {"{kind: realesrgan, weights: '" + srvgg + "'}", std::string("{kind: lanczos, scale: 2}")}) {
     SCOPED_TRACE(model);
     // The join breaks one packet's continuity: tolerated, so that the size change is the error.
