@@ -612,9 +612,9 @@ class Network final : public RealEsrganNetwork {
       t = conv_named(t, name);
       t = at::prelu(t, slopes);
     }
-    // The last convolution: its bias in cuDNN's fused epilogue where the graph takes it (no
-    // engine for its 3·s² outputs on some versions), else in the shuffle kernel's pass (ATen's
-    // convolution adds it in a pass of its own over the 3·s² channels).
+    // The last convolution: its bias in cuDNN's fused epilogue where the graph takes it (9.19
+    // has no engine for its 3·s² outputs), else ATen's convolution without it and the bias added
+    // in the shuffle kernel's pass.
     const std::string last = "body." + std::to_string(2 * arch_.convs + 2);
     at::Tensor tail_bias;
     at::Tensor y = conv_fused(t, last, ConvAct::kNone);
