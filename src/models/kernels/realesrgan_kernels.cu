@@ -1,6 +1,6 @@
 // Memory-bound stages of the Real-ESRGAN networks as single CUDA passes (contracts in
 // src/models/kernels/realesrgan_launch.h): the RRDB dense blocks' activation + concat scatter and
-// their residual sums, SRVGG's pixel shuffle + bias + nearest-upsample add, RRDBNet's nearest ×2.
+// their residual sums, SRVGG's pixel shuffle + nearest-upsample add, RRDBNet's nearest ×2.
 // 16-byte accesses, float32 math.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -88,11 +88,9 @@ __global__ void __launch_bounds__(256) shuffle_add_kernel(EsrganShuffleAddArgs a
     const int phase = (oy - y * s) * s + (ox - xx * s);
     const T* tp = t + ((n * a.height + y) * a.width + xx) * ch + phase;
     const T* xp = x + n * a.x_strides[0] + y * a.x_strides[2] + xx * a.x_strides[3];
-    const T* bias = static_cast<const T*>(a.bias);
 #pragma unroll
     for (int c = 0; c < 3; ++c) {
-      float v = to_f(tp[c * s * s]) + to_f(xp[c * a.x_strides[1]]);
-      if (bias) v += to_f(bias[c * s * s + phase]);
+      const float v = to_f(tp[c * s * s]) + to_f(xp[c * a.x_strides[1]]);
       out[(n * 3 + c) * plane + yx] = from_f<O>(v);
     }
   }
@@ -113,7 +111,6 @@ __global__ void __launch_bounds__(256) shuffle_add_pixel_kernel(EsrganShuffleAdd
   const int out_w = a.width * S, out_h = a.height * S;
   const int64_t pixels = int64_t(a.height) * a.width;
   const int64_t total = int64_t(a.frames) * pixels;
-  const T* bias = static_cast<const T*>(a.bias);
   O* out = static_cast<O*>(a.out);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -133,10 +130,6 @@ __global__ void __launch_bounds__(256) shuffle_add_pixel_kernel(EsrganShuffleAdd
     } else {
 #pragma unroll
       for (int k = 0; k < kCh; ++k) v[k] = to_f(tp[k]);
-    }
-    if (bias) {
-#pragma unroll
-      for (int k = 0; k < kCh; ++k) v[k] += to_f(bias[k]);
     }
     const T* xp =
         static_cast<const T*>(a.x) + n * a.x_strides[0] + y * a.x_strides[2] + xx * a.x_strides[3];

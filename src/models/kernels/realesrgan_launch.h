@@ -37,16 +37,14 @@ struct EsrganMixArgs {
 };
 cudaError_t launch_esrgan_mix(EsrganDType dtype, const EsrganMixArgs& args, cudaStream_t stream);
 
-// SRVGG's tail: out[n, c, Y, X] = t[n, Y/s, X/s, k] (+ bias[k]) + x[n, c, Y/s, X/s] with
-// k = c·s² + (Y%s)·s + X%s (pixel shuffle, the last convolution's bias, and the
-// nearest-neighbour upsampled input) in one pass, float32 math, one rounding. t: pixel-major
-// [N, H, W, 3·s²] (contiguous channels_last, 16-byte aligned); bias: 3·s² values or null; x: any
+// SRVGG's tail: out[n, c, Y, X] = t[n, Y/s, X/s, c·s² + (Y%s)·s + X%s] + x[n, c, Y/s, X/s]
+// (pixel shuffle plus the nearest-neighbour upsampled input) in one pass, float32 math, one
+// rounding. t: pixel-major [N, H, W, 3·s²] (contiguous channels_last, 16-byte aligned); x: any
 // strides (elements) for n, c, h, w; out: contiguous NCHW [N, 3, s·H, s·W], float32 or the run
 // dtype, 16-byte aligned. Scales 1, 2 and 4 take one thread per input pixel (whole rows of s
 // outputs per store); others one per output pixel.
 struct EsrganShuffleAddArgs {
   const void* t = nullptr;
-  const void* bias = nullptr;
   const void* x = nullptr;
   int64_t x_strides[4] = {};
   void* out = nullptr;

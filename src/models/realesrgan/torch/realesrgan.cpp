@@ -248,8 +248,7 @@ bool fused_mix(const at::Tensor& a, const at::Tensor& b, float beta, const at::T
 
 // SRVGG's tail in one pass (EsrganShuffleAddArgs); an undefined tensor when the kernel cannot
 // take the tensors.
-at::Tensor fused_shuffle_add(const at::Tensor& t, const at::Tensor& x, int scale, bool out_float,
-                             const at::Tensor& bias = {}) {
+at::Tensor fused_shuffle_add(const at::Tensor& t, const at::Tensor& x, int scale, bool out_float) {
 #ifdef WMBATCH_WITH_CUDA
   cuda::EsrganDType dtype;
   if (!t.is_cuda() || !kernel_dtype(t, dtype) || !pixel_major(t) || !aligned16(t.data_ptr()) ||
@@ -258,16 +257,11 @@ at::Tensor fused_shuffle_add(const at::Tensor& t, const at::Tensor& x, int scale
       x.size(2) != t.size(2) || x.size(3) != t.size(3)) {
     return {};
   }
-  if (bias.defined() && (bias.device() != t.device() || bias.scalar_type() != t.scalar_type() ||
-                         bias.numel() != t.size(1) || !bias.is_contiguous())) {
-    return {};
-  }
   const int64_t n = t.size(0), h = t.size(2), w = t.size(3);
   at::Tensor out = at::empty({n, 3, h * scale, w * scale},
                              t.options().dtype(out_float ? at::kFloat : t.scalar_type()));
   cuda::EsrganShuffleAddArgs args;
   args.t = t.data_ptr();
-  args.bias = bias.defined() ? bias.data_ptr() : nullptr;
   args.x = x.data_ptr();
   for (int d = 0; d < 4; ++d) args.x_strides[d] = x.stride(d);
   args.out = out.data_ptr();
@@ -281,7 +275,7 @@ at::Tensor fused_shuffle_add(const at::Tensor& t, const at::Tensor& x, int scale
                "realesrgan shuffle kernel");
   return out;
 #else
-  (void)t, (void)x, (void)scale, (void)out_float, (void)bias;
+  (void)t, (void)x, (void)scale, (void)out_float;
   return {};
 #endif
 }
@@ -384,7 +378,6 @@ bool conv_args(const at::Tensor& in, int64_t cin, const at::Tensor& weight, cons
   args.input_stride = in.size(1);
   args.in_channels = int(cin);
   args.weight = weight.data_ptr();
-  args.bias = bias.defined() ? bias.data_ptr() : nullptr;
   args.out_channels = int(cout);
   args.activation = act == ConvAct::kPRelu   ? cuda::Conv3x3Args::kPRelu
                     : act == ConvAct::kLeaky ? cuda::Conv3x3Args::kLeaky
@@ -612,25 +605,12 @@ class Network final : public RealEsrganNetwork {
       t = conv_named(t, name);
       t = at::prelu(t, slopes);
     }
-    // The last convolution: its bias in cuDNN's fused epilogue where the graph takes it (9.19
-    // has no engine for its 3·s² outputs), else ATen's convolution without it and the bias added
-    // in the shuffle kernel's pass.
     const std::string last = "body." + std::to_string(2 * arch_.convs + 2);
-    at::Tensor tail_bias;
-    at::Tensor y = conv_fused(t, last, ConvAct::kNone);
-    if (y.defined()) {
-      t = y;
-    } else if (fused_) {
-      t = conv(t, w(last + ".weight"), {});
-      tail_bias = w(last + ".bias");
-    } else {
-      t = conv_named(t, last);
-    }
+    at::Tensor y = conv_fused(t, last, ConvAct::kNone);  // the bias in the epilogue
+    t = y.defined() ? y : conv_named(t, last);
     if (fused_) {
-      at::Tensor y = fused_shuffle_add(t.contiguous(at::MemoryFormat::ChannelsLast), x, arch_.scale,
-                                       out_float, tail_bias);
+      at::Tensor y = fused_shuffle_add(t, x, arch_.scale, out_float);
       if (y.defined()) return y;
-      if (tail_bias.defined()) t = t + tail_bias.view({1, -1, 1, 1});
     }
     return at::pixel_shuffle(t, arch_.scale) + nearest(x, arch_.scale);
   }
