@@ -12,11 +12,14 @@
 namespace wm::sched {
 
 constexpr int kMaxLanesPerDevice = 4;
-// Slices an input of the first lanes writes before the batch may widen: a frame-wise model's
-// slices are alike, and by the third written the next ones are in flight (upload, model,
-// download), so the device's peak memory is that of a lane at work. Waiting for a whole input
-// instead held a batch of long clips on one lane per device for the first clip's whole length.
-constexpr int kGrowAfterSlices = 3;
+// Slices an input of the first lanes writes before the batch may widen. Waiting for a whole input
+// held a batch of long clips on one lane per device for the first clip's whole length; waiting
+// for three slices still left the other lanes idle for half of a 24-frame input.
+// A frame-wise model's slices are alike, so the first one written shows a lane's memory but for
+// the slices in flight behind it (upload, model, download of the next ones): its peak counts
+// kFirstSlicePeakMargin times.
+constexpr int kGrowAfterSlices = 1;
+constexpr double kFirstSlicePeakMargin = 2.0;
 // Host cores each lane of a device should have (its decoder and encoder run there).
 constexpr int kCoresPerLane = 4;
 // The share of a device's usable memory the lanes may plan to fill.

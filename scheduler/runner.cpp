@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -263,21 +264,34 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
   };
   // The most lanes that ran at once: the report's thread budget.
   int most_lanes = int(lanes.size());
-  auto run_one = [&](size_t i, TaskRunner& runner, Progress& lane_progress, int lanes_now) {
+  // An input through the model, its output still finishing (the encoder's flush, fsync, verify,
+  // rename) on a thread of its own while the lane's next input starts: x264 holds a 24-frame
+  // input's last frames until its flush (writer_flush_seconds was 0.29 of the lanes' time on one
+  // H200), and a lane that waited for it left its share of the cores idle meanwhile.
+  struct Started {
+    size_t index = 0;
     InputOutcome in;
+    Clock::time_point start;
+    std::optional<io::OutputLock> lock;  // held until the output is in place or given up
+    std::optional<PendingOutput> output;
+  };
+  auto run_one = [&](size_t i, TaskRunner& runner, Progress& lane_progress, int lanes_now) {
+    Started s;
+    s.index = i;
+    InputOutcome& in = s.in;
     in.input = inputs[i];
-    const auto start = Clock::now();
-    in.started = std::chrono::duration<double>(start - job_start).count();
+    s.start = Clock::now();
+    in.started = std::chrono::duration<double>(s.start - job_start).count();
     try {
       in.output = expand_output(job.output, in.input, job.name, job.dir);
       // An image sequence's output is its folder (written whole, renamed into place).
       const std::string target = io::output_target(in.output);
-      std::optional<io::OutputLock> lock;
-      if (in.output != kStdoutName) {
+      const bool to_stdout = in.output == kStdoutName;
+      if (!to_stdout) {
         make_output_folder(target);
-        lock.emplace(target, options.cancel);
+        s.lock.emplace(target, options.cancel);
       }
-      if (in.output != kStdoutName && !prepare_output(job, in.input, target, target != in.output)) {
+      if (!to_stdout && !prepare_output(job, in.input, target, target != in.output)) {
         in.state = InputState::kSkipped;
         log->info("{}: exists, skipped", in.output);
       } else {
@@ -301,13 +315,20 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
         const parallel::ThreadBudget budget =
             parallel::thread_budget(parallel::host_cores(), lanes_now);
         tbb::task_arena arena(budget.tbb_threads);
-        arena.execute(
-            [&] { in.frames = runner.process(in.input, in.output, lane_options, lane_progress); });
-        in.metrics = runner.metrics();
-        in.decoder = runner.decoder();
-        in.dropped = runner.dropped();
-        in.bound = runner.bound();
-        in.state = InputState::kDone;
+        if (to_stdout) {
+          arena.execute([&] {
+            in.frames = runner.process(in.input, in.output, lane_options, lane_progress);
+          });
+          in.metrics = runner.metrics();
+          in.decoder = runner.decoder();
+          in.dropped = runner.dropped();
+          in.bound = runner.bound();
+          in.state = InputState::kDone;
+        } else {
+          arena.execute([&] {
+            s.output.emplace(runner.start(in.input, in.output, lane_options, lane_progress));
+          });
+        }
       }
     } catch (const Error& e) {
       fail(in, e.exit_code(),
@@ -315,13 +336,54 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
     } catch (const std::exception& e) {
       fail(in, kExitSoftware, in.input + ": internal error: " + e.what());
     }
-    in.seconds = seconds_since(start);
+    in.seconds = seconds_since(s.start);
+    return s;
+  };
+  // Waits for a started input's output and records its outcome.
+  auto settle = [&](Started& s) {
+    InputOutcome& in = s.in;
+    if (s.output) {
+      const auto wait_start = Clock::now();
+      try {
+        const TaskResult r = s.output->wait();
+        in.frames = r.frames;
+        in.metrics = r.metrics;
+        in.decoder = r.decoder;
+        in.dropped = r.dropped;
+        in.bound = r.bound;
+        in.state = InputState::kDone;
+        in.seconds += r.finish_seconds;  // its own time, not the lane's next input's
+      } catch (const Error& e) {
+        fail(
+            in, e.exit_code(),
+            e.exit_code() == kExitTempFail ? interrupted_text(job, in.input, in.output) : e.what());
+        in.seconds += seconds_since(wait_start);
+      } catch (const std::exception& e) {
+        fail(in, kExitSoftware, in.input + ": internal error: " + e.what());
+        in.seconds += seconds_since(wait_start);
+      }
+      s.output.reset();
+    }
+    s.lock.reset();
     if (in.state == InputState::kFailed) log->error("{}", in.error);
-    return in;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (in.state == InputState::kFailed) failed = true;
+    results[s.index] = std::move(in);
+    done[s.index] = true;
+    may_grow = true;
+    finished.notify_all();
   };
   // `runner` is passed, not looked up in `lanes`: the vector grows while lanes run.
   auto lane_loop = [&](size_t lane, TaskRunner* runner, bool first) {
     Progress lane_progress(progress);
+    // The lane's last input, its output still finishing (a pointer: GCC 12 warns, wrongly, that an
+    // optional of it may be used uninitialized).
+    std::unique_ptr<Started> finishing;
+    auto settle_finishing = [&] {
+      if (!finishing) return;
+      settle(*finishing);
+      finishing.reset();
+    };
     auto leave = [&] {
       --running;
       finished.notify_all();
@@ -331,16 +393,26 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
       int lanes_now = 1;
       {
         std::unique_lock<std::mutex> lock(mutex);
-        if (stopped()) return leave();
+        if (stopped() || (!first && next >= n)) {
+          lock.unlock();
+          settle_finishing();
+          lock.lock();
+          return leave();
+        }
         lanes_now = int(lanes.size());
         if (first) {
           i = lane;  // input k < lanes starts on lane k, whichever thread is up first
           first = false;
         } else {
-          if (next >= n) return leave();
           i = next++;
         }
-        // Two inputs with one output: the earlier one must be on disk before this one checks it.
+        // Two inputs with one output: the earlier one must be on disk before this one checks it
+        // (this lane's own last one first: nobody else settles it).
+        if (finishing && !outputs[i].empty() && outputs[finishing->index] == outputs[i]) {
+          lock.unlock();
+          settle_finishing();
+          lock.lock();
+        }
         finished.wait(lock, [&] {
           for (size_t j = 0; j < i; ++j) {
             if (!done[j] && !outputs[i].empty() && outputs[j] == outputs[i]) return false;
@@ -348,13 +420,13 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
           return true;
         });
       }
-      InputOutcome in = run_one(i, *runner, lane_progress, lanes_now);
-      std::lock_guard<std::mutex> lock(mutex);
-      if (in.state == InputState::kFailed) failed = true;
-      results[i] = std::move(in);
-      done[i] = true;
-      may_grow = true;
-      finished.notify_all();
+      Started s = run_one(i, *runner, lane_progress, lanes_now);
+      settle_finishing();  // the previous output finished alongside this input's model work
+      if (s.output) {
+        finishing = std::make_unique<Started>(std::move(s));
+      } else {
+        settle(s);
+      }
     }
   };
   progress.begin(
@@ -478,8 +550,9 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
           double peak = 0, usable = 0;
           for (const Device& device : devices) {
             const parallel::DeviceMemory m = parallel::device_memory(device);
-            per_device = std::min(per_device,
-                                  lanes_per_device(m.usable, m.peak, (now + d - 1) / d, cores, d));
+            const int64_t peak_margin = int64_t(kFirstSlicePeakMargin * double(m.peak));
+            per_device = std::min(
+                per_device, lanes_per_device(m.usable, peak_margin, (now + d - 1) / d, cores, d));
             peak = std::max(peak, double(m.peak));
             usable = std::max(usable, double(m.usable));
           }
