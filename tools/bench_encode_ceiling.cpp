@@ -6,6 +6,7 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -79,12 +80,14 @@ io::WriterConfig writer_config(const Clip& clip, const std::string& path,
   return config;
 }
 
-// Encodes one clip into out_dir as STEM.mp4; returns the frames written.
-int64_t encode(const Clip& clip, const std::string& out_dir, const io::EncodeSettings& settings) {
-  io::VideoWriter writer(writer_config(
+// Feeds one clip to a writer at out_dir/STEM.mp4; the writer's finish() (the encoder's flush,
+// commit) is left to the caller.
+std::unique_ptr<io::VideoWriter> feed(const Clip& clip, const std::string& out_dir,
+                                      const io::EncodeSettings& settings) {
+  auto writer = std::make_unique<io::VideoWriter>(writer_config(
       clip, out_dir + "/" + std::filesystem::path(clip.path).stem().string() + ".mp4", settings));
   for (size_t i = 0; i < clip.timing.size(); ++i) {
-    io::YuvImage out = writer.yuv_buffer();
+    io::YuvImage out = writer->yuv_buffer();
     for (int p = 0; p < 3; ++p) {
       const size_t row = row_bytes(out, p);
       const uint8_t* src = clip.planes[3 * i + size_t(p)].data();
@@ -92,33 +95,41 @@ int64_t encode(const Clip& clip, const std::string& out_dir, const io::EncodeSet
         std::memcpy(out.data[p] + y * out.stride[p], src + size_t(y) * row, row);
       }
     }
-    writer.write_yuv(clip.timing[i], out);
+    writer->write_yuv(clip.timing[i], out);
   }
-  return writer.finish();
+  return writer;
 }
 
-// Runs work(i) for i in [0, count) on `lanes` threads, each taking the next index as it frees up;
-// the first exception stops the others taking more and is rethrown.
-void in_lanes(size_t count, int lanes, const std::function<void(size_t)>& work) {
+// Runs work(i, lane) for i in [0, count) on `lanes` threads (lane: the thread's number), each
+// taking the next index as it frees up, then done(lane) on each thread; the first exception stops
+// the others taking more and is rethrown.
+void in_lanes(size_t count, int lanes, const std::function<void(size_t, size_t)>& work,
+              const std::function<void(size_t)>& done = {}) {
   std::mutex mutex;
   size_t next = 0;
   std::exception_ptr failure;
   std::vector<std::thread> threads;
   for (int lane = 0; lane < std::max(1, std::min(lanes, int(count))); ++lane) {
-    threads.emplace_back([&] {
+    threads.emplace_back([&, lane] {
       for (;;) {
         size_t at;
         {
           std::lock_guard<std::mutex> lock(mutex);
-          if (next >= count || failure) return;
+          if (next >= count || failure) break;
           at = next++;
         }
         try {
-          work(at);
+          work(at, size_t(lane));
         } catch (...) {
           std::lock_guard<std::mutex> lock(mutex);
           if (!failure) failure = std::current_exception();
         }
+      }
+      try {
+        if (done) done(size_t(lane));
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!failure) failure = std::current_exception();
       }
     });
   }
@@ -131,8 +142,9 @@ void in_lanes(size_t count, int lanes, const std::function<void(size_t)>& work) 
 DecodedVideos decode_videos(const std::vector<std::string>& videos, int threads) {
   DecodedVideos decoded;
   decoded.clips.resize(videos.size());
-  in_lanes(videos.size(), threads,
-           [&](size_t i) { decoded.clips[i] = std::make_shared<const Clip>(decode(videos[i])); });
+  in_lanes(videos.size(), threads, [&](size_t i, size_t) {
+    decoded.clips[i] = std::make_shared<const Clip>(decode(videos[i]));
+  });
   return decoded;
 }
 
@@ -159,11 +171,23 @@ EncodeCeiling encode_ceiling(const DecodedVideos& videos, const std::string& out
   std::mutex mutex;
   const auto start = std::chrono::steady_clock::now();
   const double cpu_start = wm::sched::process_cpu_seconds();
-  in_lanes(clips.size(), result.lanes, [&](size_t i) {
-    const int64_t written = encode(*clips[i], out_dir, settings);
+  // As a job's input lanes do, a lane feeds its next clip while the last one's encoder drains
+  // (x264 holds a short clip's last frames until its flush).
+  std::vector<std::future<int64_t>> finishing(size_t(result.lanes));
+  auto settle = [&](size_t lane) {
+    if (!finishing[lane].valid()) return;
+    const int64_t written = finishing[lane].get();
     std::lock_guard<std::mutex> lock(mutex);
     result.frames += written;
-  });
+  };
+  in_lanes(
+      clips.size(), result.lanes,
+      [&](size_t i, size_t lane) {
+        std::shared_ptr<io::VideoWriter> writer = feed(*clips[i], out_dir, settings);
+        settle(lane);
+        finishing[lane] = std::async(std::launch::async, [writer] { return writer->finish(); });
+      },
+      settle);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.cpu_seconds = wm::sched::process_cpu_seconds() - cpu_start;
   return result;

@@ -1,7 +1,8 @@
 // The host's encoder ceiling for a batch (wmbench upscale --devices): a job's output videos
 // decoded into memory first (once, not timed), then encoded again with the job's encoder settings
 // in as many lanes as the job ran inputs at once, each lane its share of the videos one after
-// another. What it times is the encoder alone (and one copy of each picture into the encoder's
+// another (feeding the next while the last one's encoder drains, as the job's lanes do). What it
+// times is the encoder alone (and one copy of each picture into the encoder's
 // buffer): a job of that output can approach it, not pass it.
 #pragma once
 

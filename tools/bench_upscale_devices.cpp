@@ -43,9 +43,10 @@ const char* kAbout =
     "  stage_decode, model (host<->device copies included): stage_model, encode: stage_sink or\n"
     "  stage_encode, + writer_finish), `bound`, the stage with the largest share in the run on\n"
     "  all devices, and cpu_seconds / host_cpu_share, the process's CPU time over the run and\n"
-    "  its share of all the host's cores (also per ceiling split). --lanes N: the jobs'\n"
-    "  parallel.inputs (inputs at once; 0 = auto: one per device, more on a GPU once the first\n"
-    "  input's peak memory shows room); input_lanes in the JSON is what each run used.\n"
+    "  its share of all the host's cores (also per ceiling split); inputs_started_seconds_finish:\n"
+    "  per input, when it started, its seconds and its output's finish among them. --lanes N:\n"
+    "  the jobs' parallel.inputs (inputs at once; 0 = auto: one per device, more on a GPU once\n"
+    "  the first input's peak memory shows room); input_lanes in the JSON is what each run used.\n"
     "  --encode-threads N: the jobs' encode.threads (0: the host thread budget's).\n"
     "  encode_ceiling: the run's frames (the job on all devices once more, untimed, writing\n"
     "  FFV1), decoded into memory first, encoded in as many lanes with the same encoder\n"
@@ -60,6 +61,7 @@ struct Run {
   std::map<std::string, double> busy;    // device_<dev>_busy_seconds, summed over inputs
   std::map<std::string, double> stages;  // stage and writer seconds, summed over inputs
   double cpu_seconds = 0;                // the process's user + system time during the run
+  nlohmann::json timeline = nlohmann::json::array();  // per input: started, seconds, finish
 };
 
 // The host's cores busy on average over `seconds` of wall time, as a share of all of them.
@@ -78,6 +80,9 @@ Run run_job(const std::string& yaml_path) {
     run.frames += o.frames;
     run.lanes = std::max(run.lanes, o.input_lanes);
     for (const auto& in : o.inputs) {
+      const auto finish = in.metrics.find("writer_finish_seconds");
+      run.timeline.push_back(
+          {in.started, in.seconds, finish == in.metrics.end() ? 0.0 : finish->second});
       for (const auto& [name, value] : in.metrics) {
         if (name.rfind("device_", 0) == 0 && name.find("_busy_seconds") != std::string::npos) {
           run.busy[name] += value;
@@ -114,6 +119,9 @@ nlohmann::json describe(const Run& run) {
   }
   j["stage_seconds"] = stages;
   j["stage_share_of_lanes"] = stage_share;
+  // When each input started (from the job's start), its seconds and the part of them its output's
+  // finish took (the encoder's flush: the lane's next input runs meanwhile).
+  j["inputs_started_seconds_finish"] = run.timeline;
   // The pipeline's stages run at once: the one busy for the largest share of the lanes' time
   // bounds the run (encode = the sink stage plus the writer's finish after it).
   const auto stage = [&](const char* key) {
