@@ -1,9 +1,10 @@
 // wmbench e2e: a whole Real-ESRGAN upscale job (decode → model → encode) and, in the same call,
 // its two ceilings: the model alone (the same frame size, precision, frames per call and resize,
-// on device-resident frames) and the encoder alone (the job's own output planes, decoded into
-// memory first, encoded with the same codec settings, instances and threads). Prints one JSON
-// object: the job's fps, each ceiling, ratio = job / min(ceilings), the GPU's busy share, the
-// per-stage meters and `bound` of the job's report. docs/performance.md, "The device frame path".
+// on device-resident frames) and the encoder alone (the job's own frames, written losslessly once
+// more and decoded into memory first, encoded with the same codec settings, instances and threads).
+// Prints one JSON object: the job's fps, each ceiling, ratio = job / min(ceilings), the GPU's busy
+// share, the per-stage meters and `bound` of the job's report. docs/performance.md, "The device
+// frame path".
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -38,8 +39,9 @@ const char* kAbout =
     "  frames; --inputs copies of it as one batch) through a job with random weights (model.scale\n"
     "  S, default the network's: the output is WxH times S), timed after --warmup untimed runs of\n"
     "  the job on its first input; then the model alone (--calls calls of --slice-frames frames)\n"
-    "  and the encoder alone (the job's output decoded into memory and encoded again with the\n"
-    "  same settings; for a batch, its input lanes' encoders at once). Prints job_fps, model_fps,\n"
+    "  and the encoder alone (the job's frames, written once more losslessly, decoded into memory\n"
+    "  and encoded with the same settings; for a batch, its input lanes' encoders at once). Prints "
+    "job_fps, model_fps,\n"
     "  encoder_fps, ratio = job / min(model, encoder), gpu_busy_share, bound, the job's stage\n"
     "  meters. Sizes default to 1920x1080 (SRVGG) and 960x540 (RRDB).\n";
 
@@ -207,9 +209,17 @@ int bench_e2e(int argc, char** argv) {
   yaml_text += cuda ? "devices: [" + std::to_string(device.index) + "]\n" : "devices: cpu\n";
   yaml_text += "slice_frames: " + std::to_string(slice_frames) + "\n";
   yaml_text += "frame_path: " + frame_path + "\ndecode: " + decode + "\n";
+  // The job's frames as the encoder gets them, for the encoder alone: the same job on the first
+  // input writing FFV1 (before 2026-11-30 the encoder alone re-encoded the job's H.264 output,
+  // pictures already through x264, which it takes faster: that ceiling read high).
+  std::string lossless_text = yaml_text + "encode: {codec: ffv1}\n";
+  const size_t output_end = lossless_text.find('\n');
+  lossless_text.replace(0, output_end, "output: '" + workdir + "/lossless_{stem}.nut'");
   yaml_text += "encode: {codec: " + codec + ", preset: " + preset +
                ", crf: " + std::to_string(crf) + ", instances: " + instances + "}\n";
   const std::string yaml = workdir + "/e2e.yaml";
+  const std::string lossless_yaml = workdir + "/e2e_lossless.yaml";
+  std::ofstream(lossless_yaml) << "job: e2e-lossless\ninput: ['" + clip + "']\n" + lossless_text;
   const std::string warm_yaml = workdir + "/e2e_warmup.yaml";
   std::ofstream(yaml) << "job: e2e\ninput: " + inputs_text + "\n" + yaml_text;
   std::ofstream(warm_yaml) << "job: e2e-warmup\ninput: ['" + clip + "']\n" + yaml_text;
@@ -250,11 +260,13 @@ int bench_e2e(int argc, char** argv) {
     result["model_alone"] = {{"error", e.what()}};
   }
 
-  // The encoder alone: the job's first output, decoded into memory, encoded again as the job
-  // encoded each input, with as many at once as the job ran input lanes.
+  // The encoder alone: the job's frames for its first input (the job once more, writing FFV1),
+  // decoded into memory, encoded as the job encoded each input, with as many at once as the job
+  // ran input lanes.
   try {
+    run_yaml(lossless_yaml);
     const std::string out =
-        workdir + "/out_" + std::filesystem::path(clip).stem().string() + ".mp4";
+        workdir + "/lossless_" + std::filesystem::path(clip).stem().string() + ".nut";
     wm::io::VideoReader reader(out);
     const wm::io::VideoInfo info = reader.info();
     std::vector<std::pair<wm::io::VideoFrame, wm::io::YuvImage>> planes;
