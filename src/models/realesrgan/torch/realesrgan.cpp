@@ -378,6 +378,7 @@ bool conv_args(const at::Tensor& in, int64_t cin, const at::Tensor& weight, cons
   args.input_stride = in.size(1);
   args.in_channels = int(cin);
   args.weight = weight.data_ptr();
+  args.bias = bias.defined() ? bias.data_ptr() : nullptr;
   args.out_channels = int(cout);
   args.activation = act == ConvAct::kPRelu   ? cuda::Conv3x3Args::kPRelu
                     : act == ConvAct::kLeaky ? cuda::Conv3x3Args::kLeaky
