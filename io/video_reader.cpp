@@ -21,6 +21,7 @@
 #include "src/base/error.h"
 #include "src/base/log.h"
 #include "src/base/std_streams.h"
+#include "src/base/thread_name.h"
 
 extern "C" {
 #include <libavfilter/avfilter.h>
@@ -356,7 +357,11 @@ struct VideoReader::Impl {
     decoder->pkt_timebase = stream->time_base;
     decoder->thread_count = options.threads;
     decoder->thread_type = FF_THREAD_FRAME | FF_THREAD_SLICE;
-    const int rc = avcodec_open2(decoder.get(), codec, nullptr);
+    int rc = 0;
+    {
+      const ScopedThreadName role(kDecodeThreads);  // its frame threads start here
+      rc = avcodec_open2(decoder.get(), codec, nullptr);
+    }
     if (rc < 0) {
       throw InputError(path + ": cannot open " + codec->name + " decoder: " + av_error_string(rc),
                        kExitDataErr);

@@ -28,6 +28,7 @@
 #include "src/base/fs.h"
 #include "src/base/log.h"
 #include "src/base/std_streams.h"
+#include "src/base/thread_name.h"
 
 extern "C" {
 #include <libavutil/display.h>
@@ -44,6 +45,7 @@ namespace {
 // avcodec_open2, from a thread `nice` steps nicer than the caller when nice > 0: the threads the
 // encoder starts while opening inherit that thread's nice value (per thread on Linux).
 int open_codec_niced(AVCodecContext* enc, const AVCodec* codec, AVDictionary** options, int nice) {
+  const ScopedThreadName role(kEncodeThreads);  // the encoder's threads start here
   if (nice <= 0) return avcodec_open2(enc, codec, options);
   int rc = 0;
   std::thread opener([&] {

@@ -36,6 +36,7 @@
 #include "src/base/json_text.h"
 #include "src/base/log.h"
 #include "src/base/std_streams.h"
+#include "src/base/thread_name.h"
 #include "src/models/catalog.h"
 
 namespace wm::sched {
@@ -375,6 +376,7 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
   };
   // `runner` is passed, not looked up in `lanes`: the vector grows while lanes run.
   auto lane_loop = [&](size_t lane, TaskRunner* runner, bool first) {
+    name_this_thread(kLaneThreads);
     Progress lane_progress(progress);
     // The lane's last input, its output still finishing (a pointer: GCC 12 warns, wrongly, that an
     // optional of it may be used uninitialized).

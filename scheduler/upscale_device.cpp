@@ -15,6 +15,7 @@
 #include "scheduler/tasks.h"
 #include "src/base/clock.h"
 #include "src/base/error.h"
+#include "src/base/thread_name.h"
 
 namespace wm::sched {
 namespace {
@@ -280,6 +281,7 @@ DeviceRunResult run_device_upscale(io::VideoReader& reader, PlaneSink& sink,
   std::exception_ptr reader_failure;
   std::atomic<bool> stop{false};
   std::thread reader_thread([&] {
+    name_this_thread(kReadThreads);  // decoding too, with one decoder thread
     try {
       bool have_first = true, end = false;
       for (int64_t slice = 0; !end && !stop.load(); ++slice) {

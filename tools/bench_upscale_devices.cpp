@@ -26,6 +26,7 @@
 #include "tools/bench_clip.h"
 #include "tools/bench_encode_ceiling.h"
 #include "tools/bench_job.h"
+#include "tools/bench_thread_cpu.h"
 
 namespace {
 
@@ -62,6 +63,7 @@ struct Run {
   std::map<std::string, double> stages;  // stage and writer seconds, summed over inputs
   double cpu_seconds = 0;                // the process's user + system time during the run
   nlohmann::json timeline = nlohmann::json::array();  // per input: started, seconds, finish
+  std::map<std::string, double> cpu_by_thread;        // CPU seconds by thread name (role)
 };
 
 // The host's cores busy on average over `seconds` of wall time, as a share of all of them.
@@ -73,8 +75,10 @@ double host_cpu_share(double cpu_seconds, double seconds) {
 Run run_job(const std::string& yaml_path) {
   Run run;
   const double cpu_before = wm::sched::process_cpu_seconds();
+  wm::bench::ThreadCpuSampler sampler;
   const std::vector<wm::sched::JobOutcome> outcomes =
       wm::bench::run_job_or_exit(yaml_path, &run.seconds);
+  run.cpu_by_thread = sampler.stop();
   run.cpu_seconds = wm::sched::process_cpu_seconds() - cpu_before;
   for (const auto& o : outcomes) {
     run.frames += o.frames;
@@ -122,6 +126,13 @@ nlohmann::json describe(const Run& run) {
   // When each input started (from the job's start), its seconds and the part of them its output's
   // finish took (the encoder's flush: the lane's next input runs meanwhile).
   j["inputs_started_seconds_finish"] = run.timeline;
+  // Where the CPU went, by thread role (src/base/thread_name.h: wm-encode, wm-decode, wm-read,
+  // wm-lane; other names are LibTorch's, CUDA's or the main thread's).
+  nlohmann::json by_thread = nlohmann::json::object();
+  for (const auto& [name, value] : run.cpu_by_thread) {
+    if (value >= 0.01) by_thread[name] = value;
+  }
+  j["cpu_seconds_by_thread"] = by_thread;
   // The pipeline's stages run at once: the one busy for the largest share of the lanes' time
   // bounds the run (encode = the sink stage plus the writer's finish after it).
   const auto stage = [&](const char* key) {

@@ -1,0 +1,31 @@
+// CPU time by thread name over a stretch of a benchmark (wmbench upscale --devices): a thread
+// samples /proc/self/task every 50 ms, so threads that come and go (an encoder's, per input) are
+// counted up to their last sample. The names are the roles of src/base/thread_name.h; others
+// (LibTorch's, CUDA's, the main thread) under their own names.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace wm::bench {
+
+class ThreadCpuSampler {
+ public:
+  ThreadCpuSampler();  // starts sampling
+  ~ThreadCpuSampler();
+  ThreadCpuSampler(const ThreadCpuSampler&) = delete;
+  ThreadCpuSampler& operator=(const ThreadCpuSampler&) = delete;
+  // Stops sampling; CPU seconds (user + system) per thread name since the start.
+  std::map<std::string, double> stop();
+
+ private:
+  struct Tasks;
+  std::unique_ptr<Tasks> tasks_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace wm::bench
