@@ -39,13 +39,20 @@ __global__ void __launch_bounds__(256) mix_kernel(EsrganMixArgs a) {
     if (a.c)
       vc.raw =
           __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(a.c) + p * a.c_stride + c));
+    Vec8<T> vbias, vslope;
+    if (a.bias)
+      vbias.raw = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(a.bias) + c));
+    if (a.slopes)
+      vslope.raw = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(a.slopes) + c));
     Vec8<T> r;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       float v = to_f(va.v[k]);
+      if (a.bias) v += to_f(vbias.v[k]);
       if (a.b) v = fmaf(a.beta, to_f(vb.v[k]), v);
       if (a.c) v = fmaf(a.gamma, v, to_f(vc.v[k]));
       if (a.slope >= 0.f && v < 0.f) v *= a.slope;
+      if (a.slopes && v < 0.f) v *= to_f(vslope.v[k]);
       r.v[k] = from_f<T>(v);
     }
 #pragma unroll

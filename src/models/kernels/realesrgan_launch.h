@@ -15,7 +15,8 @@ namespace wm::models::cuda {
 
 enum class EsrganDType { kFloat16, kBFloat16 };
 
-// v = a (+ beta·b); with c: v = c + gamma·v; with slope >= 0: v = leaky_relu(v, slope). The
+// v = a (+ bias) (+ beta·b); with c: v = c + gamma·v; with slope >= 0: v = leaky_relu(v, slope);
+// with slopes: v = prelu(v, slopes). The
 // value is written to every one of `outputs` destinations (the dense-block concat buffers of an
 // RRDB and the block's own input copy). Arithmetic in float32, one rounding at the store.
 struct EsrganMixArgs {
@@ -28,7 +29,9 @@ struct EsrganMixArgs {
   const void* c = nullptr;  // optional
   int64_t c_stride = 0;
   float gamma = 1.f;
-  float slope = -1.f;  // < 0: no activation
+  float slope = -1.f;            // < 0: no activation
+  const void* bias = nullptr;    // optional, per channel: added to a first
+  const void* slopes = nullptr;  // optional, per channel: PReLU (instead of `slope`)
   void* out[kMaxOutputs] = {};
   int64_t out_stride[kMaxOutputs] = {};
   int outputs = 0;

@@ -197,7 +197,8 @@ struct ChannelSlot {
 // leaky ReLU when slope >= 0; written to every slot. Returns false (nothing done) when the
 // kernels cannot take the tensors: the caller then runs ATen.
 bool fused_mix(const at::Tensor& a, const at::Tensor& b, float beta, const at::Tensor& c,
-               float gamma, float slope, const std::vector<ChannelSlot>& outs) {
+               float gamma, float slope, const std::vector<ChannelSlot>& outs,
+               const at::Tensor& bias = {}, const at::Tensor& slopes = {}) {
 #ifdef WMBATCH_WITH_CUDA
   cuda::EsrganDType dtype;
   if (!a.is_cuda() || !kernel_dtype(a, dtype) || !pixel_major(a)) return false;
@@ -233,6 +234,15 @@ bool fused_mix(const at::Tensor& a, const at::Tensor& b, float beta, const at::T
     args.out_stride[args.outputs] = o.t.size(1);
     ++args.outputs;
   }
+  auto per_channel = [&](const at::Tensor& v) {
+    return v.device() == a.device() && v.scalar_type() == a.scalar_type() &&
+           v.numel() == channels && v.is_contiguous() && aligned16(v.data_ptr());
+  };
+  if ((bias.defined() && !per_channel(bias)) || (slopes.defined() && !per_channel(slopes))) {
+    return false;
+  }
+  args.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  args.slopes = slopes.defined() ? slopes.data_ptr() : nullptr;
   args.slope = slope;
   args.pixels = a.size(0) * a.size(2) * a.size(3);
   args.channels = int(channels);
@@ -241,7 +251,8 @@ bool fused_mix(const at::Tensor& a, const at::Tensor& b, float beta, const at::T
                "realesrgan mix kernel");
   return true;
 #else
-  (void)a, (void)b, (void)beta, (void)c, (void)gamma, (void)slope, (void)outs;
+  (void)a, (void)b, (void)beta, (void)c, (void)gamma, (void)slope, (void)outs, (void)bias;
+  (void)slopes;
   return false;
 #endif
 }
@@ -549,8 +560,9 @@ class Network final : public RealEsrganNetwork {
         const at::Tensor& a = w("body." + std::to_string(2 * i + 1) + ".weight");
         prelu_in_unit_.push_back(a.min().item<float>() >= 0.f && a.max().item<float>() <= 1.f);
       }
-      // The first convolution (3 input channels) stays on ATen: cuDNN 9.19's graph has no engine
-      // for it, not even on the input padded to 8 channels (measured on an H200, 2026-11-30).
+      // The first convolution (3 input channels) stays on ATen's (cuDNN 9.19's graph has no
+      // engine for it, not even on the input padded to 8 channels: measured on an H200,
+      // 2026-11-30), without its bias; the bias and PReLU follow in one pass (fused_mix).
     }
   }
   const RealEsrganArch& arch() const override { return arch_; }
@@ -591,6 +603,17 @@ class Network final : public RealEsrganNetwork {
     for (int i = 0; i <= arch_.convs; ++i) {
       const std::string name = "body." + std::to_string(2 * i);
       const at::Tensor& slopes = w("body." + std::to_string(2 * i + 1) + ".weight");
+      if (i == 0 && fused_) {
+        const at::Tensor y =
+            conv(x.contiguous(at::MemoryFormat::ChannelsLast), w(name + ".weight"), {})
+                .contiguous(at::MemoryFormat::ChannelsLast);
+        if (fused_mix(y, {}, 0.f, {}, 0.f, -1.f, {{y, 0}}, w(name + ".bias"), slopes)) {
+          t = y;
+          continue;
+        }
+        t = at::prelu(y + w(name + ".bias").view({1, -1, 1, 1}), slopes);
+        continue;
+      }
       if (own_conv_ && i > 0) {  // the body's F→F convolutions, PReLU in the epilogue
         t = t.contiguous(at::MemoryFormat::ChannelsLast);  // (a no-op where it already is)
         const at::Tensor& weight = w(name + ".weight");
