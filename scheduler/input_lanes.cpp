@@ -1,6 +1,7 @@
 #include "scheduler/input_lanes.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace wm::sched {
 
@@ -22,6 +23,12 @@ int balanced_lanes(int64_t inputs, int cap, int lanes_now) {
   const int64_t rounds = (inputs + cap - 1) / cap;
   const int64_t lanes = (inputs + rounds - 1) / rounds;  // <= cap
   return std::max(int(lanes), lanes_now);
+}
+
+int planned_lanes(int64_t inputs, int cores, int devices, int lanes_now) {
+  devices = std::max(devices, 1);
+  const int per_device = lanes_per_device(INT64_MAX, 1, 1, cores, devices);
+  return balanced_lanes(inputs, per_device * devices, lanes_now);
 }
 
 }  // namespace wm::sched

@@ -39,4 +39,13 @@ int lanes_per_device(int64_t usable, int64_t peak, int lanes_now, int cores, int
 // take inputs as they free up, so an uneven count of lanes per device evens out on the devices.
 int balanced_lanes(int64_t inputs, int cap, int lanes_now);
 
+// The lanes a growing batch of `inputs` inputs is planned to reach on `devices` devices and
+// `cores` host cores, before any memory is measured: balanced_lanes over what the cores allow
+// (lanes_per_device without a memory bound), never fewer than `lanes_now`. The batch's first
+// inputs take their host threads (encoder, decoder) for that many lanes, not for the lanes
+// running when they start: an encoder's threads are fixed when it opens, and first inputs
+// opened with the whole host finished long before the others, whose encoders could not take
+// the cores freed then (two H200s, 8 × 96 frames: the first two done at 6.5 s, the batch at 11.5).
+int planned_lanes(int64_t inputs, int cores, int devices, int lanes_now);
+
 }  // namespace wm::sched

@@ -232,11 +232,12 @@ using LaneGrowth = std::function<std::vector<std::unique_ptr<TaskRunner>>(size_t
 // With `grow`, once an input of the batch is done or has written kGrowAfterSlices slices and
 // inputs are left, grow(left) may return
 // runners for further lanes (made on this thread: ModelShelf is per thread), which take the next
-// inputs not started.
+// inputs not started. Until then the inputs take their host threads for `planned` lanes
+// (planned_lanes), after it for the lanes there are.
 void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress,
                const std::vector<std::string>& inputs,
                std::vector<std::unique_ptr<TaskRunner>>& lanes, JobOutcome& outcome,
-               const std::shared_ptr<spdlog::logger>& log, const LaneGrowth& grow,
+               const std::shared_ptr<spdlog::logger>& log, const LaneGrowth& grow, int planned,
                Clock::time_point job_start) {
   const size_t n = inputs.size();
   std::vector<std::string> outputs(n);
@@ -255,6 +256,11 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
   bool failed = false;
   bool may_grow = false;          // an input is done or has written kGrowAfterSlices (time to grow)
   size_t running = lanes.size();  // lane threads not yet returned
+  bool grown = !grow;             // the batch has widened (or will not)
+  // The lanes an input starting now takes its host threads for.
+  auto budget_lanes = [&] {
+    return grown ? int(lanes.size()) : std::max(int(lanes.size()), planned);
+  };
   auto stopped = [&] {
     return (options.cancel && options.cancel->load()) || (!options.keep_going && failed);
   };
@@ -401,7 +407,7 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
           lock.lock();
           return leave();
         }
-        lanes_now = int(lanes.size());
+        lanes_now = budget_lanes();
         if (first) {
           i = lane;  // input k < lanes starts on lane k, whichever thread is up first
           first = false;
@@ -435,7 +441,7 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
       job.name + ": " + std::to_string(n) + " inputs, " + std::to_string(lanes.size()) + " at once",
       0);
   log->info("thread budget per input: {}",
-            parallel::thread_budget(parallel::host_cores(), int(lanes.size())).text());
+            parallel::thread_budget(parallel::host_cores(), budget_lanes()).text());
   std::vector<std::thread> threads;
   for (size_t lane = 0; lane < lanes.size(); ++lane) {
     threads.emplace_back(lane_loop, lane, lanes[lane].get(), true);
@@ -464,6 +470,7 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
                   parallel::thread_budget(parallel::host_cores(), most_lanes).text());
       }
     }
+    grown = true;
   }
   for (std::thread& t : threads) t.join();
   outcome.input_lanes = int(lanes.size());
@@ -525,6 +532,7 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
   ModelShelf shelf;
   std::vector<std::unique_ptr<TaskRunner>> lanes;
   LaneGrowth grow;
+  int planned = 0;  // the lanes a growing batch plans to reach (its first inputs' threads)
   try {
     inputs = expand_inputs(job);
     runner = make_task_runner(job);
@@ -543,6 +551,8 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
         lanes.push_back(make_task_runner(lane_job(job, lane, n, ranks)));
       }
       if (grows) {
+        planned =
+            planned_lanes(int64_t(inputs.size()), parallel::host_cores(), int(devices.size()), n);
         grow = [&job, &lanes, &log, ranks, devices](size_t left) {
           std::vector<std::unique_ptr<TaskRunner>> more;
           const int d = int(devices.size());
@@ -637,7 +647,7 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
   };
 
   if (!lanes.empty()) {
-    run_lanes(job, options, progress, inputs, lanes, outcome, log, grow, job_start);
+    run_lanes(job, options, progress, inputs, lanes, outcome, log, grow, planned, job_start);
     outcome.seconds = seconds_since(job_start);
     outcome.peak_rss_mib = peak_rss_mib();
     return outcome;

@@ -52,6 +52,11 @@ TEST(InputLanesGpu, AutoLanesOnOneGpuEqualOneInputAtATime) {
   const int expected = sched::balanced_lanes(int64_t(clips.size()), room, 1);
   const nlohmann::json all = report_job(dir.file("auto.json"));
   EXPECT_EQ(all.at("input_lanes"), expected) << cores << " cores";
+  // The first input takes its host threads for the lanes the batch plans to reach
+  // (planned_lanes), not for the one lane running when it starts.
+  const std::string planned = "thread budget per input: " + std::to_string(cores) + " cores, " +
+                              std::to_string(expected) + (expected == 1 ? " lane" : " lanes");
+  EXPECT_EQ(r.output.find("thread budget per input"), r.output.find(planned)) << r.output;
   const nlohmann::json& inputs = all.at("inputs");
   ASSERT_EQ(inputs.size(), clips.size());
   for (size_t i = 0; i < clips.size(); ++i) {

@@ -70,5 +70,17 @@ TEST(InputLanes, BalancedRoundsUseNoMoreLanesThanTheRoundsNeed) {
   }
 }
 
+TEST(InputLanes, PlannedLanesAreWhatTheCoresAllowForTheBatch) {
+  // One H200 with 16 cores: 4 lanes for 8 inputs; two with 32 cores: 8 lanes, one round.
+  EXPECT_EQ(planned_lanes(8, 16, 1, 1), 16 / kCoresPerLane);
+  EXPECT_EQ(planned_lanes(8, 32, 2, 2), 8);
+  // Balanced rounds: 9 inputs on room for 8 lanes take 5 (two rounds), not 8.
+  EXPECT_EQ(planned_lanes(9, 32, 2, 2), 5);
+  // Fewer inputs than room: one lane each; too few cores for a second lane: what runs now.
+  EXPECT_EQ(planned_lanes(3, 64, 1, 1), 3);
+  EXPECT_EQ(planned_lanes(8, 4, 1, 1), 1);
+  EXPECT_EQ(planned_lanes(8, 4, 2, 2), 2);
+}
+
 }  // namespace
 }  // namespace wm::sched
