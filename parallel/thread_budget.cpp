@@ -13,11 +13,15 @@ ThreadBudget thread_budget(int cores, int lanes) {
   // libav's auto and TBB's default arena: one thread per core of what the lane has.
   b.decode_threads = b.lane_cores;
   b.tbb_threads = b.lane_cores;
-  // The encoder: x264's own auto rule (1.5 threads per core) on the lane's share. Its frame
-  // threads wait on each other's rows and its lookahead gets a third of them at veryfast, so one
-  // thread per core left the lanes' encoders short: on two H200s (32 cores, 7 lanes of 4) the
-  // encoder alone ran 60 fps at 4 threads each against 86 at x264's auto (docs/gpu.md).
-  b.encoder_threads = std::max(1, 3 * b.lane_cores / 2);
+  // The encoder: x264's frame threads wait on each other's rows and its lookahead gets a third
+  // of them at veryfast, so an encoder keeps fewer cores busy than it has threads. One encoder
+  // alone: x264's own auto rule, 1.5 threads per core. Several side by side (input lanes): 3 per
+  // lane core, at most what x264's auto gives one encoder of the whole host. The encoders alone
+  // on a batch's own 4K frames, lanes of 4 cores (docs/gpu.md): two H200s (32 cores, 8 lanes)
+  // 4 / 6 / 12 / auto threads 52.9 / 79.1 / 93.3 / 79.5 fps; one H200 (16 cores, 4 lanes)
+  // 50.3 / 61.0 / 62.2 / 63.4 and 39.7 / 48.4 / 54.4 / 51.0; the two-GPU job 76.9 fps at 6
+  // threads, 84.2 at 12.
+  b.encoder_threads = std::max(1, std::min(3 * b.lane_cores, 3 * b.cores / 2));
   // The device frame path decodes the model's input (~1/4 of the output's pixels or less): a
   // quarter of the lane's cores, 1 to 8 threads, is more than the device takes
   // (scheduler/upscale_device.cpp gives the encoders the rest).

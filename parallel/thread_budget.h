@@ -11,8 +11,8 @@
 // device frame path's decode threads a quarter of the cores (2 to 8). Lanes > 1 divide the
 // cores: each lane gets cores / lanes (at least 1), so the lanes' CPU-heavy stages together stay
 // within the cores (or one thread per lane when there are more lanes than cores) — except the
-// encoder, which gets x264's own ratio of the lane's cores (1.5 per core, as its auto would take
-// of the whole host): its threads spend much of their time waiting on each other.
+// encoder, which gets 3 threads per lane core, at most x264's auto for the whole host (1.5 per
+// core): its threads spend much of their time waiting on each other.
 //
 // LibTorch's intra-op pool is one per process (at::set_num_threads), shared by every lane:
 // `torch_threads` is the cores, set once when the LibTorch side loads
@@ -34,7 +34,7 @@ struct ThreadBudget {
   int device_decode_threads = 1;  // libav decoder feeding the device frame path
   int convert_threads = 1;        // swscale, each direction
   int encoder_threads = 1;        // libav encoder when the job leaves encode.threads to auto:
-                                  // 1.5 per lane core
+                                  // 3 per lane core, at most 1.5 per host core
   int tbb_threads = 1;            // the lane's TBB arena (flow graph, parallel_pipeline)
   int torch_threads = 1;          // LibTorch's intra-op pool (process-wide, not divided)
 

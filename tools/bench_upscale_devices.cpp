@@ -293,9 +293,10 @@ int bench_upscale_devices(int argc, char** argv) {
   settings.convert_threads = budget.convert_threads;
   wm::bench::EncodeCeiling ceiling;
   nlohmann::json splits = nlohmann::json::array();
-  // Four splits: one thread per lane core (the budget before 2026-11-30), the budget's (x264's
-  // 1.5 per lane core), twice that, and the encoder's own auto in every lane.
-  std::vector<int> tries{budget.lane_cores, budget.encoder_threads, 2 * budget.encoder_threads, 0};
+  // Four splits: one thread per lane core and 1.5 (the budget's rules before 2026-11-30), the
+  // budget's (3 per lane core), and the encoder's own auto in every lane.
+  std::vector<int> tries{budget.lane_cores, std::max(1, 3 * budget.lane_cores / 2),
+                         budget.encoder_threads, 0};
   tries.erase(std::unique(tries.begin(), tries.end()), tries.end());
   const wm::bench::DecodedVideos frames =
       wm::bench::decode_videos(outputs, wm::parallel::host_cores());

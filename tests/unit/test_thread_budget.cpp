@@ -1,7 +1,8 @@
 // The host thread budget (parallel/thread_budget.h): what each host stage of an input may use, from
 // the cores and the input lanes. One lane keeps what every library chose by itself before the
 // budget (libav's and TBB's auto: one thread per core; the device frame path's decoder a quarter
-// of the cores, 1 to 8; its encoders 1.5 per core left); lanes divide the cores.
+// of the cores, 1 to 8; its encoders 1.5 per core left); lanes divide the cores (their encoders
+// 3 threads per lane core).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,10 +23,10 @@ struct Expected {
 
 TEST(ThreadBudget, CountsForOneTwoAndFourLanesOnTwoSixteenAndManyCores) {
   const Expected all[] = {
-      {2, 1, 2, 2, 1, 3, 2},           {2, 2, 1, 1, 1, 1, 1},       {2, 4, 1, 1, 1, 1, 1},
-      {16, 1, 16, 16, 4, 24, 16},      {16, 2, 8, 8, 2, 12, 8},     {16, 4, 4, 4, 1, 6, 4},
-      {128, 1, 128, 128, 8, 192, 128}, {128, 2, 64, 64, 8, 96, 64}, {128, 4, 32, 32, 8, 48, 32},
-      {32, 7, 4, 4, 1, 6, 4},
+      {2, 1, 2, 2, 1, 3, 2},           {2, 2, 1, 1, 1, 3, 1},        {2, 4, 1, 1, 1, 3, 1},
+      {16, 1, 16, 16, 4, 24, 16},      {16, 2, 8, 8, 2, 24, 8},      {16, 4, 4, 4, 1, 12, 4},
+      {128, 1, 128, 128, 8, 192, 128}, {128, 2, 64, 64, 8, 192, 64}, {128, 4, 32, 32, 8, 96, 32},
+      {32, 7, 4, 4, 1, 12, 4},         {32, 8, 4, 4, 1, 12, 4},
   };
   for (const Expected& e : all) {
     SCOPED_TRACE(std::to_string(e.cores) + " cores, " + std::to_string(e.lanes) + " lanes");
@@ -61,8 +62,10 @@ TEST(ThreadBudget, LanesNeverOversubscribeTheCoresAndNoCountIsZero) {
       for (int count : {b.lane_cores, b.decode_threads, b.device_decode_threads, b.tbb_threads}) {
         EXPECT_LE(count * lanes, most);
       }
-      // The encoders: x264's 1.5 threads per core at most, as its auto takes of the whole host.
-      EXPECT_LE(2 * b.encoder_threads * lanes, 3 * most);
+      // The encoders: 3 threads per core at most, and no more each than x264's auto takes of
+      // the whole host (1.5 per core).
+      EXPECT_LE(b.encoder_threads * lanes, 3 * most);
+      EXPECT_LE(2 * b.encoder_threads, std::max(2, 3 * std::max(cores, 1)));
       EXPECT_LE(b.device_decode_threads, 8);
     }
   }
@@ -112,7 +115,8 @@ TEST(ThreadBudget, ReadersAndEncodersGetTheInputsShare) {
   EXPECT_EQ(sched::encode_settings(job.encode, cpu, one).threads, 0);
   EXPECT_EQ(sched::encode_settings(job.encode, cpu, one).convert_threads, 1);
   EXPECT_EQ(sched::reader_options(job, cpu, two).threads, share);
-  EXPECT_EQ(sched::encode_settings(job.encode, cpu, two).threads, std::max(1, 3 * share / 2));
+  EXPECT_EQ(sched::encode_settings(job.encode, cpu, two).threads,
+            std::max(1, std::min(3 * share, 3 * host_cores() / 2)));
   job.encode.threads = 3;
   EXPECT_EQ(sched::encode_settings(job.encode, cpu, one).threads, 3);
   EXPECT_EQ(sched::encode_settings(job.encode, cpu, two).threads, 3);
