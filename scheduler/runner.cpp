@@ -221,6 +221,37 @@ std::string naming_input(const InputOutcome& in, std::string error) {
   return error;
 }
 
+// Marks an input failed with `error` (named after the input if it does not say which).
+void fail_input(InputOutcome& in, int code, std::string error) {
+  in.state = InputState::kFailed;
+  in.exit_code = code;
+  in.error = naming_input(in, std::move(error));
+}
+
+// Waits for an input's output to finish (the encoder's flush, fsync, verify, rename) and records
+// its result in `in`, or the finish's failure; `in.seconds` gains the finish's own time.
+void settle_output(const JobSpec& job, InputOutcome& in, PendingOutput& output) {
+  const auto wait_start = Clock::now();
+  try {
+    const TaskResult r = output.wait();
+    in.frames = r.frames;
+    in.metrics = r.metrics;
+    in.decoder = r.decoder;
+    in.dropped = r.dropped;
+    in.bound = r.bound;
+    in.state = InputState::kDone;
+    in.seconds += r.finish_seconds;  // its own time, not that of the input run meanwhile
+  } catch (const Error& e) {
+    fail_input(
+        in, e.exit_code(),
+        e.exit_code() == kExitTempFail ? interrupted_text(job, in.input, in.output) : e.what());
+    in.seconds += seconds_since(wait_start);
+  } catch (const std::exception& e) {
+    fail_input(in, kExitSoftware, in.input + ": internal error: " + e.what());
+    in.seconds += seconds_since(wait_start);
+  }
+}
+
 // Runners for further input lanes, given how many inputs are left to start.
 using LaneGrowth = std::function<std::vector<std::unique_ptr<TaskRunner>>(size_t left)>;
 
@@ -263,11 +294,6 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
   };
   auto stopped = [&] {
     return (options.cancel && options.cancel->load()) || (!options.keep_going && failed);
-  };
-  auto fail = [](InputOutcome& in, int code, std::string error) {
-    in.state = InputState::kFailed;
-    in.exit_code = code;
-    in.error = naming_input(in, std::move(error));
   };
   // The most lanes that ran at once: the report's thread budget.
   int most_lanes = int(lanes.size());
@@ -338,10 +364,11 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
         }
       }
     } catch (const Error& e) {
-      fail(in, e.exit_code(),
-           e.exit_code() == kExitTempFail ? interrupted_text(job, in.input, in.output) : e.what());
+      fail_input(
+          in, e.exit_code(),
+          e.exit_code() == kExitTempFail ? interrupted_text(job, in.input, in.output) : e.what());
     } catch (const std::exception& e) {
-      fail(in, kExitSoftware, in.input + ": internal error: " + e.what());
+      fail_input(in, kExitSoftware, in.input + ": internal error: " + e.what());
     }
     in.seconds = seconds_since(s.start);
     return s;
@@ -350,25 +377,7 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
   auto settle = [&](Started& s) {
     InputOutcome& in = s.in;
     if (s.output) {
-      const auto wait_start = Clock::now();
-      try {
-        const TaskResult r = s.output->wait();
-        in.frames = r.frames;
-        in.metrics = r.metrics;
-        in.decoder = r.decoder;
-        in.dropped = r.dropped;
-        in.bound = r.bound;
-        in.state = InputState::kDone;
-        in.seconds += r.finish_seconds;  // its own time, not the lane's next input's
-      } catch (const Error& e) {
-        fail(
-            in, e.exit_code(),
-            e.exit_code() == kExitTempFail ? interrupted_text(job, in.input, in.output) : e.what());
-        in.seconds += seconds_since(wait_start);
-      } catch (const std::exception& e) {
-        fail(in, kExitSoftware, in.input + ": internal error: " + e.what());
-        in.seconds += seconds_since(wait_start);
-      }
+      settle_output(job, in, *s.output);
       s.output.reset();
     }
     s.lock.reset();
@@ -611,33 +620,11 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
     outcome.frames += in.frames;
     outcome.inputs.push_back(std::move(in));
   };
-  auto fail = [](InputOutcome& in, int code, std::string error) {
-    in.state = InputState::kFailed;
-    in.exit_code = code;
-    in.error = naming_input(in, std::move(error));
-  };
   auto settle = [&] {
     if (!finishing) return;
     InputOutcome in = std::move(finishing->in);
     in.seconds = finishing->seconds;
-    const auto wait_start = Clock::now();
-    try {
-      const TaskResult r = finishing->output.wait();
-      in.frames = r.frames;
-      in.metrics = r.metrics;
-      in.decoder = r.decoder;
-      in.dropped = r.dropped;
-      in.bound = r.bound;
-      in.state = InputState::kDone;
-      in.seconds += r.finish_seconds;  // its own time, not the next input's
-    } catch (const Error& e) {
-      fail(in, e.exit_code(),
-           e.exit_code() == kExitTempFail ? interrupted_text(job, in.input, in.output) : e.what());
-      in.seconds += seconds_since(wait_start);
-    } catch (const std::exception& e) {
-      fail(in, kExitSoftware, in.input + ": internal error: " + e.what());
-      in.seconds += seconds_since(wait_start);
-    }
+    settle_output(job, in, finishing->output);
     finishing.reset();
     record(std::move(in));
   };
@@ -689,10 +676,11 @@ JobOutcome run_job(const JobSpec& job, const RunOptions& options, Progress& prog
         in.state = InputState::kDone;
       }
     } catch (const Error& e) {
-      fail(in, e.exit_code(),
-           e.exit_code() == kExitTempFail ? interrupted_text(job, in.input, in.output) : e.what());
+      fail_input(
+          in, e.exit_code(),
+          e.exit_code() == kExitTempFail ? interrupted_text(job, in.input, in.output) : e.what());
     } catch (const std::exception& e) {
-      fail(in, kExitSoftware, in.input + ": internal error: " + e.what());
+      fail_input(in, kExitSoftware, in.input + ": internal error: " + e.what());
     }
     settle();  // the previous input's finish ran alongside this one's model work
     if (output) {

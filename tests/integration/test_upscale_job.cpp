@@ -330,29 +330,38 @@ TEST(UpscaleJob, TwoInputsOneOutputAreRefused) {
 }
 
 // The disk fills while an input's output finishes (the whole file is still in the muxer's
-// buffer when the encoder flushes): that input fails with 74 and leaves nothing, the next one is
-// done. Needs a small tmpfs, so it runs as root (CI) and is skipped otherwise.
+// buffer when the encoder flushes): that input fails with 74 and leaves nothing, the others are
+// done — one input at a time, and on two input lanes, where a lane's next input runs while its
+// last output finishes. Needs a small tmpfs, so it runs as root (CI) and is skipped otherwise.
 TEST(UpscaleJob, DiskFullWhileFinishingFailsOnlyThatInput) {
-  TempDir dir("batch-full");
-  const std::string small = dir.file("out_a");
-  const SmallTmpfs tmpfs(small, "4k");
-  if (!tmpfs.mounted()) GTEST_SKIP() << "cannot mount a small tmpfs here (needs root)";
-  ClipSpec spec;
-  spec.audio = false;
-  spec.frames = 6;
-  make_clip(dir.file("a.mp4"), spec);
-  make_clip(dir.file("b.mp4"), spec);
-  const std::string job = write_job(dir, "job.yaml", "[a.mp4, b.mp4]", "out_{stem}/clip.mp4");
-  CommandResult r = wmbatch({job, "--report", dir.file("report.json")});
-  EXPECT_EQ(r.exit_code, 74) << r.output;
-  EXPECT_NE(r.output.find("out_a/clip.mp4"), std::string::npos) << r.output;
-  EXPECT_TRUE(list_dir(small).empty()) << "left behind: " << list_dir(small).front();
-  EXPECT_EQ(probe(dir.file("out_b/clip.mp4")).video_frames, 6);
-  const auto inputs = nlohmann::json::parse(read_text(dir.file("report.json")))[0]["inputs"];
-  ASSERT_EQ(inputs.size(), 2u);
-  EXPECT_EQ(inputs[0]["state"], "failed");
-  EXPECT_EQ(inputs[0]["exit_code"], 74);
-  EXPECT_EQ(inputs[1]["state"], "done");
+  for (const std::string lanes :
+       {"", "devices: cpu\nparallel: {mode: data, ranks: 2, inputs: 2}\n"}) {
+    SCOPED_TRACE(lanes.empty() ? "one input at a time" : "two input lanes");
+    TempDir dir("batch-full");
+    const std::string small = dir.file("out_a");
+    const SmallTmpfs tmpfs(small, "4k");
+    if (!tmpfs.mounted()) GTEST_SKIP() << "cannot mount a small tmpfs here (needs root)";
+    ClipSpec spec;
+    spec.audio = false;
+    spec.frames = 6;
+    for (const char* name : {"a", "b", "c"}) make_clip(dir.file(std::string(name) + ".mp4"), spec);
+    const std::string job =
+        write_job(dir, "job.yaml", "[a.mp4, b.mp4, c.mp4]", "out_{stem}/clip.mp4", lanes);
+    CommandResult r = wmbatch({job, "--report", dir.file("report.json")});
+    EXPECT_EQ(r.exit_code, 74) << r.output;
+    EXPECT_NE(r.output.find("out_a/clip.mp4"), std::string::npos) << r.output;
+    EXPECT_TRUE(list_dir(small).empty()) << "left behind: " << list_dir(small).front();
+    EXPECT_EQ(probe(dir.file("out_b/clip.mp4")).video_frames, 6);
+    EXPECT_EQ(probe(dir.file("out_c/clip.mp4")).video_frames, 6);
+    const auto report = nlohmann::json::parse(read_text(dir.file("report.json")))[0];
+    EXPECT_EQ(report["input_lanes"], lanes.empty() ? 1 : 2);
+    const auto inputs = report["inputs"];
+    ASSERT_EQ(inputs.size(), 3u);
+    EXPECT_EQ(inputs[0]["state"], "failed");
+    EXPECT_EQ(inputs[0]["exit_code"], 74);
+    EXPECT_EQ(inputs[1]["state"], "done");
+    EXPECT_EQ(inputs[2]["state"], "done");
+  }
 }
 
 TEST(UpscaleJob, OnExistsPolicies) {
