@@ -423,19 +423,21 @@ void run_lanes(const JobSpec& job, const RunOptions& options, Progress& progress
         } else {
           i = next++;
         }
-        // Two inputs with one output: the earlier one must be on disk before this one checks it
-        // (this lane's own last one first: nobody else settles it).
-        if (finishing && !outputs[i].empty() && outputs[finishing->index] == outputs[i]) {
+        // Two inputs with one output (validation refuses those it can see): the earlier one must
+        // be on disk before this one checks it. A lane that waits settles its own last output
+        // first: nobody else settles it, and two lanes waiting on each other's would never end.
+        auto earlier_pending = [&] {
+          for (size_t j = 0; j < i; ++j) {
+            if (!done[j] && !outputs[i].empty() && outputs[j] == outputs[i]) return true;
+          }
+          return false;
+        };
+        if (finishing && earlier_pending()) {
           lock.unlock();
           settle_finishing();
           lock.lock();
         }
-        finished.wait(lock, [&] {
-          for (size_t j = 0; j < i; ++j) {
-            if (!done[j] && !outputs[i].empty() && outputs[j] == outputs[i]) return false;
-          }
-          return true;
-        });
+        finished.wait(lock, [&] { return !earlier_pending(); });
       }
       Started s = run_one(i, *runner, lane_progress, lanes_now);
       settle_finishing();  // the previous output finished alongside this input's model work
