@@ -94,7 +94,9 @@ inline double ranks_vs_one_rank(Precision precision, const std::vector<Device>& 
   parallel::SequenceParallelSession session(std::move(ranks), std::move(workers), options);
   // NCCL runs only where CUDA loads kernels eagerly (ctest sets CUDA_MODULE_LOADING=EAGER for
   // these tests); elsewhere the group is in-process, which this test is not about.
-  if (nccl) EXPECT_STREQ(session.exchange_kind(), "nccl") << "set CUDA_MODULE_LOADING=EAGER";
+  if (nccl) {
+    EXPECT_STREQ(session.exchange_kind(), "nccl") << "set CUDA_MODULE_LOADING=EAGER";
+  }
   const std::vector<float> got = run(session, nullptr);
   if (got.size() != expected.size()) return 1e30;
   double m = 0;

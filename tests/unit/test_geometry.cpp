@@ -18,8 +18,10 @@ void expect_valid_axis(const AxisPlan& a, int halo, int scale_num, int scale_den
     const Span& r = a.regions[i];
     const Span& w = a.windows[i];
     EXPECT_GT(r.size(), 0);
-    if (i > 0) EXPECT_LE(r.begin, a.regions[i - 1].end) << "gap before region " << i;
-    if (i > 0) EXPECT_GT(r.begin, a.regions[i - 1].begin);
+    if (i > 0) {
+      EXPECT_LE(r.begin, a.regions[i - 1].end) << "gap before region " << i;
+      EXPECT_GT(r.begin, a.regions[i - 1].begin);
+    }
     EXPECT_EQ(w.begin, std::max(0, r.begin - halo));
     EXPECT_EQ(w.end, std::min(a.length, r.end + halo));
   }

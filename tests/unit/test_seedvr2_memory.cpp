@@ -104,7 +104,9 @@ at::Tensor run_slices(const seedvr2::Network& net, const at::Tensor& x,
     if (k < on_host.size() && on_host[k] == 1) {
       // Between slices every slot's memory is a host tensor.
       for (const at::Tensor& m : state.memory) {
-        if (m.defined()) EXPECT_TRUE(m.is_cpu());
+        if (m.defined()) {
+          EXPECT_TRUE(m.is_cpu());
+        }
       }
     }
   }
@@ -223,7 +225,9 @@ TEST(SeedVR2Phases, PhasedEqualsThePlainPass) {
                 << " phases: vs chunks " << e1 << ", vs whole stages " << e2 << "; in place " << e3
                 << ", host state switching " << e4 << "\n";
     }
-    if (fused) EXPECT_EQ(max_diff(run_slices(*net, z, sizes, {0}, 0, 0, true), whole), 0.0);
+    if (fused) {
+      EXPECT_EQ(max_diff(run_slices(*net, z, sizes, {0}, 0, 0, true), whole), 0.0);
+    }
   }
   const auto encoder = tiny_network(false, at::MemoryFormat::ChannelsLast3d);
   EXPECT_EQ(encoder->phase_starts(2), std::vector<size_t>{0});
