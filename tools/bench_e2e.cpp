@@ -2,6 +2,8 @@
 // its two ceilings: the model alone (the same frame size, precision, frames per call and resize,
 // on device-resident frames) and the encoder alone (the job's own frames, written losslessly once
 // more and decoded into memory first, encoded with the same codec settings, instances and threads).
+// A built-in resampler (`--model lanczos|bicubic`, the CPU path of docs/performance.md) has no
+// model-alone ceiling here: its job is set against the encoder alone.
 // Prints one JSON object: the job's fps, each ceiling, ratio = job / min(ceilings), the GPU's busy
 // share, the per-stage meters and `bound` of the job's report. docs/performance.md, "The device
 // frame path".
@@ -43,7 +45,8 @@ const char* kAbout =
     "  and encoded with the same settings; for a batch, its input lanes' encoders at once). Prints "
     "job_fps, model_fps,\n"
     "  encoder_fps, ratio = job / min(model, encoder), gpu_busy_share, bound, the job's stage\n"
-    "  meters. Sizes default to 1920x1080 (SRVGG) and 960x540 (RRDB).\n";
+    "  meters. Sizes default to 1920x1080 (SRVGG) and 960x540 (RRDB). --model lanczos|bicubic:\n"
+    "  a built-in resampler (scale S, default 2), set against the encoder alone only.\n";
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -146,21 +149,26 @@ int bench_e2e(int argc, char** argv) {
       .text("--tuning", &tuning, "T")
       .text("--workdir", &workdir, "DIR");
   if (const int status = args.parse(argc, argv); status >= 0) return status;
+  const bool resampler = model == "lanczos" || model == "bicubic";
   wm::models::RealEsrganArch arch;
-  try {
-    arch = wm::models::realesrgan_preset(model);
-  } catch (const std::exception& e) {
-    return args.fail(std::string("--model: ") + e.what());
+  if (!resampler) {
+    try {
+      arch = wm::models::realesrgan_preset(model);
+    } catch (const std::exception& e) {
+      return args.fail(std::string("--model: ") + e.what() + "; or lanczos, bicubic");
+    }
   }
-  if (size.empty())
-    size = arch.family == wm::models::RealEsrganArch::Family::kSrvgg ? "1920x1080" : "960x540";
+  if (size.empty()) {
+    size = resampler || arch.family == wm::models::RealEsrganArch::Family::kSrvgg ? "1920x1080"
+                                                                                  : "960x540";
+  }
   const auto [width, height] = wm::bench::parse_size("--size", size);
-  if (scale <= 0) scale = arch.scale;
+  if (scale <= 0) scale = resampler ? 2 : arch.scale;
   const bool cuda = device.kind == wm::Device::Kind::kCuda;
   nlohmann::json result = {
       {"bench", "e2e"},
       {"model", model},
-      {"arch", arch.describe()},
+      {"arch", resampler ? "built-in resampler" : arch.describe()},
       {"device", device.str()},
       {"precision", precision},
       {"input_size", size},
@@ -176,6 +184,7 @@ int bench_e2e(int argc, char** argv) {
       {"decode", decode},
       {"slice_frames", slice_frames},
       {"cores", int(std::thread::hardware_concurrency())}};
+  if (resampler) result.erase("precision");  // the resamplers run in float32
   if (wm::io::check_encoder(codec, "", {})) {
     result["skipped"] = "encoder " + codec + " is not in this build of libavcodec";
     std::printf("%s\n", result.dump(2).c_str());
@@ -195,17 +204,23 @@ int bench_e2e(int argc, char** argv) {
     clips.push_back(copy);
   }
   const std::string weights = workdir + "/" + model + "_random.safetensors";
-  if (!std::filesystem::exists(weights)) wm::models::write_random_realesrgan(arch, weights, 1234);
+  if (!resampler && !std::filesystem::exists(weights)) {
+    wm::models::write_random_realesrgan(arch, weights, 1234);
+  }
 
   // The job, as a job file (the CLI's entry); the warm-up runs its first input alone.
   std::string inputs_text = "[";
   for (size_t i = 0; i < clips.size(); ++i) inputs_text += (i ? ", '" : "'") + clips[i] + "'";
   inputs_text += "]";
   std::string yaml_text = "output: '" + workdir + "/out_{stem}.mp4'\non_exists: overwrite\n";
-  yaml_text += "model: {kind: realesrgan, weights: '" + weights +
-               "', scale: " + std::to_string(scale) +
-               (tuning.empty() ? "" : ", tuning: '" + tuning + "'") + "}\n";
-  yaml_text += "precision: " + precision + "\n";
+  if (resampler) {
+    yaml_text += "model: {kind: " + model + ", scale: " + std::to_string(scale) + "}\n";
+  } else {
+    yaml_text += "model: {kind: realesrgan, weights: '" + weights +
+                 "', scale: " + std::to_string(scale) +
+                 (tuning.empty() ? "" : ", tuning: '" + tuning + "'") + "}\n";
+    yaml_text += "precision: " + precision + "\n";
+  }
   yaml_text += cuda ? "devices: [" + std::to_string(device.index) + "]\n" : "devices: cpu\n";
   yaml_text += "slice_frames: " + std::to_string(slice_frames) + "\n";
   yaml_text += "frame_path: " + frame_path + "\ndecode: " + decode + "\n";
@@ -250,14 +265,18 @@ int bench_e2e(int argc, char** argv) {
   result["job"] = job_json;
 
   // The model alone: the same frame size, precision, frames per call and resize.
-  try {
-    const wm::Precision p = wm::bench::parse_precision(precision);
-    const wm::models::RealEsrganBench b =
-        wm::models::bench_realesrgan(arch, device, p, slice_frames, height, width, cuda ? calls : 1,
-                                     cuda ? 3 : 1, tuning, scale);
-    result["model_alone"] = {{"fps", b.fps}, {"tflops", b.tflops}, {"peak_mib", b.peak_mib}};
-  } catch (const std::exception& e) {
-    result["model_alone"] = {{"error", e.what()}};
+  if (resampler) {
+    result["model_alone"] = {{"skipped", "a built-in resampler: set against the encoder alone"}};
+  } else {
+    try {
+      const wm::Precision p = wm::bench::parse_precision(precision);
+      const wm::models::RealEsrganBench b =
+          wm::models::bench_realesrgan(arch, device, p, slice_frames, height, width,
+                                       cuda ? calls : 1, cuda ? 3 : 1, tuning, scale);
+      result["model_alone"] = {{"fps", b.fps}, {"tflops", b.tflops}, {"peak_mib", b.peak_mib}};
+    } catch (const std::exception& e) {
+      result["model_alone"] = {{"error", e.what()}};
+    }
   }
 
   // The encoder alone: the job's frames for its first input (the job once more, writing FFV1),
@@ -285,7 +304,8 @@ int bench_e2e(int argc, char** argv) {
     wm::sched::HostBudget budget = wm::sched::host_budget(
         spec, wm::parallel::thread_budget(int(std::thread::hardware_concurrency()), 1), info.width,
         info.height);
-    if (frame_path == "host") budget.instances = 1;  // the host path encodes with one writer
+    // The host path and the resamplers' YUV-native path (on the CPU) encode with one writer.
+    if (frame_path == "host" || (resampler && !cuda)) budget.instances = 1;
     double seconds = 0;
     const double fps =
         encoder_alone(planes, info, spec.encode, budget, job.lanes, workdir, seconds);

@@ -66,5 +66,39 @@ TEST(BenchE2e, TinyCpuJobBesideItsCeilings) {
   EXPECT_EQ(out.height, 96);
 }
 
+// A built-in resampler (the CPU path): its YUV-native job set against the encoder alone only, with
+// one writer on both sides.
+TEST(BenchE2e, ResamplerJobAgainstItsEncoderAlone) {
+  if (!exists(wmbench_path())) GTEST_FAIL() << wmbench_path() << " is not built";
+  TempDir tmp("bench-e2e-lanczos");
+  const CommandResult r = run_command({wmbench_path(), "e2e", "--model", "lanczos", "--size",
+                                       "64x48", "--frames", "6", "--device", "cpu", "--preset",
+                                       "ultrafast", "--warmup", "0", "--workdir", tmp.path()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = result_json(r.output);
+  ASSERT_TRUE(j.is_object() && j.contains("job_fps")) << r.output;
+  EXPECT_EQ(j["output_size"], "128x96");  // scale 2 unless --scale says otherwise
+  EXPECT_EQ(j["job"]["frames"], 6);
+  EXPECT_EQ(j["job"]["metrics"]["yuv_native"], 1) << j.dump(1);
+  EXPECT_TRUE(j["model_alone"].contains("skipped")) << j.dump(1);
+  ASSERT_TRUE(j["encoder_alone"].contains("fps")) << j.dump(1);
+  EXPECT_EQ(j["encoder_alone"]["instances"], 1);
+  EXPECT_EQ(j["slower_ceiling"], "encoder");
+  EXPECT_NEAR(j["ratio"].get<double>(),
+              j["job_fps"].get<double>() / j["encoder_alone"]["fps"].get<double>(), 1e-9);
+  const Probe out = probe(tmp.path() + "/out_clip_64x48_6f.mp4");
+  EXPECT_EQ(out.video_frames, 6);
+  EXPECT_EQ(out.width, 128);
+  EXPECT_EQ(out.height, 96);
+}
+
+TEST(BenchE2e, UnknownModelNamesTheChoices) {
+  if (!exists(wmbench_path())) GTEST_FAIL() << wmbench_path() << " is not built";
+  const CommandResult r = run_command({wmbench_path(), "e2e", "--model", "nope"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("lanczos"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("realesr-animevideov3"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace wm::test
