@@ -547,6 +547,10 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
     // the first's); device_state is then the largest phase's.
     std::vector<size_t> starts;
     std::vector<int64_t> works;
+    // What plan() decided from, for its log line: the state's budget, the device's cap (this
+    // rank's share of it), what the allocator had allocated then and the ranks on the device.
+    int64_t budget = 0, cap = 0, allocated = 0;
+    int64_t share = 1;
   };
 
   // The plan for input `x` from the memory budget (or what the device has), after what is
@@ -591,6 +595,7 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
         (tuning.phased < 0 && net_->phase_starts(2).size() > 1 && tuning.host_state < 0 &&
          tuning.device_state_mib == 0 && total > device_budget)) {
       p = phased_plan(h, w, avail, cap - used, attempt);
+      p.budget = device_budget, p.cap = cap, p.allocated = allocated, p.share = share;
       if (rank) {
         p.on_host.assign(size_t(slots), 0);
         p.device_state += p.host_state;
@@ -615,6 +620,7 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
       p.work = std::clamp<int64_t>((avail - copies * p.device_state) / 3, kLeastWork, kMostWork);
     }
     p.work = std::max<int64_t>(p.work >> attempt, 1);
+    p.budget = device_budget, p.cap = cap, p.allocated = allocated, p.share = share;
     return p;
   }
 
@@ -739,7 +745,9 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
     const Plan p = plan(x.size(3), x.size(4), state, ctx, attempt, snapshot);
     state.on_host = p.on_host;
     const bool phased = !p.starts.empty();
-    if (attempt > 0 || ((p.host_state > 0 || phased) && ctx.first_slice)) {
+    // (A rank's plan is logged too: how it chunks decides how early its history moves on.)
+    const bool rank = ctx.halo != nullptr;
+    if (attempt > 0 || ((p.host_state > 0 || phased || rank) && ctx.first_slice)) {
       std::string works;
       for (int64_t b : p.works) works += (works.empty() ? "" : " / ") + std::to_string(b >> 20);
       if (works.empty()) works = std::to_string(p.work >> 20);
@@ -749,7 +757,11 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
               (phased ? "in " + std::to_string(p.starts.size()) + " phases, " : std::string()) +
               std::to_string(p.device_state >> 20) + " MiB of causal state on the device, " +
               std::to_string(p.host_state >> 20) + " MiB in host memory, " + works +
-              " MiB of working memory per chunk");
+              " MiB of working memory per chunk (planned against " +
+              std::to_string(p.budget >> 20) + " MiB for the state: a cap of " +
+              std::to_string(p.cap >> 20) + " MiB, " + std::to_string(p.allocated >> 20) +
+              " MiB allocated on the device, " + std::to_string(p.share) + " rank" +
+              (p.share > 1 ? "s" : "") + " on it)");
     }
     if (phased) {
       forward_phased_ranges(x, state, ctx, p.starts, p.works, emit);
