@@ -7,12 +7,14 @@
 //                   [--slice-frames S] [--threads N] [--seed N] [--max-gpu-gib N]
 //                   [--channels 128,256,512,512] [--norm-groups 32] [--compare-fp32 0|1]
 //                   [--tuning KEY=V,...] [--devices 0,1|cpu] [--ranks N] [--scaling 0|1]
-//                   [--nccl 0|1]
+//                   [--nccl 0|1] [--trace PREFIX]
 //
 // --devices/--ranks add "sequence_parallel": the same run as ranks that split each slice in time
 // over the listed devices (several ranks on one device run on streams of their own), its fps and
 // speed-up against the one-device run, per rank its busy, idle and compute seconds and exchange,
 // and the scaling model's speed-up on devices of their own (docs/gpu.md, "The scaling model").
+// --trace PREFIX runs the split once more under the profiler and writes its Chrome trace to
+// PREFIX-time.json (as wmbench vae-decode does; tools/gpu-checks/trace_summary.py reads it).
 //
 // H and W are video pixels (multiples of 8); --frames counts video frames (1 + 4k; default 81,
 // i.e. 21 latent frames). --slice-frames S cuts the input as the job runner does: decode S latent
@@ -73,6 +75,7 @@ struct Options {
   int ranks = 0;  // 0: one per listed device
   bool scaling = true;
   bool nccl = false;  // the NCCL exchange (a GPU per rank)
+  std::string trace;  // Chrome trace file prefix of one more run of the split (empty: none)
 };
 
 const char* kAbout =
@@ -103,6 +106,7 @@ int parse(int argc, char** argv, Options& o, wm::Device& device) {
       .integer("--ranks", &o.ranks, 1, "N")
       .boolean("--scaling", &o.scaling)
       .boolean("--nccl", &o.nccl)
+      .text("--trace", &o.trace, "PREFIX")
       .hide({"--dim", "--latent-frames", "--pinned-mib"});  // shared, unused here
   if (args.help(argc, argv)) return 0;
   o.op = argc > 1 ? argv[1] : "";
@@ -312,6 +316,7 @@ int bench_seedvr2(int argc, char** argv) {
       b.iters = o.iters;
       b.scaling = o.scaling;
       b.nccl = o.nccl;
+      if (!o.trace.empty()) b.trace = o.trace + "-time.json";
       b.model = [&](const wm::Device& d) -> std::shared_ptr<const wm::Model> {
         return wm::models::make_seedvr2_vae_random(config, arch, d, o.seed);
       };
