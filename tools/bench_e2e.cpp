@@ -3,7 +3,9 @@
 // on device-resident frames) and the encoder alone (the job's own frames, written losslessly once
 // more and decoded into memory first, encoded with the same codec settings, instances and threads).
 // A built-in resampler (`--model lanczos|bicubic`, the CPU path of docs/performance.md) has no
-// model-alone ceiling here: its job is set against the encoder alone.
+// model-alone ceiling here: its job is set against the encoder alone. --repeats N runs N pairs
+// of (job, encoder alone) in turn and reports their medians, the ratio pair by pair ("job" keeps
+// the first run's meters): the encoder-alone ceiling moved 12–15 % between runs on some hosts.
 // Prints one JSON object: the job's fps, each ceiling, ratio = job / min(ceilings), the GPU's busy
 // share, the per-stage meters and `bound` of the job's report. docs/performance.md, "The device
 // frame path".
@@ -46,10 +48,18 @@ const char* kAbout =
     "job_fps, model_fps,\n"
     "  encoder_fps, ratio = job / min(model, encoder), gpu_busy_share, bound, the job's stage\n"
     "  meters. Sizes default to 1920x1080 (SRVGG) and 960x540 (RRDB). --model lanczos|bicubic:\n"
-    "  a built-in resampler (scale S, default 2), set against the encoder alone only.\n";
+    "  a built-in resampler (scale S, default 2), set against the encoder alone only.\n"
+    "  --repeats N: N pairs of (job, encoder alone) in turn; job_fps, the encoder's fps and ratio\n"
+    "  are then the medians (the ratio's pair by pair), each pair under \"pairs\".\n";
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 struct JobRun {
@@ -123,6 +133,7 @@ int bench_e2e(int argc, char** argv) {
   std::string preset = "veryfast", instances = "auto", frame_path = "auto", decode = "software";
   std::string tuning, workdir = "/tmp/wmbench-e2e";
   int frames = 100, scale = 0, crf = 18, inputs = 1, slice_frames = 4, warmup = 1, calls = 10;
+  int repeats = 1;
   wm::Device device{wm::Device::Kind::kCuda, 0};
   wm::bench::Args args("wmbench e2e", kAbout);
   args.text("--model", &model, "NAME")
@@ -146,6 +157,7 @@ int bench_e2e(int argc, char** argv) {
       .choice("--decode", &decode, {"software", "nvdec"})
       .integer("--warmup", &warmup, 0)
       .integer("--calls", &calls, 1)
+      .integer("--repeats", &repeats, 1, "N")
       .text("--tuning", &tuning, "T")
       .text("--workdir", &workdir, "DIR");
   if (const int status = args.parse(argc, argv); status >= 0) return status;
@@ -183,6 +195,7 @@ int bench_e2e(int argc, char** argv) {
       {"frame_path", frame_path},
       {"decode", decode},
       {"slice_frames", slice_frames},
+      {"repeats", repeats},
       {"cores", int(std::thread::hardware_concurrency())}};
   if (resampler) result.erase("precision");  // the resamplers run in float32
   if (wm::io::check_encoder(codec, "", {})) {
@@ -241,6 +254,7 @@ int bench_e2e(int argc, char** argv) {
 
   for (int i = 0; i < warmup; ++i) run_yaml(warm_yaml);
   const JobRun job = run_yaml(yaml);
+  std::vector<double> job_runs = {job.frames / job.seconds}, encoder_runs;  // fps, in pairs
   nlohmann::json job_json = {{"seconds", job.seconds},
                              {"frames", job.frames},
                              {"fps", job.frames / job.seconds},
@@ -307,8 +321,18 @@ int bench_e2e(int argc, char** argv) {
     // The host path and the resamplers' YUV-native path (on the CPU) encode with one writer.
     if (frame_path == "host" || (resampler && !cuda)) budget.instances = 1;
     double seconds = 0;
-    const double fps =
-        encoder_alone(planes, info, spec.encode, budget, job.lanes, workdir, seconds);
+    double fps = encoder_alone(planes, info, spec.encode, budget, job.lanes, workdir, seconds);
+    encoder_runs.push_back(fps);
+    // More pairs, each the job and then the encoder alone, so a drift of the host's speed
+    // moves both sides of a pair alike.
+    for (int r = 1; r < repeats; ++r) {
+      const JobRun again = run_yaml(yaml);
+      job_runs.push_back(again.frames / again.seconds);
+      double s = 0;
+      encoder_runs.push_back(
+          encoder_alone(planes, info, spec.encode, budget, job.lanes, workdir, s));
+    }
+    fps = median(encoder_runs);
     result["encoder_alone"] = {{"fps", fps},
                                {"seconds", seconds},
                                {"copies_at_once", job.lanes},
@@ -318,7 +342,7 @@ int bench_e2e(int argc, char** argv) {
     result["encoder_alone"] = {{"error", e.what()}};
   }
 
-  const double job_fps = job.frames / job.seconds;
+  const double job_fps = median(job_runs);
   double ceiling = 1e30;
   if (result["model_alone"].contains("fps")) {
     ceiling = std::min(ceiling, result["model_alone"]["fps"].get<double>());
@@ -329,6 +353,19 @@ int bench_e2e(int argc, char** argv) {
   if (ceiling < 1e30) {
     result["ceiling_fps"] = ceiling;
     result["ratio"] = job_fps / ceiling;
+    if (repeats > 1 && encoder_runs.size() == job_runs.size()) {
+      const double model =
+          result["model_alone"].contains("fps") ? result["model_alone"]["fps"].get<double>() : 1e30;
+      std::vector<double> ratios;
+      nlohmann::json pairs = nlohmann::json::array();
+      for (size_t i = 0; i < job_runs.size(); ++i) {
+        ratios.push_back(job_runs[i] / std::min(model, encoder_runs[i]));
+        pairs.push_back(
+            {{"job_fps", job_runs[i]}, {"encoder_fps", encoder_runs[i]}, {"ratio", ratios.back()}});
+      }
+      result["pairs"] = pairs;
+      result["ratio"] = median(ratios);
+    }
     const bool model_slower = result["model_alone"].contains("fps") &&
                               result["model_alone"]["fps"].get<double>() <= ceiling;
     result["slower_ceiling"] = model_slower ? "model" : "encoder";

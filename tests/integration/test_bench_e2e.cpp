@@ -92,6 +92,34 @@ TEST(BenchE2e, ResamplerJobAgainstItsEncoderAlone) {
   EXPECT_EQ(out.height, 96);
 }
 
+// --repeats: pairs of (job, encoder alone) in turn, the reported figures their medians.
+TEST(BenchE2e, RepeatsReportTheMediansOfThePairs) {
+  if (!exists(wmbench_path())) GTEST_FAIL() << wmbench_path() << " is not built";
+  TempDir tmp("bench-e2e-repeats");
+  const CommandResult r = run_command(
+      {wmbench_path(), "e2e", "--model", "lanczos", "--size", "64x48", "--frames", "4", "--device",
+       "cpu", "--preset", "ultrafast", "--warmup", "0", "--repeats", "3", "--workdir", tmp.path()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = result_json(r.output);
+  ASSERT_TRUE(j.contains("pairs") && j["pairs"].is_array()) << r.output;
+  ASSERT_EQ(j["pairs"].size(), 3u) << j.dump(1);
+  std::vector<double> jobs, encoders, ratios;
+  for (const nlohmann::json& p : j["pairs"]) {
+    jobs.push_back(p["job_fps"].get<double>());
+    encoders.push_back(p["encoder_fps"].get<double>());
+    ratios.push_back(p["ratio"].get<double>());
+    EXPECT_NEAR(ratios.back(), jobs.back() / encoders.back(), 1e-9);  // no model ceiling here
+  }
+  auto middle = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[1];
+  };
+  EXPECT_DOUBLE_EQ(j["job_fps"].get<double>(), middle(jobs));
+  EXPECT_DOUBLE_EQ(j["encoder_alone"]["fps"].get<double>(), middle(encoders));
+  EXPECT_DOUBLE_EQ(j["ratio"].get<double>(), middle(ratios));
+  EXPECT_EQ(j["repeats"], 3);
+}
+
 TEST(BenchE2e, UnknownModelNamesTheChoices) {
   if (!exists(wmbench_path())) GTEST_FAIL() << wmbench_path() << " is not built";
   const CommandResult r = run_command({wmbench_path(), "e2e", "--model", "nope"});
