@@ -8,8 +8,8 @@
 #      GPU busy share, `bound`) on the issue's shapes with libx264 veryfast crf 18:
 #      1920x1080 -> 3840x2160 realesr-animevideov3 (scale 2), 960x540 -> 3840x2160
 #      RealESRGAN_x4plus, 1280x720 -> 2560x1440 realesr-animevideov3 (scale 2);
-#   3. a batch of 8 clips on one GPU (input lanes), then libx265 fast on the first shape
-#      (skipped by wmbench where this libavcodec has no libx265);
+#   3. a batch of 8 clips on one GPU (input lanes), then libx265 fast on the three shapes
+#      (skipped by wmbench where this libavcodec has no libx265: tools/gpu-checks/bundle-x265.sh);
 #   4. the model alone against PyTorch (tools/bench/realesrgan_baseline.py: eager,
 #      channels_last and, with E2E_COMPILE=1, torch.compile max-autotune-no-cudagraphs, whose
 #      autotuning takes minutes: give it E2E_BUDGET_S=600 alone).
@@ -141,7 +141,12 @@ if [ "$ONLY" != baseline ]; then
 
   # 3. A batch of 8 clips on one GPU (automatic input lanes); libx265 on the first shape.
   step batch8_anime_1080p_to_4k_x264 50 json $E2E --model realesr-animevideov3 --size 1920x1080 --scale 2 --frames 24 --inputs 8 --warmup 0 $X264
-  step anime_1080p_to_4k_x265 45 json $E2E --model realesr-animevideov3 --size 1920x1080 --scale 2 --frames 50 $X265
+  # libx265 fast (needs the bundle from tools/gpu-checks/bundle-x265.sh; wmbench skips it where
+  # libavcodec has no libx265). x265 drains ~20 frames after the last one (~1 s at 4K), so the
+  # model-bound x4plus row runs the 10 s clip (stop 44: 0.68 over 40 frames, 0.93 over 240).
+  step anime_1080p_to_4k_x265 100 json $E2E --model realesr-animevideov3 --size 1920x1080 --scale 2 --frames 100 $X265
+  step x4plus_540p_to_4k_x265_240f 120 json $E2E --model RealESRGAN_x4plus --size 960x540 --scale 4 --frames 240 $X265
+  step anime_720p_to_1440p_x265_240f 100 json $E2E --model realesr-animevideov3 --size 1280x720 --scale 2 --frames 240 $X265
 fi
 
 # 4. The model alone against PyTorch in the same call (eager and channels_last; compiled with
