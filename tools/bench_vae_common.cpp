@@ -115,6 +115,7 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
     if (it == b.warmup) {
       for (auto* w : workers) before.push_back(w->stats());
       exchange_before = session->exchange_stats();
+      for (const Device& d : b.devices) models::reset_peak_device_memory(d);
     }
     const auto start = std::chrono::steady_clock::now();
     const int64_t frames = run_slices(b.devices[0], *session, std::move(slices));
@@ -132,6 +133,20 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
   const std::string exchange_kind = session->exchange_kind();
   std::vector<parallel::WorkerStats> after;
   for (auto* w : workers) after.push_back(w->stats());
+  // Each device's allocator over the timed runs: retries and new segments there mean the ranks'
+  // working sets do not fit side by side in its cache (each retry waits for the whole device).
+  nlohmann::ordered_json allocator = nlohmann::ordered_json::array();
+  for (const Device& d : b.devices) {
+    if (d.kind != Device::Kind::kCuda) continue;
+    const models::AllocatorCounts c = models::device_allocator_counts(d);
+    nlohmann::ordered_json row;
+    row["device"] = d.str();
+    row["peak_gpu_gib"] = models::peak_device_memory_mib(d) / 1024.0;
+    row["peak_reserved_gib"] = c.peak_reserved_mib / 1024.0;
+    row["alloc_retries"] = c.alloc_retries;
+    row["segment_allocs"] = c.segment_allocs;
+    allocator.push_back(row);
+  }
   // After the stats: the traced run is not one of the timed ones.
   nlohmann::ordered_json traced;
   if (!b.trace.empty()) {
@@ -205,6 +220,7 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
     rows.push_back(row);
   }
   out["per_rank"] = rows;
+  if (!allocator.empty()) out["allocator"] = allocator;
   if (b.scaling) out["scaling"] = scaling_model(b.one_seconds, loads, !b.rows);
   if (!traced.is_null()) out["trace"] = traced;
   return out;

@@ -298,6 +298,7 @@ class Wan21Session final : public ModelSession {
  private:
   void check(const Planar& input, const RunContext& ctx) const;
   Planar run_cuda_decode(Planar&& input, const RunContext& ctx);
+  TailPlan steady_rank_plan(int tile, int64_t frames, const TailPlan& fresh);
   // The input as the network takes it: run dtype and memory format, on the session's device (on
   // CUDA through the worker's pinned staging and a copy stream, ordered before the current
   // stream).
@@ -311,6 +312,8 @@ class Wan21Session final : public ModelSession {
   int64_t pinned_pool_bytes_;           // per staging pool; 0: kDefaultPinnedPoolBytes
   std::map<int, SequenceState> tiles_;  // by RunContext::tile_index
   std::map<int, TailPlan> plans_;       // CUDA decode: the tail plan of each tile's sequence
+  // A time split's rank: its own chunking of the tail, by (tile, frames); see steady_rank_plan.
+  std::map<std::pair<int, int64_t>, TailPlan> rank_plans_;
   // For the call in progress: the worker running it (may be null), the halo exchange (a time
   // split's, or with rows_ a row split's).
   exec::DeviceContext* context_ = nullptr;
@@ -649,6 +652,27 @@ at::Tensor Wan21Session::upload(Planar&& input) {
   return x;
 }
 
+// A time split's rank plans its tail chunks from what the device has free when it reaches the
+// tail. Ranks sharing a device get there while the others allocate, so a fresh plan changes
+// slice to slice, and each new chunk length is a new set of conv shapes: a cuDNN search each
+// (seconds of the rank's thread at these sizes, its stream idle meanwhile). The plan kept per
+// (tile, frames) stays while the fresh one keeps its grid and allows chunks at least 3/4 as long
+// (the plan asks 1.4× its estimate, so the kept chunks still fit); a tighter one replaces it. So a
+// rank's chunk lengths settle in its first slices, where the bench's warm-up runs.
+TailPlan Wan21Session::steady_rank_plan(int tile, int64_t frames, const TailPlan& fresh) {
+  auto chunk = [frames](const TailPlan& p) {
+    return p.frames > 0 ? std::min(p.frames, frames) : frames;
+  };
+  auto [it, added] = rank_plans_.try_emplace({tile, frames}, fresh);
+  const TailPlan& kept = it->second;
+  if (!added &&
+      (kept.rows != fresh.rows || kept.cols != fresh.cols || kept.host_state != fresh.host_state ||
+       kept.in_h != fresh.in_h || kept.in_w != fresh.in_w || 4 * chunk(fresh) < 3 * chunk(kept))) {
+    it->second = fresh;
+  }
+  return it->second;
+}
+
 Planar Wan21Session::run_cuda_decode(Planar&& input, const RunContext& ctx) {
 #ifndef WMBATCH_WITH_CUDA
   (void)input;
@@ -736,7 +760,8 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, const RunContext& ctx) {
         // A time split's rank sizes its own chunks for the grid (they are its business).
         if (!rows_) {
           const int64_t avail = tail_avail();
-          plan = net_->auto_tail_plan(frames, h, w, avail, use, plan.rows, plan.cols);
+          plan = steady_rank_plan(
+              tile, frames, net_->auto_tail_plan(frames, h, w, avail, use, plan.rows, plan.cols));
           if (fresh) log_plan(plan, avail, frames);
         } else if (fresh) {
           log_plan(plan, tail_avail(), frames);
@@ -749,8 +774,11 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, const RunContext& ctx) {
         if (m.size() != 3) throw ModelError(traits_.name + ": a malformed tail plan from a rank");
         plan = TailPlan{m[2], int(m[0]), int(m[1]), false, h, w};
         // A time split's rank sizes its own chunks for the grid (they are its business).
-        if (!rows_)
-          plan = net_->auto_tail_plan(frames, h, w, tail_avail(), use, plan.rows, plan.cols);
+        if (!rows_) {
+          plan = steady_rank_plan(
+              tile, frames,
+              net_->auto_tail_plan(frames, h, w, tail_avail(), use, plan.rows, plan.cols));
+        }
       }
       return plan;
     }
