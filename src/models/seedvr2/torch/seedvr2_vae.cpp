@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -638,6 +639,13 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
                    int attempt, bool snapshot) {
     Plan fresh = plan(h, w, state, ctx, attempt, snapshot);
     if (ctx.halo == nullptr) return fresh;
+    // A retry: the plans kept for the earlier attempts at this size ran out of memory; the next
+    // slice plans afresh.
+    for (auto it = rank_plans_.begin(); attempt > 0 && it != rank_plans_.end();) {
+      const bool failed = std::get<0>(it->first) == h && std::get<1>(it->first) == w &&
+                          std::get<2>(it->first) < attempt;
+      it = failed ? rank_plans_.erase(it) : std::next(it);
+    }
     const auto key = std::make_tuple(h, w, attempt, snapshot && !ctx.first_slice);
     auto [it, added] = rank_plans_.try_emplace(key, fresh);
     const Plan& kept = it->second;
