@@ -298,7 +298,7 @@ class Wan21Session final : public ModelSession {
  private:
   void check(const Planar& input, const RunContext& ctx) const;
   Planar run_cuda_decode(Planar&& input, const RunContext& ctx);
-  TailPlan steady_rank_plan(int tile, int64_t frames, const TailPlan& fresh);
+  TailPlan steady_rank_plan(int tile, int64_t frames, const TailPlan& fresh);  // CUDA builds
   // The input as the network takes it: run dtype and memory format, on the session's device (on
   // CUDA through the worker's pinned staging and a copy stream, ordered before the current
   // stream).
@@ -652,6 +652,7 @@ at::Tensor Wan21Session::upload(Planar&& input) {
   return x;
 }
 
+#ifdef WMBATCH_WITH_CUDA
 // A time split's rank plans its tail chunks from what the device has free when it reaches the
 // tail. Ranks sharing a device get there while the others allocate, so a fresh plan changes
 // slice to slice, and each new chunk length is a new set of conv shapes: a cuDNN search each
@@ -672,6 +673,7 @@ TailPlan Wan21Session::steady_rank_plan(int tile, int64_t frames, const TailPlan
   }
   return it->second;
 }
+#endif
 
 Planar Wan21Session::run_cuda_decode(Planar&& input, const RunContext& ctx) {
 #ifndef WMBATCH_WITH_CUDA
