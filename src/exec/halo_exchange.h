@@ -75,4 +75,15 @@ class SliceExchange final : public HaloExchange {
   int rank_, ranks_, from_, to_;
 };
 
+// Whether a rank keeps the chunk plan it made before for the same shape, given the size (working
+// memory, chunk frames) a fresh plan allows now. A rank plans from what its device has free when
+// it starts; ranks sharing a device plan while the others allocate, so fresh plans change slice
+// to slice, and each new chunk length is a new set of conv shapes: a cuDNN search each (seconds
+// of the rank's thread at these sizes; stop 45: SeedVR2's two ranks on one H200 ran at 0.70× for
+// it, 1.04× with the search off). So a rank keeps its plan while a fresh one allows at least 3/4
+// of it (the plans leave that much spare: SeedVR2's work is 2/3 of what is left beside the state,
+// Wan2.1's tail asks 1.4× its estimate) and takes a tighter one otherwise: its chunk lengths
+// settle in its first slices. One device plans afresh: what it reads is its own.
+inline bool rank_keeps_plan(int64_t kept, int64_t fresh) { return 4 * fresh >= 3 * kept; }
+
 }  // namespace wm::exec

@@ -33,6 +33,7 @@
 #include "src/base/fault_point.h"
 #include "src/base/log_text.h"
 #include "src/exec/device_context.h"
+#include "src/exec/halo_exchange.h"
 #include "src/models/seedvr2/torch/seedvr2_blocks.h"
 #include "src/models/seedvr2/torch/seedvr2_sequence.h"
 #include "src/models/torch/state_tensor.h"
@@ -626,15 +627,8 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
     return p;
   }
 
-  // plan(), kept for a rank. Ranks sharing a device plan while the others allocate, so a fresh
-  // plan changes slice to slice, and each new chunk length is a new set of conv shapes: a cuDNN
-  // search each (seconds of the rank's thread at these sizes, the device idle meanwhile). The plan
-  // kept per (size, attempt, snapshot) stays while the fresh one has its phases and host slots
-  // and allows at least 3/4 of its working memory (work is 2/3 of what is left beside the
-  // state, so the kept chunks still fit); a tighter one replaces it. So a rank's chunk lengths
-  // settle in its first slices, where the bench's warm-up runs (stop 45: the first timed run
-  // planned 8 % less than the warm-up, and its new shapes' cuDNN searches cost 0.70× against
-  // 1.04× with the search off). One device plans afresh: its reading is its own.
+  // plan(), kept for a rank (exec::rank_keeps_plan) per (size, attempt, snapshot) while a fresh
+  // one has its phases and host slots and the rule holds for its working memory.
   Plan steady_plan(int64_t h, int64_t w, const StreamState& state, const RunContext& ctx,
                    int attempt, bool snapshot) {
     Plan fresh = plan(h, w, state, ctx, attempt, snapshot);
@@ -650,9 +644,10 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
     auto [it, added] = rank_plans_.try_emplace(key, fresh);
     const Plan& kept = it->second;
     bool roomy = kept.on_host == fresh.on_host && kept.starts == fresh.starts &&
-                 kept.works.size() == fresh.works.size() && 4 * fresh.work >= 3 * kept.work;
+                 kept.works.size() == fresh.works.size() &&
+                 exec::rank_keeps_plan(kept.work, fresh.work);
     for (size_t k = 0; roomy && k < kept.works.size(); ++k) {
-      roomy = 4 * fresh.works[k] >= 3 * kept.works[k];
+      roomy = exec::rank_keeps_plan(kept.works[k], fresh.works[k]);
     }
     if (!added && !roomy) it->second = fresh;
     Plan p = it->second;

@@ -653,22 +653,17 @@ at::Tensor Wan21Session::upload(Planar&& input) {
 }
 
 #ifdef WMBATCH_WITH_CUDA
-// A time split's rank plans its tail chunks from what the device has free when it reaches the
-// tail. Ranks sharing a device get there while the others allocate, so a fresh plan changes
-// slice to slice, and each new chunk length is a new set of conv shapes: a cuDNN search each
-// (seconds of the rank's thread at these sizes, its stream idle meanwhile). The plan kept per
-// (tile, frames) stays while the fresh one keeps its grid and allows chunks at least 3/4 as long
-// (the plan asks 1.4× its estimate, so the kept chunks still fit); a tighter one replaces it. So a
-// rank's chunk lengths settle in its first slices, where the bench's warm-up runs.
+// A time split's rank's tail plan, kept per (tile, frames) (exec::rank_keeps_plan) while a fresh
+// one keeps its grid and the rule holds for its chunk length.
 TailPlan Wan21Session::steady_rank_plan(int tile, int64_t frames, const TailPlan& fresh) {
   auto chunk = [frames](const TailPlan& p) {
     return p.frames > 0 ? std::min(p.frames, frames) : frames;
   };
   auto [it, added] = rank_plans_.try_emplace({tile, frames}, fresh);
   const TailPlan& kept = it->second;
-  if (!added &&
-      (kept.rows != fresh.rows || kept.cols != fresh.cols || kept.host_state != fresh.host_state ||
-       kept.in_h != fresh.in_h || kept.in_w != fresh.in_w || 4 * chunk(fresh) < 3 * chunk(kept))) {
+  if (!added && (kept.rows != fresh.rows || kept.cols != fresh.cols ||
+                 kept.host_state != fresh.host_state || kept.in_h != fresh.in_h ||
+                 kept.in_w != fresh.in_w || !exec::rank_keeps_plan(chunk(kept), chunk(fresh)))) {
     it->second = fresh;
   }
   return it->second;
