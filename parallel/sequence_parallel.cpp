@@ -142,7 +142,7 @@ struct SequenceParallelSession::SliceRun {
   std::shared_future<void> out_ready;  // its memory made (beside the ranks' work)
   std::shared_ptr<ExchangeGroup> group;
   std::vector<Device> devices;
-  int first_rank = 0;
+  std::vector<int> ranks;  // per part: the job's rank that runs it
   std::chrono::milliseconds timeout{0};
   Clock::time_point deadline;
   std::vector<std::unique_ptr<exec::HaloExchange>> views;  // live until the ranks are done
@@ -206,14 +206,15 @@ void SequenceParallelSession::wait_ranks(SliceRun& run) {
       run.first_failure->compare_exchange_strong(none, int(r));
       // Which rank hung cannot be told from here (its peers wait on it): name the first one
       // still running and the group.
-      const int r0 = run.first_rank;
       const int active = int(run.parts.size());
+      const std::string who = active == 1 ? "rank " + std::to_string(run.ranks.front())
+                                          : "ranks " + std::to_string(run.ranks.front()) + "-" +
+                                                std::to_string(run.ranks.front() + active - 1);
       const std::string why =
           "sequence-parallel slice " + std::to_string(run.slice) + ": " +
           (!sick.empty() ? sick
-                         : "ranks " + std::to_string(r0) + "-" + std::to_string(r0 + active - 1) +
-                               " did not finish within " + seconds_text(run.timeout) + " (rank " +
-                               std::to_string(r0 + int(r)) + " on " + run.devices[r].str() +
+                         : who + " did not finish within " + seconds_text(run.timeout) + " (rank " +
+                               std::to_string(run.ranks[r]) + " on " + run.devices[r].str() +
                                " still running)") +
           "; the exchange was aborted";
       {
@@ -265,8 +266,7 @@ Planar SequenceParallelSession::take(SliceRun& run) {
       try {
         parts[r]->part = std::exchange(parts[r]->deferred, nullptr)();
       } catch (...) {
-        rethrow_rank_failure(std::current_exception(), run.first_rank + int(r), run.devices[r],
-                             run.slice);
+        rethrow_rank_failure(std::current_exception(), run.ranks[r], run.devices[r], run.slice);
       }
     }
   }
@@ -388,7 +388,7 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
                        (head ? std::to_string(head) + " + " : std::string()) + "a multiple of " +
                        std::to_string(g));
     }
-    if (units == 0) {
+    if (units == 0 || options_.whole_slices) {
       runs = {input.frames};
     } else {
       std::vector<int64_t>& done = done_[ctx.tile_index];
@@ -413,10 +413,14 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
   }
   const int active = int(runs.size());
 
-  // The ring (time split): rank 0 takes its history from the last rank of the previous slice;
-  // this slice's last rank hands its own to rank 0 when another slice follows.
+  // The ring (time split): the slice's first rank (`base`: rank 0, or with whole slices the
+  // next in turn) takes its history from the last rank of the previous slice; this slice's last
+  // rank hands its own to the next slice's first rank when another slice follows. The slice's
+  // parts run on ranks base, base + 1, … (whole slices: one part, so the model's rank 0 of the
+  // slice is worker `base`; otherwise base is 0).
   const bool follows = !ctx.last_slice;
-  int from0 = -1;
+  const int P = ranks();
+  int from0 = -1, base = 0, next = 0;
   if (!rows && !options_.inside) {
     Ring& ring = ring_[ctx.tile_index];
     if (ctx.first_slice) {
@@ -426,14 +430,20 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
                            std::to_string(ctx.tile_index) + " follows its sequence's last slice",
                        kExitSoftware);
     }
+    base = options_.whole_slices ? ring.next : 0;
+    const int last = (base + active - 1) % P;
+    next = options_.whole_slices ? (last + 1) % P : 0;
     from0 = ring.last;
-    ring.last = active > 1 && follows ? active - 1 : -1;
+    ring.last = follows && last != next ? last : -1;
+    ring.next = next;
     ring.ended = ctx.last_slice;
   }
+  auto worker_of = [&](int r) { return (base + r) % P; };
 
   // At most two slices of each tile in flight: a rank starts slice k + 1 while later ranks still
-  // finish slice k, and no further ahead.
-  const size_t limit = 2 * size_t(std::max(1, ctx.tiles));
+  // finish slice k, and no further ahead (whole slices: one per rank and the next one queued).
+  const size_t per_tile = options_.whole_slices && !rows ? size_t(P) + 1 : 2;
+  const size_t limit = per_tile * size_t(std::max(1, ctx.tiles));
   while (!in_flight_.empty() && in_flight_.size() >= limit) {
     wait_ranks(*in_flight_.front());
     in_flight_.pop_front();
@@ -443,7 +453,6 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
   run->slice = ctx.slice_index;
   run->rows = rows;
   run->group = group_;
-  run->first_rank = options_.first_rank;
   run->timeout = options_.timeout;
   run->deadline = Clock::now() + options_.timeout;
   const bool exchange = ranks() > 1 && (!rows || active > 1);
@@ -493,10 +502,12 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
   const bool serial = options_.serial;
   int first = 0;
   for (int r = 0; r < active; ++r) {
-    const int job_rank = options_.first_rank + r;
-    DeviceWorker* worker = workers_[size_t(r)];
+    const int w = worker_of(r);
+    const int job_rank = options_.first_rank + w;
+    DeviceWorker* worker = workers_[size_t(w)];
     const Device device = worker->device();
     run->devices.push_back(device);
+    run->ranks.push_back(job_rank);
     RunContext rc = ctx;
     rc.deferred = nullptr;  // the ranks' parts are taken here
     // A band holds every frame of the slice; a run of frames, its part of them.
@@ -506,18 +517,20 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
     rc.halo = nullptr;
     rc.halo_rows = false;
     rc.into = nullptr;
+    // Ranks busy on this device at once: the slice's, or with whole slices every rank.
     rc.device_ranks = 0;
-    for (int q = 0; q < active; ++q) {
-      rc.device_ranks += workers_[size_t(q)]->device().str() == device.str() ? 1 : 0;
+    const int busy = options_.whole_slices && !rows ? P : active;
+    for (int q = 0; q < busy; ++q) {
+      rc.device_ranks += workers_[size_t(worker_of(q))]->device().str() == device.str() ? 1 : 0;
     }
     if (exchange) {
       // (Inside a slice messages go between any two ranks: the group's own views.)
-      exec::HaloExchange& inner = rows || options_.inside ? group_->rank(r) : group_->pipelined(r);
-      const int from = rows ? -1 : r > 0 ? r - 1 : from0;
-      const int to = rows                                   ? -1
-                     : r + 1 < active                       ? r + 1
-                     : follows && r > 0 && !options_.inside ? 0
-                                                            : -1;
+      exec::HaloExchange& inner = rows || options_.inside ? group_->rank(w) : group_->pipelined(w);
+      const int from = rows ? -1 : r > 0 ? worker_of(r - 1) : from0;
+      const int to = rows                                       ? -1
+                     : r + 1 < active                           ? worker_of(r + 1)
+                     : follows && w != next && !options_.inside ? next
+                                                                : -1;
       run->views.push_back(std::make_unique<exec::SliceExchange>(inner, r, active, from, to));
       rc.halo = run->views.back().get();
       rc.halo_rows = rows;
@@ -539,50 +552,52 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
                   : rows            ? rows_of(input, first, runs[size_t(r)])
                                     : frames_of(input, first, runs[size_t(r)]);
     if (!options_.inside) first += runs[size_t(r)];
-    ModelSession* session = ranks_[size_t(r)].get();
+    ModelSession* session = ranks_[size_t(w)].get();
     ExchangeGroup* group = group_.get();
     const bool solo_fault = fault && !rc.halo;
     const int counted = part_frames[size_t(r)];
     run->parts.push_back(
         worker
-            ->submit([session, group, r, job_rank, device, rc, first_failure = run->first_failure,
-                      fault, solo_fault, timeout, worker, serial, counted, clocks = clocks_,
-                      part = std::make_shared<Planar>(
-                          std::move(part))]() -> std::shared_ptr<RankPart> {
-              const Clock::time_point start = Clock::now();
-              try {
-                if (solo_fault && fault->fires(job_rank, rc.slice_index)) {
-                  fault->raise(job_rank, rc.slice_index, group, timeout);
-                }
-                auto result = std::make_shared<RankPart>();
-                RunContext call = rc;
-                // A rank that writes into the slice's output may return before its last
-                // copies land (its worker goes on to the next slice); not when measuring.
-                call.deferred = rc.into && !serial ? &result->deferred : nullptr;
-                result->part = session->run(std::move(*part), call);
-                if (rc.tile_index == 0) {
-                  worker->add_frames(counted >= 0 ? counted : result->part.frames);
-                }
-                const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-                std::lock_guard<std::mutex> lock(clocks->mutex);
-                clocks->seconds[size_t(r)] += seconds;
-                return result;
-              } catch (...) {
-                std::exception_ptr failure;
-                std::string what = "failed";
-                try {
-                  rethrow_rank_failure(std::current_exception(), job_rank, device, rc.slice_index);
-                } catch (const std::exception& e) {
-                  failure = std::current_exception();
-                  what = e.what();
-                }
-                int none = -1;
-                first_failure->compare_exchange_strong(none, r);
-                // The other ranks may wait for this one's messages: let them fail now.
-                group->abort("rank " + std::to_string(job_rank) + " failed: " + what);
-                std::rethrow_exception(failure);
-              }
-            })
+            ->submit(
+                [session, group, r, w, job_rank, device, rc, first_failure = run->first_failure,
+                 fault, solo_fault, timeout, worker, serial, counted, clocks = clocks_,
+                 part = std::make_shared<Planar>(std::move(part))]() -> std::shared_ptr<RankPart> {
+                  const Clock::time_point start = Clock::now();
+                  try {
+                    if (solo_fault && fault->fires(job_rank, rc.slice_index)) {
+                      fault->raise(job_rank, rc.slice_index, group, timeout);
+                    }
+                    auto result = std::make_shared<RankPart>();
+                    RunContext call = rc;
+                    // A rank that writes into the slice's output may return before its last
+                    // copies land (its worker goes on to the next slice); not when measuring.
+                    call.deferred = rc.into && !serial ? &result->deferred : nullptr;
+                    result->part = session->run(std::move(*part), call);
+                    if (rc.tile_index == 0) {
+                      worker->add_frames(counted >= 0 ? counted : result->part.frames);
+                    }
+                    const double seconds =
+                        std::chrono::duration<double>(Clock::now() - start).count();
+                    std::lock_guard<std::mutex> lock(clocks->mutex);
+                    clocks->seconds[size_t(w)] += seconds;
+                    return result;
+                  } catch (...) {
+                    std::exception_ptr failure;
+                    std::string what = "failed";
+                    try {
+                      rethrow_rank_failure(std::current_exception(), job_rank, device,
+                                           rc.slice_index);
+                    } catch (const std::exception& e) {
+                      failure = std::current_exception();
+                      what = e.what();
+                    }
+                    int none = -1;
+                    first_failure->compare_exchange_strong(none, r);
+                    // The other ranks may wait for this one's messages: let them fail now.
+                    group->abort("rank " + std::to_string(job_rank) + " failed: " + what);
+                    std::rethrow_exception(failure);
+                  }
+                })
             .share());
     // Measuring: each rank alone on its device (the ones before it are done, so whatever it
     // receives is there).

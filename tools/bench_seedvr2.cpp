@@ -7,12 +7,13 @@
 //                   [--slice-frames S] [--threads N] [--seed N] [--max-gpu-gib N]
 //                   [--channels 128,256,512,512] [--norm-groups 32] [--compare-fp32 0|1]
 //                   [--tuning KEY=V,...] [--devices 0,1|cpu] [--ranks N] [--scaling 0|1]
-//                   [--nccl 0|1] [--trace PREFIX]
+//                   [--nccl 0|1] [--whole-slices 0|1] [--trace PREFIX]
 //
 // --devices/--ranks add "sequence_parallel": the same run as ranks that split each slice in time
 // over the listed devices (several ranks on one device run on streams of their own), its fps and
 // speed-up against the one-device run, per rank its busy, idle and compute seconds and exchange,
 // and the scaling model's speed-up on devices of their own (docs/gpu.md, "The scaling model").
+// --whole-slices 1 gives each slice whole to one rank in turn instead (still a ring).
 // --trace PREFIX runs the split once more under the profiler and writes its Chrome trace to
 // PREFIX-time.json (as wmbench vae-decode does; tools/gpu-checks/trace_summary.py reads it).
 //
@@ -72,7 +73,8 @@ struct Options {
   // Sequence parallelism (a time split): ranks over these devices, measured after the
   // one-device run, against it (wm::bench::run_parallel).
   std::string devices;
-  int ranks = 0;  // 0: one per listed device
+  int ranks = 0;              // 0: one per listed device
+  bool whole_slices = false;  // each slice whole to one rank in turn (else a run of each)
   bool scaling = true;
   bool nccl = false;  // the NCCL exchange (a GPU per rank)
   std::string trace;  // Chrome trace file prefix of one more run of the split (empty: none)
@@ -104,6 +106,7 @@ int parse(int argc, char** argv, Options& o, wm::Device& device) {
       .boolean("--compare-fp32", &o.compare_fp32)
       .text("--devices", &o.devices, "0,1|cpu")
       .integer("--ranks", &o.ranks, 1, "N")
+      .boolean("--whole-slices", &o.whole_slices)
       .boolean("--scaling", &o.scaling)
       .boolean("--nccl", &o.nccl)
       .text("--trace", &o.trace, "PREFIX")
@@ -316,6 +319,7 @@ int bench_seedvr2(int argc, char** argv) {
       b.iters = o.iters;
       b.scaling = o.scaling;
       b.nccl = o.nccl;
+      b.whole_slices = o.whole_slices;
       if (!o.trace.empty()) b.trace = o.trace + "-time.json";
       b.model = [&](const wm::Device& d) -> std::shared_ptr<const wm::Model> {
         return wm::models::make_seedvr2_vae_random(config, arch, d, o.seed);

@@ -17,8 +17,9 @@
 // (bytes, messages, wait), and "scaling": the speed-up predicted on devices of their own over
 // NVLink and PCIe 5 (docs/gpu.md, "The scaling model").
 // --parallel picks the split: sequence (time, the default), spatial (bands of latent rows:
-// "spatial_parallel"), or both ("sequence,spatial": both objects, measured one after the other
-// against the same one-device run).
+// "spatial_parallel"), whole (time, each slice whole to one rank in turn: "whole_parallel"), or
+// several ("sequence,whole,spatial": one object each, measured one after the other against the
+// same one-device run).
 //
 // H and W are output pixels (multiples of 8). --slice-frames S decodes the T latent frames as
 // consecutive slices of S (0: one slice), exactly as the job runner would. Timing covers decode
@@ -114,20 +115,21 @@ int parse(int argc, char** argv, Options& o, wm::Device& device) {
                   o.ranks.push_back(wm::bench::parse_int("--ranks", item, 1));
                 }
               })
-      .custom("--parallel", "sequence|spatial|sequence,spatial",
-              [&](const std::string& v) {
-                o.parallel.clear();
-                for (size_t at = 0; at <= v.size();) {
-                  const size_t end = std::min(v.find(',', at), v.size());
-                  const std::string mode = v.substr(at, end - at);
-                  if (mode != "sequence" && mode != "spatial") {
-                    throw std::invalid_argument(
-                        "--parallel: expected sequence, spatial or both, got '" + v + "'");
-                  }
-                  o.parallel.push_back(mode);
-                  at = end + 1;
-                }
-              })
+      .custom(
+          "--parallel", "sequence|spatial|whole[,...]",
+          [&](const std::string& v) {
+            o.parallel.clear();
+            for (size_t at = 0; at <= v.size();) {
+              const size_t end = std::min(v.find(',', at), v.size());
+              const std::string mode = v.substr(at, end - at);
+              if (mode != "sequence" && mode != "spatial" && mode != "whole") {
+                throw std::invalid_argument(
+                    "--parallel: expected sequence, spatial or whole (or a list), got '" + v + "'");
+              }
+              o.parallel.push_back(mode);
+              at = end + 1;
+            }
+          })
       .boolean("--scaling", &o.scaling)
       .boolean("--nccl", &o.nccl)
       .text("--trace", &o.trace, "PREFIX");
@@ -144,16 +146,20 @@ int parse(int argc, char** argv, Options& o, wm::Device& device) {
 // exchange, and the scaling model (wm::bench::run_parallel).
 nlohmann::ordered_json sequence_parallel(const Options& o, const wm::ModelConfig& config,
                                          const wm::Planar& latents, int slice, int64_t frames_out,
-                                         double one_seconds, bool spatial, int ranks) {
+                                         double one_seconds, const std::string& mode, int ranks) {
+  const bool spatial = mode == "spatial";
   wm::bench::ParallelBench b;
   b.devices = wm::bench::parse_devices(o.devices, wm::bench::parse_device(o.device));
   b.ranks = ranks > 0 ? ranks : int(b.devices.size());
   b.warmup = o.warmup;
   b.iters = o.iters;
   b.rows = spatial;
+  b.whole_slices = mode == "whole";
   b.scaling = o.scaling;
   b.nccl = o.nccl;
-  if (!o.trace.empty()) b.trace = o.trace + (spatial ? "-rows.json" : "-time.json");
+  if (!o.trace.empty()) {
+    b.trace = o.trace + (spatial ? "-rows.json" : b.whole_slices ? "-whole.json" : "-time.json");
+  }
   b.model = [&](const wm::Device& d) -> std::shared_ptr<const wm::Model> {
     return wm::models::make_wan21_vae_random(config, d, o.seed);
   };
@@ -253,8 +259,7 @@ int bench_vae_decode(int argc, char** argv) {
       for (int ranks : counts) {
         for (const std::string& mode : o.parallel) {
           out[mode + "_parallel" + (counts.size() > 1 ? "_" + std::to_string(ranks) : "")] =
-              sequence_parallel(o, config, latents, slice, frames_out, seconds, mode == "spatial",
-                                ranks);
+              sequence_parallel(o, config, latents, slice, frames_out, seconds, mode, ranks);
         }
       }
     }

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <deque>
 #include <fstream>
 #include <functional>
 #include <stdexcept>
@@ -32,13 +33,13 @@ std::vector<Planar> make_slices(const Planar& latents, int slice) {
 }
 
 int64_t run_slices(const Device& device, ModelSession& session, std::vector<Planar> slices,
-                   std::vector<Planar>* outputs) {
+                   std::vector<Planar>* outputs, int depth) {
   const bool direct = dynamic_cast<parallel::SequenceParallelSession*>(&session) != nullptr;
   parallel::DeviceWorker& worker = parallel::device_worker(device, 0);
   int64_t frames = 0;
   // As the pipeline does: a slice's output is taken (deferred) after the next slice has been
   // started on the device, so its last copies to the host overlap the next slice's work.
-  std::function<Planar()> previous;
+  std::deque<std::function<Planar()>> previous;
   auto take = [&](Planar out) {
     frames += out.frames;
     if (outputs) outputs->push_back(std::move(out));
@@ -59,14 +60,17 @@ int64_t run_slices(const Device& device, ModelSession& session, std::vector<Plan
       ctx.deferred = &deferred;
       out = worker.call([&] { return session.run(std::move(slices[i]), ctx); });
     }
-    if (previous) take(std::exchange(previous, nullptr)());
+    while (!previous.empty() && int(previous.size()) >= std::max(1, depth)) {
+      take(previous.front()());
+      previous.pop_front();
+    }
     if (deferred) {
-      previous = std::move(deferred);
+      previous.push_back(std::move(deferred));
     } else {
       take(std::move(out));
     }
   }
-  if (previous) take(previous());
+  for (auto& later : previous) take(later());
   return frames;
 }
 
@@ -100,6 +104,7 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
     }
     parallel::SequenceParallelOptions options;
     options.by = b.rows ? parallel::SplitBy::kRows : parallel::SplitBy::kTime;
+    options.whole_slices = b.whole_slices && !b.rows;
     options.serial = serial;
     options.nccl = b.nccl;
     parallel::fit_to_model(options, models.front());
@@ -107,6 +112,8 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
                                                                options);
   };
   auto session = open(false);
+  // Whole slices: one queued per rank (each rank runs a slice of its own).
+  const int depth = b.whole_slices ? std::max(1, ranks - 1) : 1;
   double total = 0;
   std::vector<parallel::WorkerStats> before;
   parallel::ExchangeStats exchange_before;
@@ -118,7 +125,7 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
       for (const Device& d : b.devices) models::reset_peak_device_memory(d);
     }
     const auto start = std::chrono::steady_clock::now();
-    const int64_t frames = run_slices(b.devices[0], *session, std::move(slices));
+    const int64_t frames = run_slices(b.devices[0], *session, std::move(slices), nullptr, depth);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (frames != b.frames_out) {
@@ -151,7 +158,7 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
   nlohmann::ordered_json traced;
   if (!b.trace.empty()) {
     const models::GpuActivity a = models::measure_gpu_activity(
-        [&] { run_slices(b.devices[0], *session, b.slices()); }, b.trace);
+        [&] { run_slices(b.devices[0], *session, b.slices(), nullptr, depth); }, b.trace);
     traced["file"] = a.trace_written ? b.trace : "";
     traced["kernels"] = a.kernels;
     traced["span_ms"] = a.span_ms;
@@ -160,7 +167,7 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
   }
   session.reset();
   nlohmann::ordered_json out;
-  out["split"] = b.rows ? "rows" : "time";
+  out["split"] = b.rows ? "rows" : b.whole_slices ? "time, whole slices" : "time";
   out["ranks"] = ranks;
   std::string names;
   for (const Device& d : b.devices) names += (names.empty() ? "" : ",") + d.str();

@@ -53,8 +53,10 @@ std::vector<Planar> make_slices(const Planar& latents, int slice);
 // sequence-parallel session (which dispatches to its ranks' workers) is called directly.
 // Returns the frames produced; the outputs are appended to `outputs` when it is not null and
 // freed slice by slice otherwise (as a streaming job holds them).
+// `depth`: slices queued and not yet taken before the oldest is taken (a split with whole
+// slices keeps one per rank busy).
 int64_t run_slices(const Device& device, ModelSession& session, std::vector<Planar> slices,
-                   std::vector<Planar>* outputs = nullptr);
+                   std::vector<Planar>* outputs = nullptr, int depth = 1);
 
 // The rank devices of --devices ("cpu", "0,1"; empty: `fallback`). Throws
 // std::invalid_argument naming a bad one.
@@ -65,9 +67,10 @@ struct ParallelBench {
   std::vector<Device> devices;  // rank r on devices[r % devices.size()]
   int ranks = 1;
   int warmup = 0, iters = 1;
-  bool rows = false;    // split by rows (else in time)
-  bool nccl = false;    // the NCCL exchange (one rank per GPU; else in-process)
-  bool scaling = true;  // one more run with the ranks one after another: the scaling model
+  bool rows = false;          // split by rows (else in time)
+  bool whole_slices = false;  // a time split giving each slice whole to one rank in turn
+  bool nccl = false;          // the NCCL exchange (one rank per GPU; else in-process)
+  bool scaling = true;        // one more run with the ranks one after another: the scaling model
   // Non-empty: one more run under LibTorch's profiler, its Chrome trace written here (CUDA
   // builds on LibTorch 2), and "trace" in the JSON (the file, kernels, GPU busy and gaps).
   std::string trace;

@@ -274,7 +274,7 @@ RunContext slice_context(int64_t index, bool first, bool last, int tile = 0) {
 // write into the slice's output, fit_to_model).
 std::unique_ptr<wm::parallel::SequenceParallelSession> parallel_session(
     const wm::Model& model, int ranks, std::vector<int> split = {},
-    std::shared_ptr<const wm::Model> shaped = nullptr) {
+    std::shared_ptr<const wm::Model> shaped = nullptr, bool whole_slices = false) {
   std::vector<std::unique_ptr<wm::ModelSession>> sessions;
   std::vector<wm::parallel::DeviceWorker*> workers;
   for (int r = 0; r < ranks; ++r) {
@@ -283,6 +283,7 @@ std::unique_ptr<wm::parallel::SequenceParallelSession> parallel_session(
   }
   wm::parallel::SequenceParallelOptions options;
   options.split = std::move(split);
+  options.whole_slices = whole_slices;
   if (shaped) wm::parallel::fit_to_model(options, shaped);
   return std::make_unique<wm::parallel::SequenceParallelSession>(std::move(sessions),
                                                                  std::move(workers), options);
@@ -334,6 +335,39 @@ TEST(SequenceParallel, RingOverALongSequenceEqualsOneDevice) {
     std::cout << "[ ranks    ] float32 " << ranks << " ranks, slices of " << slice << ": max diff "
               << err << "\n";
     EXPECT_LE(err, 1e-5) << ranks << " ranks, slices of " << slice;
+  }
+}
+
+TEST(SequenceParallel, WholeSlicesInTurnEqualOneDeviceBitForBit) {
+  // Each slice whole to one rank, the ranks in turn, the histories handed round the ring: every
+  // rank runs one device's convolutions on one device's slices, so the output is one device's
+  // in the same slices, bit for bit (CPU), and every rank ran slices of its own.
+  const std::shared_ptr<const wm::Model> model =
+      wm::models::make_wan21_vae(tiny_config(), wm::Device{});
+  const at::Tensor t9 = golden_t9().input;
+  const Planar z = to_planar(at::cat({t9, t9}, 2));  // 18 latent frames
+  struct Case {
+    int ranks;
+    std::vector<int> slices;
+  };
+  for (const Case& c :
+       {Case{2, {4, 4, 4, 4, 2}}, Case{3, {1, 2, 3, 4, 5, 3}}, Case{4, {5, 5, 8}}, Case{2, {18}}}) {
+    const Planar one = run_in_slices(*model->open_session(wm::Device{}), z, c.slices, true);
+    for (bool into : {false, true}) {
+      auto session = parallel_session(*model, c.ranks, {}, into ? model : nullptr, true);
+      const double err = max_abs_diff(run_in_slices(*session, z, c.slices, into), one);
+      std::cout << "[ ranks    ] whole slices, " << c.ranks << " ranks, " << c.slices.size()
+                << " slices" << (into ? ", in place, overlapped" : "") << ": max diff " << err
+                << "\n";
+      EXPECT_EQ(err, 0.0) << c.ranks << " ranks";
+      const std::vector<double> seconds = session->rank_seconds();
+      const size_t used = std::min(size_t(c.ranks), c.slices.size());
+      for (size_t r = 0; r < seconds.size(); ++r) {
+        EXPECT_EQ(seconds[r] > 0, r < used) << "rank " << r << " of " << c.ranks;
+      }
+      // A history crosses ranks at every slice after the first.
+      EXPECT_EQ(session->exchange_stats().messages > 0, c.slices.size() > 1);
+    }
   }
 }
 
