@@ -38,7 +38,10 @@ struct InProcessGroup::Impl {
     Rank(Impl& group, int rank) : group_(group), rank_(rank) {}
     int rank() const override { return rank_; }
     int ranks() const override { return group_.active; }
-    void send(int to, const at::Tensor& t) override { group_.send(rank_, to, t); }
+    void send(int to, const at::Tensor& t) override { group_.send(rank_, to, t.clone()); }
+    void give(int to, at::Tensor&& t) override {
+      group_.send(rank_, to, t.is_non_overlapping_and_dense() ? std::move(t) : t.clone());
+    }
     void recv(int from, at::Tensor& into) override { group_.recv(from, rank_, into); }
     void send_values(int to, const std::vector<int64_t>& values) override {
       group_.send_values(rank_, to, values);
@@ -63,9 +66,11 @@ struct InProcessGroup::Impl {
     }
   }
 
-  void send(int from, int to, const at::Tensor& t) {
+  // `t`: a copy made for the message, or a tensor its sender gave up (HaloExchange::give); either
+  // way written on the sender's current stream (CUDA) before the event recorded here.
+  void send(int from, int to, at::Tensor t) {
     Message m;
-    m.data = t.clone();  // ordered on the sender's current stream (CUDA)
+    m.data = std::move(t);
 #ifdef WMBATCH_WITH_CUDA
     if (m.data.is_cuda()) {
       m.ready = std::make_shared<at::cuda::CUDAEvent>();

@@ -31,6 +31,11 @@ class HaloExchange {
   virtual int ranks() const = 0;
   // Sends `t` (any shape; the receiver's `into` has the same number of bytes) to rank `to`.
   virtual void send(int to, const at::Tensor& t) = 0;
+  // send(), for a tensor the caller gives up: nothing writes its memory again (handles kept
+  // elsewhere only read it; a causal layer's new history, dropped once sent, or a state snapshot
+  // kept for a retry). An exchange may then pass the tensor itself instead of a copy (in-process:
+  // with recv()'s adoption, no copy at all). Default: send().
+  virtual void give(int to, at::Tensor&& t) { send(to, t); }
   // Receives the next message from rank `from` into `into` (contiguous in its memory format).
   // An exchange may instead make `into` the message's own memory when nothing else refers to
   // `into`'s (same sizes, strides, dtype and device): no copy.
@@ -62,6 +67,7 @@ class SliceExchange final : public HaloExchange {
   int rank() const override { return rank_; }
   int ranks() const override { return ranks_; }
   void send(int to, const at::Tensor& t) override { inner_.send(to, t); }
+  void give(int to, at::Tensor&& t) override { inner_.give(to, std::move(t)); }
   void recv(int from, at::Tensor& into) override { inner_.recv(from, into); }
   void send_values(int to, const std::vector<int64_t>& values) override {
     inner_.send_values(to, values);

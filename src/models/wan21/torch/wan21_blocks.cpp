@@ -559,8 +559,13 @@ class CausalConv {
     if (!st.halo || !st.sends) return;
     const int to = st.halo->history_to();
     if (to < 0) return;
-    st.halo->send(to, st.slots[slot_]);
-    if (!st.write_in_place) st.slots[slot_] = at::Tensor();
+    if (st.write_in_place) {
+      st.halo->send(to, st.slots[slot_]);  // the buffer is written again next slice
+    } else {
+      // Slots are replaced, never written, in this mode (a clone of the input's last frames, or
+      // a history received): it is dropped here, so it goes without a copy.
+      st.halo->give(to, std::exchange(st.slots[slot_], at::Tensor()));
+    }
   }
   at::Tensor narrow_outputs(const at::Tensor& y) const {
     return out_channels_ > 0 ? y.narrow(1, 0, out_channels_) : y;
