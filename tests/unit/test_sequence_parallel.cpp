@@ -147,6 +147,13 @@ TEST(SequenceParallel, Float64RanksWithTailChunks) {
   check_float64("tail_tiles=2x2,tail_frames=2", {{{{2, 3}, {2, 2}}}});
 }
 
+TEST(SequenceParallel, Float64RanksWithTimeUpsampleChunks) {
+  // The upsamples' time convs in chunks of one and two frames on every rank, as one device runs
+  // a large slice: each takes its history before its first chunk and hands it on after its last.
+  check_float64("time_conv_frames=1", {{{{2, 3}, {1, 3}}}, {{{1, 1, 1}, {2, 2}, {2}}}});
+  check_float64("time_conv_frames=2", {{{{4, 5}}}, {{{2, 2, 2, 3}}}});
+}
+
 TEST(SequenceParallel, SplitFrames) {
   EXPECT_EQ(wm::parallel::split_frames(9, 2), (std::vector<int>{4, 5}));
   EXPECT_EQ(wm::parallel::split_frames(9, 4), (std::vector<int>{2, 2, 2, 3}));

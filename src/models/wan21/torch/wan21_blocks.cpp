@@ -947,17 +947,22 @@ class Upsample : public Block {
     const int64_t out_bytes = 2 * c * rest * h * w * int64_t(x.element_size());
     int64_t chunk = out_bytes > (int64_t(1) << 30) ? 4 : std::max<int64_t>(rest, 1);
     if (tuning_->time_conv_frames > 0) chunk = tuning_->time_conv_frames;
-    // A sequence-parallel rank exchanges each layer's history once: one call (or, with no
-    // frames, its history passed on).
-    if (st.halo) chunk = std::max<int64_t>(rest, 1);
+    // A sequence-parallel rank runs the same chunks as one device: the time conv takes its
+    // history before its first chunk and hands it on after its last (SequenceState::received,
+    // sends), or with no frames passes it on. (It ran its whole part in one call: at 1080p a
+    // whole slice of 8 latent frames made one call of 3.2 GB of output, a shape one device never
+    // runs, for cuDNN's search to time.)
     if (st.halo && rest == 0) time_.relay(x, st);
+    const bool sends = st.sends;
     for (int64_t f0 = 0; f0 < rest; f0 += chunk) {
       const int64_t n = std::min(chunk, rest - f0);
+      if (st.halo) st.sends = sends && f0 + n >= rest;
       at::Tensor y = time_.forward(x.narrow(2, keep + f0, n), st);  // [1, 2C, n, H, W]
       out.narrow(2, keep + 2 * f0, 2 * n)
           .view({1, c, n, 2, h, w})
           .copy_(y.view({1, 2, c, n, h, w}).permute({0, 2, 3, 1, 4, 5}));
     }
+    st.sends = sends;
     return out;
   }
 
