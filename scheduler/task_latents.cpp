@@ -192,8 +192,7 @@ class TensorSliceSource : public SliceSource {
 // Collects every output frame; `limit` trims the total (padding of encoded inputs).
 class TensorSink : public SliceSink {
  public:
-  explicit TensorSink(Progress* progress = nullptr, int64_t per_frame = 1)
-      : progress_(progress), per_frame_(per_frame) {}
+  explicit TensorSink(Progress* progress = nullptr) : progress_(progress) {}
   // Farm chunks: slices of input frames before `frame` (context that rebuilt the causal state)
   // are dropped; `on_slice` hears of each kept one (input frames kept so far).
   void set_write_from(int64_t frame) { write_from_ = frame; }
@@ -227,7 +226,6 @@ class TensorSink : public SliceSink {
 
  private:
   Progress* progress_;
-  int64_t per_frame_;
   int64_t frames_ = 0;
   int64_t input_frames_ = 0;
   int64_t write_from_ = 0;

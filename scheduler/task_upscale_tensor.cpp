@@ -18,7 +18,7 @@ class FrameTensorSource : public SliceSource {
  public:
   FrameTensorSource(const io::SafetensorsFile& file, const std::string& name, int channels,
                     const SliceRule& rule)
-      : file_(file), info_(file.info(name)), slice_frames_(std::max(1, rule.slice_frames)) {
+      : info_(file.info(name)), slice_frames_(std::max(1, rule.slice_frames)) {
     const auto& s = info_.shape;
     if (s.size() != 3 && s.size() != 4) {
       throw InputError(file.path() + ": tensor '" + name + "' must be [N,3,H,W] or [3,H,W]",
@@ -77,7 +77,6 @@ class FrameTensorSource : public SliceSource {
   }
 
  private:
-  const io::SafetensorsFile& file_;
   const io::TensorInfo& info_;
   int slice_frames_;
   int64_t n_ = 0, c_ = 0, h_ = 0, w_ = 0;
