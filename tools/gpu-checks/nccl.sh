@@ -5,6 +5,7 @@
 # eu-stack, when present) and is killed. Writes $OUT/nccl.log.
 set -u
 : "${OUT:?set OUT}"
+source "$(dirname "$0")/stacks.sh"
 LOG=$OUT/nccl.log
 : >"$LOG"
 export NCCL_NVLS_ENABLE=0 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
@@ -29,17 +30,7 @@ for mode in ${NCCL_MODES:-EAGER}; do
     done
     if kill -0 "$pid" 2>/dev/null; then
       echo "=== $mode $t: still running after ${wait_s}s; stacks:" >>"$LOG"
-      dbg=$(command -v gdb || command -v cuda-gdb)
-      if [ -n "$dbg" ]; then
-        timeout 90 "$dbg" -p "$pid" -batch -ex "thread apply all bt 16" 2>&1 |
-          grep -E "^Thread|^#" >>"$LOG"
-      elif command -v eu-stack >/dev/null; then
-        timeout 60 eu-stack -p "$pid" >>"$LOG" 2>&1
-      else
-        for task in /proc/$pid/task/*; do
-          echo "-- $task $(cat "$task/comm") $(cat "$task/wchan" 2>/dev/null)" >>"$LOG"
-        done
-      fi
+      dump_stacks "$pid" "$LOG"
       kill -9 "$pid"
     fi
     wait "$pid"

@@ -2,11 +2,11 @@
 # A run that gives no result (issue 28: Wan2.1 1080p ranks with cuDNN's search on, stop 46),
 # after build-gpu/: runs the command in the background, samples the GPUs every 5 s (busy and
 # memory: a search keeps a GPU busy, a stall leaves it idle), and when it is still running after
-# STALL_WAIT_S seconds dumps every thread's stack (gdb or cuda-gdb; else each thread's wchan) and
-# kills it. Usage: OUT=dir [STALL_WAIT_S=60] bash tools/gpu-checks/stall.sh [COMMAND...]
+# STALL_WAIT_S seconds dumps every thread's stack (stacks.sh) and kills it. Usage: OUT=dir [STALL_WAIT_S=60] bash tools/gpu-checks/stall.sh [COMMAND...]
 # (default: the 1080p two-rank decode on GPU 0). Writes $OUT/stall.log.
 set -u
 : "${OUT:?set OUT}"
+source "$(dirname "$0")/stacks.sh"
 mkdir -p "$OUT"
 LOG=$OUT/stall.log
 : >"$LOG"
@@ -33,15 +33,7 @@ for ((i = 0; i < wait_s; ++i)); do
 done
 if kill -0 "$pid" 2>/dev/null; then
   echo "=== still running after ${wait_s}s; stacks:" >>"$LOG"
-  dbg=$(command -v gdb || command -v cuda-gdb)
-  if [ -n "$dbg" ]; then
-    timeout 90 "$dbg" -p "$pid" -batch -ex "thread apply all bt 20" 2>&1 |
-      grep -E "^Thread|^#" >>"$LOG"
-  else
-    for task in /proc/$pid/task/*; do
-      echo "-- $task $(cat "$task/comm") $(cat "$task/wchan" 2>/dev/null)" >>"$LOG"
-    done
-  fi
+  dump_stacks "$pid" "$LOG"
   kill -9 "$pid"
 fi
 wait "$pid"
