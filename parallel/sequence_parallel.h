@@ -103,12 +103,12 @@ struct SequenceParallelOptions {
   // Time split: each slice whole to one rank, the sequence's slices in turn (slice k to rank
   // k mod P), instead of a run of every slice to every rank. The ring stays: a slice's layers
   // take their history from the rank that ran the slice before, layer by layer, so rank r + 1
-  // runs slice k + 1 one layer behind rank r on slice k, and the ranks' convolutions keep one
-  // device's shapes (a run of a slice is a smaller convolution: two ranks' runs of 4 latent
-  // frames each cost 10 % more than one device's slice of 8, measured at 720p on an H200). It
-  // pays when the sequence has several slices per rank (a rank has a slice, not a share of
-  // each, so a short clip's last slice can leave ranks idle) and when ranks share a device. The
-  // caller keeps up to P slices in flight (RunContext::deferred) to keep P ranks busy.
+  // runs slice k + 1 one layer behind rank r on slice k, and each rank runs one device's
+  // convolution shapes. Measured (docs/gpu.md, stop 46), it pays only where ranks share a device
+  // (two ranks on one H200, 720p: 0.876× → 0.918× of one rank); on GPUs of their own and on CPU
+  // ranks it loses (1.72× against 1.85×; 1.51× against 1.70×): a rank has whole slices, not a
+  // share of each, so the slices' count bounds the balance. The caller keeps up to P slices in
+  // flight (RunContext::deferred) to keep P ranks busy.
   bool whole_slices = false;
   // Measurement (wmbench's scaling model): the ranks of each slice run one after another, each
   // alone on its device, and run() returns when the slice is done; rank_seconds() then holds
