@@ -199,7 +199,7 @@ int bench_vae_decode(int argc, char** argv) {
     const int slice =
         o.slice_frames > 0 ? std::min(o.slice_frames, o.latent_frames) : o.latent_frames;
     const int64_t frames_out = model->output_frames(o.latent_frames);
-    double total = 0, best = 1e300;
+    double total = 0, best = 1e300, warm = 0;
     std::vector<wm::Planar> last;  // the last timed run's output (for --compare-fp32)
     for (int it = 0; it < o.warmup + o.iters; ++it) {
       // Slices are prepared outside the timed region.
@@ -217,6 +217,8 @@ int bench_vae_decode(int argc, char** argv) {
       if (it >= o.warmup) {
         total += seconds;
         best = std::min(best, seconds);
+      } else {
+        warm += seconds;
       }
       if (o.compare_fp32 && it + 1 == o.warmup + o.iters) last = std::move(outs);
     }
@@ -235,6 +237,8 @@ int bench_vae_decode(int argc, char** argv) {
     out["iters"] = o.iters;
     out["seconds"] = seconds;
     out["best_seconds"] = best;
+    // The untimed runs: on CUDA mostly cuDNN's search, once per shape and thread.
+    out["warmup_seconds"] = warm;
     out["fps"] = double(frames_out) / seconds;
     out["cpu_threads"] = wm::models::cpu_threads();
     out["peak_rss_mib"] = wm::bench::peak_rss_mib();

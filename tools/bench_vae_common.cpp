@@ -114,7 +114,7 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
   auto session = open(false);
   // Whole slices: one queued per rank (each rank runs a slice of its own).
   const int depth = b.whole_slices ? std::max(1, ranks - 1) : 1;
-  double total = 0;
+  double total = 0, warm = 0;
   std::vector<parallel::WorkerStats> before;
   parallel::ExchangeStats exchange_before;
   for (int it = 0; it < b.warmup + b.iters; ++it) {
@@ -132,7 +132,7 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
       throw ModelError("bench: ranks made " + std::to_string(frames) + " frames, expected " +
                        std::to_string(b.frames_out));
     }
-    if (it >= b.warmup) total += seconds;
+    (it >= b.warmup ? total : warm) += seconds;
   }
   const double iters = double(std::max(1, b.iters));
   const double seconds = total / iters;
@@ -174,6 +174,7 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
   out["devices"] = names;
   out["exchange"] = exchange_kind;  // what ran (NCCL asked under lazy CUDA loading: in-process)
   out["seconds"] = seconds;
+  out["warmup_seconds"] = warm;  // each rank's thread runs cuDNN's search anew (thread-local)
   out["fps"] = double(b.frames_out) / seconds;
   out["speedup"] = b.one_seconds / seconds;
   out["exchange_bytes"] = double(exchange.bytes - exchange_before.bytes) / iters;

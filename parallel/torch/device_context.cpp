@@ -160,6 +160,10 @@ class Layer final : public exec::DeviceLayer {
                                ")");
       }
     }
+    if (settings.cudnn_benchmark_limit > 0 && benchmark_limit_ == 0) {
+      benchmark_limit_ = settings.cudnn_benchmark_limit;
+      at::globalContext().setBenchmarkLimitCuDNN(benchmark_limit_);
+    }
     if (settings.exact_float32_convs && !exact_convs_) {
       exact_convs_ = true;
       at::globalContext().setAllowTF32CuDNN(false);
@@ -186,6 +190,7 @@ class Layer final : public exec::DeviceLayer {
   std::mutex mutex_;
   bool growable_ = false;
   int benchmark_ = -1;
+  int benchmark_limit_ = 0;  // cuDNN search: plans timed per shape (0: LibTorch's default)
   bool peers_wait_ = false;
   bool exact_convs_ = false, exact_matmuls_ = false;
 };

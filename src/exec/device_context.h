@@ -145,6 +145,9 @@ struct DeviceSettings {
   bool growable_segments = false;
   // cuDNN's algorithm search per shape (benchmark mode): 1 on, 0 off, -1 no ask.
   int cudnn_benchmark = -1;
+  // How many of cuDNN's candidate plans its search times per shape (LibTorch's default 10; 0 no
+  // ask). The first model that asks sets it for the process, as for cudnn_benchmark.
+  int cudnn_benchmark_limit = 0;
   // Float32 meant exact: no TF32 in cuDNN convolutions / in cuBLAS matrix products.
   bool exact_float32_convs = false;
   bool exact_float32_matmuls = false;

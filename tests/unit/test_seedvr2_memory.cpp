@@ -519,4 +519,11 @@ TEST(SeedVR2HostState, TuningKeys) {
   EXPECT_EQ(seedvr2::Tuning::parse(t.str()).str(), t.str());
   EXPECT_THROW(seedvr2::Tuning::parse("host_state=-2"), wm::ModelError);
   EXPECT_THROW(seedvr2::Tuning::parse("device_state_mib=x"), wm::ModelError);
+  // cuDNN's search: plans timed per shape (5 unless asked; 0 leaves LibTorch's own).
+  EXPECT_EQ(d.cudnn_benchmark_limit, 5);
+  EXPECT_EQ(seedvr2::Tuning::parse("cudnn_benchmark_limit=0").cudnn_benchmark_limit, 0);
+  EXPECT_EQ(seedvr2::Tuning::parse(seedvr2::Tuning::parse("cudnn_benchmark_limit=8").str())
+                .cudnn_benchmark_limit,
+            8);
+  EXPECT_THROW(seedvr2::Tuning::parse("cudnn_benchmark_limit=-1"), wm::ModelError);
 }

@@ -537,6 +537,27 @@ TEST(Wan21VaeConfig, BadConfigs) {
                      {"fp16 is not supported on CPU"});
 }
 
+// The tuning keys of cuDNN's search: plans timed per shape 5 unless asked (0 leaves LibTorch's
+// own), read back from str() as every key is; a negative count or an unknown key is a ModelError.
+TEST(Wan21VaeConfig, CudnnSearchTuningKeys) {
+  namespace wan21 = wm::models::wan21;
+  const wan21::Tuning d = wan21::Tuning::parse("");
+  EXPECT_EQ(d.cudnn_benchmark_limit, 5);
+  EXPECT_TRUE(d.cudnn_benchmark);
+  const wan21::Tuning t = wan21::Tuning::parse("cudnn_benchmark_limit=0,cudnn_benchmark=0");
+  EXPECT_EQ(t.cudnn_benchmark_limit, 0);
+  EXPECT_FALSE(t.cudnn_benchmark);
+  EXPECT_EQ(wan21::Tuning::parse(wan21::Tuning::parse("cudnn_benchmark_limit=8").str())
+                .cudnn_benchmark_limit,
+            8);
+  EXPECT_THROW(wan21::Tuning::parse("cudnn_benchmark_limit=-1"), wm::ModelError);
+  EXPECT_THROW(wan21::Tuning::parse("cudnn_benchmark_limit=x"), wm::ModelError);
+  EXPECT_THROW(wan21::Tuning::parse("cudnn_limit=5"), wm::ModelError);
+  // What str() writes reads back as the same tuning (the auto tail grid is 0x0).
+  EXPECT_EQ(wan21::Tuning::parse(d.str()).str(), d.str());
+  EXPECT_THROW(wan21::Tuning::parse("tail_tiles=0x2"), wm::ModelError);
+}
+
 // OutputOffload with a pool far smaller than a chunk: every chunk goes through in row pieces,
 // lands exactly in its region (whole-width and cropped), nothing else of the destination is
 // written, the staging never passes the pool, and more chunks than it may hold at once all land.

@@ -86,6 +86,8 @@ Tuning Tuning::parse(const std::string& text) {
       t.fused = number(0) != 0;
     } else if (key == "cudnn_benchmark") {
       t.cudnn_benchmark = number(0) != 0;
+    } else if (key == "cudnn_benchmark_limit") {
+      t.cudnn_benchmark_limit = int(number(0));
     } else if (key == "conv_frames") {
       t.conv_frames = int(number(-1));
     } else if (key == "work_mib") {
@@ -103,9 +105,10 @@ Tuning Tuning::parse(const std::string& text) {
     } else if (key == "host_kib") {
       t.host_bytes = number(0) << 10;
     } else {
-      throw ModelError("seedvr2-vae: unknown tuning key '" + key +
-                       "' (fused, cudnn_benchmark, conv_frames, work_mib, host_state, "
-                       "device_state_mib, oom_retry, phased, host_mib, host_kib)");
+      throw ModelError(
+          "seedvr2-vae: unknown tuning key '" + key +
+          "' (fused, cudnn_benchmark, cudnn_benchmark_limit, conv_frames, work_mib, host_state, "
+          "device_state_mib, oom_retry, phased, host_mib, host_kib)");
     }
   }
   return t;
@@ -113,7 +116,8 @@ Tuning Tuning::parse(const std::string& text) {
 
 std::string Tuning::str() const {
   std::ostringstream o;
-  o << "fused=" << fused << ",cudnn_benchmark=" << cudnn_benchmark << ",conv_frames=" << conv_frames
+  o << "fused=" << fused << ",cudnn_benchmark=" << cudnn_benchmark
+    << ",cudnn_benchmark_limit=" << cudnn_benchmark_limit << ",conv_frames=" << conv_frames
     << ",work_mib=" << work_mib << ",host_state=" << host_state
     << ",device_state_mib=" << device_state_mib << ",oom_retry=" << oom_retry
     << ",phased=" << phased << ",host_kib=" << (host_bytes >> 10);

@@ -1099,6 +1099,9 @@ Tuning Tuning::parse(const std::string& text) {
         t.subpixel = parse_bool(value);
       } else if (key == "cudnn_benchmark") {
         t.cudnn_benchmark = parse_bool(value);
+      } else if (key == "cudnn_benchmark_limit") {
+        t.cudnn_benchmark_limit = std::stoi(value);
+        if (t.cudnn_benchmark_limit < 0) throw std::invalid_argument(key);
       } else if (key == "conv_frames") {
         t.conv_frames = std::stoi(value);
       } else if (key == "tail_frames") {
@@ -1110,7 +1113,9 @@ Tuning Tuning::parse(const std::string& text) {
         if (x == std::string::npos) throw std::invalid_argument(value);
         t.tail_rows = std::stoi(value.substr(0, x));
         t.tail_cols = std::stoi(value.substr(x + 1));
-        if (t.tail_rows < 1 || t.tail_cols < 1) throw std::invalid_argument(value);
+        // 0x0: auto (as str() writes the default)
+        const bool automatic = t.tail_rows == 0 && t.tail_cols == 0;
+        if (!automatic && (t.tail_rows < 1 || t.tail_cols < 1)) throw std::invalid_argument(value);
       } else if (key == "time_conv_frames") {
         t.time_conv_frames = std::stoi(value);
       } else if (key == "gemm_attention") {
@@ -1140,12 +1145,12 @@ Tuning Tuning::parse(const std::string& text) {
 std::string Tuning::str() const {
   std::ostringstream s;
   s << "fused=" << fused << ",raw_conv=" << raw_conv << ",subpixel=" << subpixel
-    << ",cudnn_benchmark=" << cudnn_benchmark << ",conv_frames=" << conv_frames
-    << ",tail_frames=" << tail_frames << ",tail_budget_mib=" << tail_budget_mib
-    << ",tail_tiles=" << tail_rows << "x" << tail_cols << ",host_state=" << host_state
-    << ",gemm_attention=" << gemm_attention << ",time_conv_frames=" << time_conv_frames
-    << ",norm_threads=" << norm_threads << ",tile_shrink=" << tile_shrink
-    << ",part_latents=" << part_latents;
+    << ",cudnn_benchmark=" << cudnn_benchmark << ",cudnn_benchmark_limit=" << cudnn_benchmark_limit
+    << ",conv_frames=" << conv_frames << ",tail_frames=" << tail_frames
+    << ",tail_budget_mib=" << tail_budget_mib << ",tail_tiles=" << tail_rows << "x" << tail_cols
+    << ",host_state=" << host_state << ",gemm_attention=" << gemm_attention
+    << ",time_conv_frames=" << time_conv_frames << ",norm_threads=" << norm_threads
+    << ",tile_shrink=" << tile_shrink << ",part_latents=" << part_latents;
   return s.str();
 }
 

@@ -405,6 +405,7 @@ class Wan21Model final : public Model {
           exec::DeviceSettings settings;
           settings.growable_segments = true;
           settings.cudnn_benchmark = tuning_.cudnn_benchmark ? 1 : 0;
+          settings.cudnn_benchmark_limit = tuning_.cudnn_benchmark_limit;
           settings.exact_float32_convs = settings.exact_float32_matmuls = dtype == at::kFloat;
           exec::device_layer().ask(settings);
         }
