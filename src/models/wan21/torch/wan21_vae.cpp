@@ -783,7 +783,8 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, const RunContext& ctx) {
     auto it = plans_.find(tile);
     if (it != plans_.end()) return it->second;
     const int64_t avail = tail_avail();
-    TailPlan plan = net_->auto_tail_plan(frames, h, w, avail);
+    TailPlan plan = net_->auto_tail_plan(frames, h, w, avail,
+                                         halo_ ? wan21::TailRank::kWhole : wan21::TailRank::kNone);
     log_plan(plan, avail, frames);
     return plans_[tile] = plan;
   };
