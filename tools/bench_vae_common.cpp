@@ -181,15 +181,22 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
   out["exchange_messages"] = double(exchange.messages - exchange_before.messages) / iters;
   out["exchange_wait_seconds"] = (exchange.wait_seconds - exchange_before.wait_seconds) / iters;
 
-  // Compute per rank: a time split's, measured: the same run once more, each rank's part of
-  // every slice alone on its device (the ranks one after another; the shapes are tuned
-  // already). A row split's bands exchange rows both ways in every convolution, so they cannot
+  // Compute per rank: a time split's, measured: the same run twice more, each rank's part of
+  // every slice alone on its device (the ranks one after another), the second timed. The first
+  // is the serial session's warm-up: alone on the device a rank plans its chunks from more free
+  // memory than beside the others, and each new chunk shape is a cuDNN search on its thread
+  // (1080p, 4 ranks sharing an H200, measured in one run: one rank's part took 3.5 s where the
+  // others' took 0.9–1.4 s, most likely such searches). A
+  // row split's bands exchange rows both ways in every convolution, so they cannot
   // run one after another: its compute is modelled as the one-device time shared by the bands.
   std::vector<double> compute(size_t(ranks), 0.0);
   if (b.scaling && !b.rows) {
     auto serial = open(true);
     run_slices(b.devices[0], *serial, b.slices());
+    const std::vector<double> warm = serial->rank_seconds();
+    run_slices(b.devices[0], *serial, b.slices());
     compute = serial->rank_seconds();
+    for (size_t r = 0; r < compute.size() && r < warm.size(); ++r) compute[r] -= warm[r];
   } else if (b.scaling) {
     const std::vector<Planar> slices = b.slices();
     const int height = slices.empty() ? 1 : slices.front().height;
