@@ -138,6 +138,13 @@ class DeviceContext {
 // What a model asks of the process before it computes on a CUDA device (at load). LibTorch's
 // caching allocator and its math flags are process-wide, so the device layer, not the model,
 // sets them, each once (DeviceLayer::ask).
+// Candidate plans cuDNN's search times per shape by default (the models' `cudnn_benchmark_limit`
+// tuning; LibTorch's own is 10). Measured on an H200 (docs/gpu.md, stop 47): the 6th–10th are
+// the slow ones, and the fastest is among the first five. Wan2.1 1080p searched 6.9 s instead of
+// 77.5 for the same speed after it (23.41 fps against 23.46; 3 lost 3 %), SeedVR2 1080p 11.8 s
+// instead of 15.7 (8.90 fps against 8.76). Each worker thread searches anew.
+inline constexpr int kCudnnSearchPlans = 5;
+
 struct DeviceSettings {
   // Growable allocator segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, LibTorch >=
   // 2.1; a user's setting wins): chunks of many sizes fragment fixed segments. Read by LibTorch

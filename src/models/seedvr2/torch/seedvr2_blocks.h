@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "src/exec/device_context.h"
 #include "src/exec/halo_exchange.h"
 #include "src/models/seedvr2/seedvr2_layout.h"
 
@@ -78,9 +79,8 @@ struct Tuning {
   // Upsample3D unpacked into its conv's buffer. Off: the reference op sequence.
   bool fused = true;
   bool cudnn_benchmark = true;  // CUDA: let cuDNN time its algorithms per shape
-  // CUDA: candidate plans cuDNN's search times per shape (0: LibTorch's 10). 5: 1080p decode on an
-  // H200 searched 11.8 s instead of 15.7, no slower after (8.90 fps against 8.76).
-  int cudnn_benchmark_limit = 5;
+  // CUDA: candidate plans cuDNN's search times per shape (0: LibTorch's 10)
+  int cudnn_benchmark_limit = exec::kCudnnSearchPlans;
   int conv_frames = 0;  // CUDA: output frames per cuDNN call (0: auto, ≤ 16; -1: all)
   // Working memory per stage chunk in MiB (0: chosen from the device's memory, see
   // seedvr2_vae.cpp). Each stage runs over as many frames as fit; a stage whose input does not

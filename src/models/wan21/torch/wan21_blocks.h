@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "src/exec/device_context.h"
 #include "src/model.h"
 
 namespace wm::exec {
@@ -133,10 +134,8 @@ struct Tuning {
   // read (the halo shrinks layer by layer) instead of the whole crop
   bool tile_shrink = true;
   bool cudnn_benchmark = true;  // CUDA: let cuDNN time its algorithms per shape
-  // CUDA: candidate plans cuDNN's search times per shape (0: LibTorch's 10). 5: on an H200 at
-  // 1080p the search took 6.9 s instead of 77.5 (the 6th–10th candidates are the slow ones),
-  // for the same speed after it (23.41 fps against 23.46); 3 lost 3 %.
-  int cudnn_benchmark_limit = 5;
+  // CUDA: candidate plans cuDNN's search times per shape (0: LibTorch's 10)
+  int cudnn_benchmark_limit = exec::kCudnnSearchPlans;
   // The defaults, then "key=value,..." overrides; ModelError names an unknown key or bad value.
   static Tuning parse(const std::string& text);
   std::string str() const;
