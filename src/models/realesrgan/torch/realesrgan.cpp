@@ -27,6 +27,7 @@
 #include "src/base/log_text.h"
 #include "src/exec/device_context.h"
 #include "src/exec/device_frames.h"
+#include "src/exec/search_gate_torch.h"
 #include "src/geometry.h"
 #include "src/models/realesrgan/torch/realesrgan_network.h"
 #include "src/models/realesrgan/torch/realesrgan_weights.h"
@@ -150,6 +151,7 @@ RealEsrganArch realesrgan_preset(const std::string& name) {
 namespace {
 
 at::Tensor conv(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  const exec::SearchPass pass = exec::conv_search_pass(x, w, {1, 1});
   return at::conv2d(x, w, b, /*stride=*/1, /*padding=*/1);
 }
 
@@ -462,6 +464,15 @@ bool cudnn_conv(const at::Tensor& in, int64_t cin, const at::Tensor& weight, con
     }
     return scratch.data_ptr();
   };
+  // The first launch of a shape on this thread times cuDNN's plans: alone on the device.
+  uint64_t shape = 0;
+  for (int64_t v : {int64_t(dtype), int64_t(args.frames), int64_t(args.height), int64_t(args.width),
+                    int64_t(args.in_channels), args.input_stride, int64_t(args.out_channels),
+                    int64_t(args.activation), int64_t(args.outputs),
+                    int64_t(args.residual1 != nullptr), int64_t(args.residual2 != nullptr)}) {
+    shape = exec::shape_hash(shape, uint64_t(v));
+  }
+  const exec::SearchPass pass = exec::search_gate(in.get_device(), shape);
   const cudaError_t e =
       cuda::launch_conv3x3_cudnn(at::native::getCudnnHandle(), dtype, args, prelu_in_unit,
                                  at::cuda::getCurrentCUDAStream(), workspace);

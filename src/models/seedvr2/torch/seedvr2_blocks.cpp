@@ -15,6 +15,7 @@
 
 #include "src/base/error.h"
 #include "src/exec/device_context.h"
+#include "src/exec/search_gate_torch.h"
 #include "src/models/kernels/torch/seedvr2_kernels.h"
 
 namespace wm::models::seedvr2 {
@@ -431,6 +432,8 @@ at::Tensor Network::conv(const Conv& c, at::Tensor x, StreamState& s, bool first
     return at::mkldnn_convolution(x.contiguous(), c.w, c.b, {0, c.pad, c.pad}, {c.st, c.ss, c.ss},
                                   {1, 1, 1}, 1);
   }
+  const exec::SearchPass pass =
+      exec::conv_search_pass(x, c.w, {0, c.pad, c.pad}, {c.st, c.ss, c.ss});
   return at::conv3d(x, c.w, c.b, {c.st, c.ss, c.ss}, {0, c.pad, c.pad});
 }
 
@@ -748,14 +751,18 @@ at::Tensor Network::conv_buffered(const Conv& c, at::Tensor buffer, StreamState&
     for (int64_t t0 = 0; t0 < t_out; t0 += step) {
       const int64_t n = std::min(step, t_out - t0);
       at::Tensor out = packed_frames(y, t0, n);
-      at::cudnn_convolution_out(out, packed_frames(buffer, t0, n + kt - 1), c.w, {0, c.pad, c.pad},
-                                {1, 1, 1}, {1, 1, 1}, 1, benchmark, /*deterministic=*/false, tf32);
+      const at::Tensor in = packed_frames(buffer, t0, n + kt - 1);
+      const exec::SearchPass pass = exec::conv_search_pass(in, c.w, {0, c.pad, c.pad});
+      at::cudnn_convolution_out(out, in, c.w, {0, c.pad, c.pad}, {1, 1, 1}, {1, 1, 1}, 1, benchmark,
+                                /*deterministic=*/false, tf32);
     }
     buffer = at::Tensor();
     y.add_(c.b.view({1, -1, 1, 1, 1}));
     return y;
   }
 #endif
+  const exec::SearchPass pass =
+      exec::conv_search_pass(buffer, c.w, {0, c.pad, c.pad}, {c.st, c.ss, c.ss});
   return at::conv3d(buffer, c.w, c.b, {c.st, c.ss, c.ss}, {0, c.pad, c.pad});
 }
 

@@ -25,6 +25,7 @@
 #include "src/base/error.h"
 #include "src/exec/device_context.h"
 #include "src/exec/halo_exchange.h"
+#include "src/exec/search_gate_torch.h"
 #include "src/models/kernels/torch/cuda_kernels.h"
 #include "src/models/wan21/wan21_vae.h"
 
@@ -165,7 +166,10 @@ at::Tensor conv(const at::Tensor& x, const Conv& c, at::IntArrayRef stride = {1,
     y = at::mkldnn_convolution(x, c.weight, c.bias, padding, stride, {1, 1, 1}, 1);
   }
 #endif
-  if (!y.defined()) y = at::conv3d(x, c.weight, c.bias, stride, padding);
+  if (!y.defined()) {
+    const exec::SearchPass pass = exec::conv_search_pass(x, c.weight, padding, stride);
+    y = at::conv3d(x, c.weight, c.bias, stride, padding);
+  }
   timer.done(c.weight, y);
   return y;
 }
@@ -215,8 +219,10 @@ at::Tensor conv_raw(const at::Tensor& x, const at::Tensor& weight, int64_t pad,
   for (int64_t t0 = 0; t0 < t_out; t0 += step) {
     const int64_t n = std::min(step, t_out - t0);
     at::Tensor out = packed_frames(y, t0, n);
-    at::cudnn_convolution_out(out, packed_frames(x, t0, n + kt - 1), weight, {0, pad_h, pad},
-                              {1, 1, 1}, {1, 1, 1}, 1, benchmark, /*deterministic=*/false, tf32);
+    const at::Tensor in = packed_frames(x, t0, n + kt - 1);
+    const exec::SearchPass pass = exec::conv_search_pass(in, weight, {0, pad_h, pad});
+    at::cudnn_convolution_out(out, in, weight, {0, pad_h, pad}, {1, 1, 1}, {1, 1, 1}, 1, benchmark,
+                              /*deterministic=*/false, tf32);
   }
   timer.done(weight, y);
   return y;

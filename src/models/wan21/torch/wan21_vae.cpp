@@ -780,11 +780,38 @@ Planar Wan21Session::run_cuda_decode(Planar&& input, const RunContext& ctx) {
       }
       return plan;
     }
+    if (halo_) {
+      // A rank with whole slices in turn: the tail's causal state comes tile by tile from the
+      // rank of the slice before, so every rank takes the tile grid of the sequence's first
+      // slice (passed along the ring with the state; ranks plan from their own free memory,
+      // which differs, and three grids among four ranks at 1080p failed on a message's size).
+      // Its chunks are its own.
+      const int from = halo_->history_from(), to = halo_->history_to();
+      int rows = 0, cols = 0;
+      if (from >= 0) {
+        const std::vector<int64_t> m = halo_->recv_values(from);
+        if (m.size() != 2) throw ModelError(traits_.name + ": a malformed tail grid from a rank");
+        rows = int(m[0]);
+        cols = int(m[1]);
+      }
+      auto it = plans_.find(tile);
+      const bool fresh =
+          it == plans_.end() || (from >= 0 && (it->second.rows != rows || it->second.cols != cols));
+      if (fresh) {
+        const int64_t avail = tail_avail();
+        it = plans_
+                 .insert_or_assign(tile, net_->auto_tail_plan(frames, h, w, avail,
+                                                              wan21::TailRank::kWhole, rows, cols))
+                 .first;
+        log_plan(it->second, avail, frames);
+      }
+      if (to >= 0) halo_->send_values(to, {it->second.rows, it->second.cols});
+      return it->second;
+    }
     auto it = plans_.find(tile);
     if (it != plans_.end()) return it->second;
     const int64_t avail = tail_avail();
-    TailPlan plan = net_->auto_tail_plan(frames, h, w, avail,
-                                         halo_ ? wan21::TailRank::kWhole : wan21::TailRank::kNone);
+    TailPlan plan = net_->auto_tail_plan(frames, h, w, avail, wan21::TailRank::kNone);
     log_plan(plan, avail, frames);
     return plans_[tile] = plan;
   };
