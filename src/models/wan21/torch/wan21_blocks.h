@@ -90,11 +90,8 @@ struct TailPlan {
 // How a rank of a split slice runs the decode tail (Network::auto_tail_plan): a time split's
 // rank wants whole frames, in more tiles if need be (a chunked layer hands its history on only
 // after its last chunk, which holds the next rank back), its state on the device (it passes to
-// the next rank); a row split's band is one tile, its state on the device; a rank with a whole
-// slice of a time split (whole slices in turn) plans as one device, its state on the device (it
-// passes to the rank of the next slice: the network keeps it there, so a plan counting it in
-// host memory under-counts the device's share).
-enum class TailRank { kNone, kTime, kRows, kWhole };
+// the next rank); a row split's band is one tile, its state on the device.
+enum class TailRank { kNone, kTime, kRows };
 
 // The architecture a config describes; validates the config (ModelError on nonsense).
 struct Architecture {
