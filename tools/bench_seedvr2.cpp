@@ -39,6 +39,7 @@
 
 #include "parallel/memory_budget.h"
 #include "src/base/error.h"
+#include "src/exec/search_gate.h"
 #include "src/model.h"
 #include "src/models/bench_support.h"
 #include "src/models/seedvr2/seedvr2_layout.h"
@@ -264,10 +265,14 @@ int bench_seedvr2(int argc, char** argv) {
 
     const int64_t frames_out = model->output_frames(in_frames);
     double total = 0, best = 1e300, warm = 0;
+    int64_t shapes_before = 0;
     std::vector<wm::Planar> last;
     for (int it = 0; it < o.warmup + o.iters; ++it) {
       std::vector<wm::Planar> slices = slices_of(input, decode, o.slice_frames);
-      if (it == o.warmup) wm::models::reset_peak_device_memory(device);
+      if (it == o.warmup) {
+        wm::models::reset_peak_device_memory(device);
+        shapes_before = wm::exec::search_gate_alone_passes();
+      }
       const auto start = std::chrono::steady_clock::now();
       std::vector<wm::Planar> outs;
       const int64_t frames = wm::bench::run_slices(device, *session, std::move(slices), &outs);
@@ -301,6 +306,9 @@ int bench_seedvr2(int argc, char** argv) {
     out["slice_frames"] = o.slice_frames;
     out["tuning"] = o.tuning;
     out["warmup_seconds"] = warm;  // the untimed runs: on CUDA mostly cuDNN's search
+    // Convolution shapes first run on their thread in the timed runs (each a cuDNN search when it
+    // is on): 0 when the warm-up took them all.
+    out["timed_new_shapes"] = wm::exec::search_gate_alone_passes() - shapes_before;
     out["iters"] = o.iters;
     out["seconds"] = seconds;
     out["best_seconds"] = best;

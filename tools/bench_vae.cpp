@@ -55,6 +55,7 @@
 #include "parallel/memory_budget.h"
 #include "parallel/sequence_parallel.h"
 #include "src/base/error.h"
+#include "src/exec/search_gate.h"
 #include "src/model.h"
 #include "src/models/bench_support.h"
 #include "src/models/wan21/wan21_bench_support.h"
@@ -200,11 +201,15 @@ int bench_vae_decode(int argc, char** argv) {
         o.slice_frames > 0 ? std::min(o.slice_frames, o.latent_frames) : o.latent_frames;
     const int64_t frames_out = model->output_frames(o.latent_frames);
     double total = 0, best = 1e300, warm = 0;
+    int64_t shapes_before = 0;
     std::vector<wm::Planar> last;  // the last timed run's output (for --compare-fp32)
     for (int it = 0; it < o.warmup + o.iters; ++it) {
       // Slices are prepared outside the timed region.
       std::vector<wm::Planar> slices = wm::bench::make_slices(latents, slice);
-      if (it == o.warmup) wm::models::reset_peak_device_memory(device);
+      if (it == o.warmup) {
+        wm::models::reset_peak_device_memory(device);
+        shapes_before = wm::exec::search_gate_alone_passes();
+      }
       const auto start = std::chrono::steady_clock::now();
       std::vector<wm::Planar> outs;
       const int64_t frames = wm::bench::run_slices(device, *session, std::move(slices), &outs);
@@ -239,6 +244,9 @@ int bench_vae_decode(int argc, char** argv) {
     out["best_seconds"] = best;
     // The untimed runs: on CUDA mostly cuDNN's search, once per shape and thread.
     out["warmup_seconds"] = warm;
+    // Convolution shapes first run on their thread in the timed runs (each a cuDNN search when it
+    // is on): 0 when the warm-up took them all.
+    out["timed_new_shapes"] = wm::exec::search_gate_alone_passes() - shapes_before;
     out["fps"] = double(frames_out) / seconds;
     out["cpu_threads"] = wm::models::cpu_threads();
     out["peak_rss_mib"] = wm::bench::peak_rss_mib();

@@ -15,6 +15,7 @@
 #include "parallel/device_worker.h"
 #include "parallel/sequence_parallel.h"
 #include "src/base/error.h"
+#include "src/exec/search_gate.h"
 #include "src/models/bench_support.h"
 
 namespace wm::bench {
@@ -115,6 +116,7 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
   // Whole slices: one queued per rank (each rank runs a slice of its own).
   const int depth = b.whole_slices ? std::max(1, ranks - 1) : 1;
   double total = 0, warm = 0;
+  int64_t shapes_before = 0;
   std::vector<parallel::WorkerStats> before;
   parallel::ExchangeStats exchange_before;
   for (int it = 0; it < b.warmup + b.iters; ++it) {
@@ -123,6 +125,7 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
       for (auto* w : workers) before.push_back(w->stats());
       exchange_before = session->exchange_stats();
       for (const Device& d : b.devices) models::reset_peak_device_memory(d);
+      shapes_before = exec::search_gate_alone_passes();
     }
     const auto start = std::chrono::steady_clock::now();
     const int64_t frames = run_slices(b.devices[0], *session, std::move(slices), nullptr, depth);
@@ -134,6 +137,7 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
     }
     (it >= b.warmup ? total : warm) += seconds;
   }
+  const int64_t timed_new_shapes = exec::search_gate_alone_passes() - shapes_before;
   const double iters = double(std::max(1, b.iters));
   const double seconds = total / iters;
   const parallel::ExchangeStats exchange = session->exchange_stats();
@@ -175,6 +179,8 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
   out["exchange"] = exchange_kind;  // what ran (NCCL asked under lazy CUDA loading: in-process)
   out["seconds"] = seconds;
   out["warmup_seconds"] = warm;  // each rank's thread runs cuDNN's search anew (thread-local)
+  // Convolution shapes first run on their thread in the timed runs (each a search, when on).
+  out["timed_new_shapes"] = timed_new_shapes;
   out["fps"] = double(b.frames_out) / seconds;
   out["speedup"] = b.one_seconds / seconds;
   out["exchange_bytes"] = double(exchange.bytes - exchange_before.bytes) / iters;

@@ -1,5 +1,6 @@
 #include "src/exec/search_gate.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -22,6 +23,8 @@ struct SearchGate {
 
 namespace {
 
+std::atomic<int64_t> alone_passes{0};
+
 SearchGate& gate_of(int device) {
   static std::mutex mutex;
   static std::map<int, std::unique_ptr<SearchGate>> gates;
@@ -38,6 +41,7 @@ SearchPass search_gate(int device, uint64_t shape) {
   SearchGate& gate = gate_of(device);
   SearchPass pass;
   pass.alone_ = passed.insert({device, shape}).second;
+  if (pass.alone_) alone_passes.fetch_add(1, std::memory_order_relaxed);
   std::unique_lock<std::mutex> lock(gate.mutex);
   if (pass.alone_) {
     ++gate.alone_waiting;
@@ -53,6 +57,8 @@ SearchPass search_gate(int device, uint64_t shape) {
   pass.gate_ = &gate;
   return pass;
 }
+
+int64_t search_gate_alone_passes() { return alone_passes.load(std::memory_order_relaxed); }
 
 int search_gate_waiting(int device) {
   SearchGate& gate = gate_of(device);

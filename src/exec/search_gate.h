@@ -47,6 +47,11 @@ class SearchPass {
 // `device` before (it is then marked passed), shared otherwise.
 SearchPass search_gate(int device, uint64_t shape);
 
+// Passes alone so far, on every device: convolution shapes run for the first time on their
+// thread, each a cuDNN search when benchmark mode is on (wmbench's `timed_new_shapes`: a
+// search in a timed run is time the warm-up did not take).
+int64_t search_gate_alone_passes();
+
 // Threads waiting at `device`'s gate now (for tests).
 int search_gate_waiting(int device);
 

@@ -1,5 +1,6 @@
 // Shared by the GPU sequence-parallel tests: the golden latents decoded by ranks on `devices`
-// (split in time, or by rows with `by`) against one rank on devices[0]; returns the largest
+// (split in time, or by rows with `by`; with `whole` each slice whole to one rank, in turn)
+// against one rank on devices[0], both with the model tuning `tuning`; returns the largest
 // difference.
 #pragma once
 
@@ -23,7 +24,8 @@ namespace wm::test {
 
 inline double ranks_vs_one_rank(Precision precision, const std::vector<Device>& devices,
                                 const std::vector<int>& slices, bool nccl = false,
-                                parallel::SplitBy by = parallel::SplitBy::kTime) {
+                                parallel::SplitBy by = parallel::SplitBy::kTime, bool whole = false,
+                                const std::string& tuning = "") {
   const std::string golden = std::string(WM_SOURCE_DIR) + "/tests/data/golden/wan21-tiny/";
   std::ifstream in(golden + "meta.json");
   const nlohmann::json meta = nlohmann::json::parse(in);
@@ -39,6 +41,7 @@ inline double ranks_vs_one_rank(Precision precision, const std::vector<Device>& 
   arch.num_res_blocks = c.at("num_res_blocks").get<int>();
   arch.temporal_downsample = c.at("temperal_downsample").get<std::vector<bool>>();
   config.precision = precision;
+  config.tuning = tuning;
   std::vector<std::unique_ptr<Model>> models;
   for (const Device& d : devices) models.push_back(make_model(config, d));
 
@@ -91,6 +94,7 @@ inline double ranks_vs_one_rank(Precision precision, const std::vector<Device>& 
   // exchange's own error, instead of running into ctest's timeout.
   options.timeout = std::chrono::seconds(60);
   options.by = by;
+  options.whole_slices = whole;
   parallel::SequenceParallelSession session(std::move(ranks), std::move(workers), options);
   // NCCL runs only where CUDA loads kernels eagerly (ctest sets CUDA_MODULE_LOADING=EAGER for
   // these tests); elsewhere the group is in-process, which this test is not about.

@@ -64,6 +64,7 @@ class Holder {
 
 TEST(SearchGate, FirstPassOfAShapeIsAlonePerThread) {
   const int device = 101;
+  const int64_t alone_before = search_gate_alone_passes();
   {
     const SearchPass first = search_gate(device, 7);
     EXPECT_TRUE(first.held());
@@ -80,6 +81,8 @@ TEST(SearchGate, FirstPassOfAShapeIsAlonePerThread) {
   std::thread([&] { alone_elsewhere = search_gate(device, 7).alone(); }).join();
   EXPECT_TRUE(alone_elsewhere);
   EXPECT_FALSE(SearchPass().held());
+  // Alone: shape 7 here, on the other device, and on the other thread.
+  EXPECT_EQ(search_gate_alone_passes() - alone_before, 3);
 }
 
 TEST(SearchGate, SharedPassesStandTogether) {

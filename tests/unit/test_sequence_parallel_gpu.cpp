@@ -22,6 +22,21 @@ TEST(SequenceParallelGpu, TwoRanksOnOneGpuEqualOneRank) {
   }
 }
 
+// Whole slices in turn over four ranks sharing the GPU, the decode tail in two tiles: each tile's
+// causal state goes to the next slice's rank, whose tail takes the grid of the sequence's first
+// slice (it comes along the ring with the state; four ranks planning their own grids from their
+// own free memory failed at 1080p on a history's size).
+TEST(SequenceParallelGpu, WholeSlicesWithATiledTailEqualOneRank) {
+  if (torch::cuda::device_count() < 1) GTEST_SKIP() << "no CUDA device";
+  const wm::Device gpu{wm::Device::Kind::kCuda, 0};
+  const double err =
+      wm::test::ranks_vs_one_rank(wm::Precision::kFloat32, {gpu, gpu, gpu, gpu}, {2, 2, 2, 2, 1},
+                                  false, wm::parallel::SplitBy::kTime, true, "tail_tiles=1x2");
+  std::cout << "[ ranks    ] cuda float32 whole slices, 4 ranks, 1x2 tail tiles: max diff " << err
+            << "\n";
+  EXPECT_LE(err, 1e-4);
+}
+
 }  // namespace
 
 namespace {
