@@ -2,6 +2,7 @@
 // LibTorch side (src/models/torch_side.h): the CPU resampler in resample.cpp needs no LibTorch.
 #include <ATen/ATen.h>
 
+#include "src/exec/search_gate_torch.h"
 #include "src/models/resample/resample.h"
 #include "src/models/resample/torch/resample_conv.h"
 #include "src/models/torch/tensor.h"
@@ -16,11 +17,14 @@ namespace {
 at::Tensor upsample_axis(const at::Tensor& x, const at::Tensor& kernel, int scale, int pad,
                          bool vertical) {
   const auto n = x.size(0), h = x.size(2), w = x.size(3);
-  if (!vertical) {
-    at::Tensor phases = at::conv2d(at::replication_pad2d(x, {pad, pad, 0, 0}), kernel);
-    return phases.permute({0, 2, 3, 1}).reshape({n, 1, h, w * scale});
+  const at::Tensor padded = at::replication_pad2d(
+      x, vertical ? at::IntArrayRef{0, 0, pad, pad} : at::IntArrayRef{pad, pad, 0, 0});
+  at::Tensor phases;
+  {
+    const exec::SearchPass pass = exec::conv_search_pass(padded, kernel, {0, 0});
+    phases = at::conv2d(padded, kernel);
   }
-  at::Tensor phases = at::conv2d(at::replication_pad2d(x, {0, 0, pad, pad}), kernel);
+  if (!vertical) return phases.permute({0, 2, 3, 1}).reshape({n, 1, h, w * scale});
   return phases.permute({0, 2, 1, 3}).reshape({n, 1, h * scale, w});
 }
 
