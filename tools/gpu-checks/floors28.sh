@@ -5,7 +5,9 @@
 # (tools/gpu-checks/build.sh). Time splits as runs of each slice and as whole slices in turn.
 # cuDNN's search is on throughout: it times 5 plans per shape since stop 47 (at 1080p 7 s a thread,
 # where 10 took 78 s and kept the 1080p rows from finishing in stops 44-46). Rows in order of
-# what they decide; a row the call's time does not reach is skipped.
+# what they decide; a row the call's time does not reach is skipped. Each row says how many
+# convolution shapes its timed runs met for the first time on their thread (each a search the
+# warm-up did not take; stop 48: a search beside other ranks may keep a slow plan).
 # Usage: OUT=dir bash tools/gpu-checks/floors28.sh     (LIMIT_S: the whole call, default 585)
 # Writes $OUT/r28.jsonl (per step: name, exit code, seconds, command, wmbench's JSON),
 # $OUT/steps.log (stderr) and $OUT/build.log.
@@ -69,10 +71,12 @@ for line in open(sys.argv[1]):
     d = json.loads(line)
     r = d["result"] if isinstance(d["result"], dict) else {}
     parts = [f'{d["name"]}: exit {d["rc"]}', f'one device {r.get("fps", 0):.1f} fps',
-             f'warm-up {r.get("warmup_seconds", 0):.1f} s']
+             f'warm-up {r.get("warmup_seconds", 0):.1f} s',
+             f'new shapes timed {r.get("timed_new_shapes", "-")}']
     for k, v in r.items():
         if k.startswith(("sequence_parallel", "whole_parallel")) and isinstance(v, dict):
-            parts.append(f'{k} {v.get("speedup", 0):.3f}x')
+            parts.append(f'{k} {v.get("speedup", 0):.3f}x '
+                         f'(new shapes timed {v.get("timed_new_shapes", "-")})')
             for a in v.get("allocator", []):
                 parts.append(f'(peak {a["peak_gpu_gib"]:.1f} GiB, reserved '
                              f'{a["peak_reserved_gib"]:.1f}, retries {a["alloc_retries"]})')
