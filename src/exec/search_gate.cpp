@@ -25,6 +25,8 @@ namespace {
 
 std::atomic<int64_t> alone_passes{0};
 
+// The process's gates, made once per device (a lookup under a process-wide mutex: once per
+// thread and device, see search_gate()).
 SearchGate& gate_of(int device) {
   static std::mutex mutex;
   static std::map<int, std::unique_ptr<SearchGate>> gates;
@@ -38,7 +40,12 @@ SearchGate& gate_of(int device) {
 
 SearchPass search_gate(int device, uint64_t shape) {
   thread_local std::set<std::pair<int, uint64_t>> passed;
-  SearchGate& gate = gate_of(device);
+  // Every convolution passes here: the gate is looked up once per thread, not under the
+  // process-wide mutex on every call.
+  thread_local std::map<int, SearchGate*> gates;
+  SearchGate*& known = gates[device];
+  if (known == nullptr) known = &gate_of(device);
+  SearchGate& gate = *known;
   SearchPass pass;
   pass.alone_ = passed.insert({device, shape}).second;
   if (pass.alone_) alone_passes.fetch_add(1, std::memory_order_relaxed);
