@@ -180,7 +180,31 @@ SequenceParallelSession::SequenceParallelSession(std::vector<std::unique_ptr<Mod
   clocks_->seconds.assign(ranks_.size(), 0.0);
 }
 
-SequenceParallelSession::~SequenceParallelSession() { drain(); }
+SequenceParallelSession::~SequenceParallelSession() {
+  drain();
+  try {
+    pin_cpu_ranks(false);  // the workers outlive the session
+  } catch (...) {
+  }
+}
+
+void SequenceParallelSession::pin_cpu_ranks(bool pin) {
+  if (pin == pinned_ || !options_.pin_cpu || ranks() < 2) return;
+  for (const DeviceWorker* w : workers_) {
+    if (w->device().kind != Device::Kind::kCpu) return;
+  }
+  const int n = ranks();
+  std::string where;
+  for (int r = 0; r < n; ++r) {
+    const int t =
+        workers_[size_t(r)]->call([&] { return torch_devices().pin_cpu_rank(pin ? r : -1, n); });
+    if (pin && t == 0) break;  // more threads than CPUs: nothing pinned
+    if (pin) where += (r ? ", " : "") + std::to_string(t) + " CPUs";
+  }
+  pinned_ = pin && !where.empty();
+  if (pinned_)
+    log::info("parallel", std::to_string(n) + " CPU ranks on cores of their own: " + where);
+}
 
 std::vector<double> SequenceParallelSession::rank_seconds() const {
   std::lock_guard<std::mutex> lock(clocks_->mutex);
@@ -363,6 +387,7 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
   }
   if (fresh) {
     drain();
+    pin_cpu_ranks(true);
     group_->begin(ranks());
     ring_.clear();
     begun_ = true;

@@ -114,6 +114,11 @@ struct SequenceParallelOptions {
   // alone on its device, and run() returns when the slice is done; rank_seconds() then holds
   // each rank's compute time. Same results.
   bool serial = false;
+  // CPU ranks (every worker on the CPU): each rank's thread and its intra-op threads on cores
+  // of their own (rank r on the process's CPUs [r·t, r·t + t), t intra-op threads a rank) when
+  // the ranks' threads fit the CPUs, from the first slice until the session ends. Unpinned,
+  // the two teams' threads move over every core and meet on some.
+  bool pin_cpu = true;
   // The model's split costs (fit_to_model sets them): auto predicts both splits from them.
   SplitCosts costs;
 };
@@ -197,6 +202,9 @@ class SequenceParallelSession final : public PlacedSession {
   int64_t row_slices_ = 0, time_slices_ = 0;
   SplitPrediction prediction_;
   bool predicted_ = false;
+  bool pinned_ = false;  // options.pin_cpu done (pin_cpu_ranks)
+  // Pins the CPU ranks (pin = true, once) or undoes it (false, when pinned).
+  void pin_cpu_ranks(bool pin);
 };
 
 }  // namespace wm::parallel

@@ -28,7 +28,7 @@ class FramePath;
 struct FramePathConfig;
 
 // Raised when the table changes shape.
-constexpr int kTorchDevicesAbi = 1;
+constexpr int kTorchDevicesAbi = 2;
 
 // LibTorch's CUDA caching allocator and cudaMemGetInfo for one device, in bytes.
 struct CudaMemory {
@@ -64,6 +64,9 @@ struct TorchDevices {
   // The device frame path of a model (frame_path.h).
   std::unique_ptr<FramePath> (*make_frame_path)(const Model& model, const Device& device,
                                                 const FramePathConfig& config) = nullptr;
+  // On CPU rank `rank`'s worker thread: that thread and its intra-op threads on cores of their
+  // own (torch/cpu_pinning.h); rank < 0 undoes it. Returns the cores pinned (0: none).
+  int (*pin_cpu_rank)(int rank, int ranks) = nullptr;
 };
 
 // The table; loads the LibTorch side first where this program does not link it (throws

@@ -7,7 +7,7 @@
 //                      [--compare-fp32 0|1] [--tuning KEY=V,...] [--max-gpu-gib N]
 //                      [--pinned-mib N] [--kernels 0|1] [--gpu-activity 0|1]
 //                      [--devices 0,1|cpu] [--ranks N[,M...]] [--parallel sequence|spatial|...]
-//                      [--scaling 0|1] [--nccl 0|1] [--trace PREFIX]
+//                      [--scaling 0|1] [--nccl 0|1] [--pin-cpu 0|1] [--trace PREFIX]
 //
 // --devices/--ranks add "sequence_parallel": the same decode as sequence-parallel ranks over the
 // listed devices (ranks: one per device, or N; several on one device run on streams of their
@@ -19,7 +19,8 @@
 // --parallel picks the split: sequence (time, the default), spatial (bands of latent rows:
 // "spatial_parallel"), whole (time, each slice whole to one rank in turn: "whole_parallel"), or
 // several ("sequence,whole,spatial": one object each, measured one after the other against the
-// same one-device run).
+// same one-device run). --pin-cpu 0 leaves CPU ranks' threads unpinned (1, the default: each
+// rank and its intra-op threads on cores of their own, SequenceParallelOptions::pin_cpu).
 //
 // H and W are output pixels (multiples of 8). --slice-frames S decodes the T latent frames as
 // consecutive slices of S (0: one slice), exactly as the job runner would. Timing covers decode
@@ -90,6 +91,7 @@ struct Options {
   std::vector<int> ranks;  // rank counts to measure, one after another (empty: one per device)
   std::vector<std::string> parallel = {"sequence"};  // splits to measure: sequence, spatial
   bool scaling = true;  // the scaling model's per-rank compute (one more decode, ranks serial)
+  bool pin_cpu = true;  // CPU ranks on cores of their own
   bool nccl = false;    // the NCCL exchange (a GPU per rank)
   std::string trace;    // Chrome trace file prefix of one more run per split (empty: none)
 };
@@ -133,6 +135,7 @@ int parse(int argc, char** argv, Options& o, wm::Device& device) {
           })
       .boolean("--scaling", &o.scaling)
       .boolean("--nccl", &o.nccl)
+      .boolean("--pin-cpu", &o.pin_cpu)
       .text("--trace", &o.trace, "PREFIX");
   if (const int status = args.parse(argc, argv); status >= 0) return status;
   if (o.height % 8 != 0 || o.width % 8 != 0) {
@@ -158,6 +161,7 @@ nlohmann::ordered_json sequence_parallel(const Options& o, const wm::ModelConfig
   b.whole_slices = mode == "whole";
   b.scaling = o.scaling;
   b.nccl = o.nccl;
+  b.pin_cpu = o.pin_cpu;
   if (!o.trace.empty()) {
     b.trace = o.trace + (spatial ? "-rows.json" : b.whole_slices ? "-whole.json" : "-time.json");
   }

@@ -108,6 +108,7 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
     options.whole_slices = b.whole_slices && !b.rows;
     options.serial = serial;
     options.nccl = b.nccl;
+    options.pin_cpu = b.pin_cpu;
     parallel::fit_to_model(options, models.front());
     return std::make_unique<parallel::SequenceParallelSession>(std::move(sessions), workers,
                                                                options);

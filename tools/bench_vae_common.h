@@ -71,6 +71,7 @@ struct ParallelBench {
   bool whole_slices = false;  // a time split giving each slice whole to one rank in turn
   bool nccl = false;          // the NCCL exchange (one rank per GPU; else in-process)
   bool scaling = true;        // one more run with the ranks one after another: the scaling model
+  bool pin_cpu = true;        // CPU ranks on cores of their own (SequenceParallelOptions::pin_cpu)
   // Non-empty: one more run under LibTorch's profiler, its Chrome trace written here (CUDA
   // builds on LibTorch 2), and "trace" in the JSON (the file, kernels, GPU busy and gaps).
   std::string trace;

@@ -10,6 +10,7 @@
 #include "parallel/frame_path_device.h"
 #include "parallel/halo_inprocess.h"
 #include "parallel/halo_nccl.h"
+#include "parallel/torch/cpu_pinning.h"
 #include "parallel/torch_side.h"
 #include "src/base/error.h"
 
@@ -58,6 +59,7 @@ TorchDevices make_table() {
   t.throw_torch_error = throw_torch_error;
   t.rethrow_torch_error = rethrow_torch_error;
   t.make_frame_path = make_frame_path_device;
+  t.pin_cpu_rank = pin_cpu_rank;
   return t;
 }
 

@@ -6,9 +6,12 @@
 // pipeline tiles together with ranks; a failing rank fails the slice without a hang.
 // Weights and latents: the golden vectors in tests/data/golden/wan21-tiny/.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+#include <sched.h>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -376,6 +379,55 @@ TEST(SequenceParallel, WholeSlicesInTurnEqualOneDeviceBitForBit) {
       EXPECT_EQ(session->exchange_stats().messages > 0, c.slices.size() > 1);
     }
   }
+}
+
+// The CPUs a thread may run on.
+std::vector<int> thread_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> out;
+  if (pthread_getaffinity_np(pthread_self(), sizeof(set), &set) != 0) return out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  }
+  return out;
+}
+
+TEST(SequenceParallel, CpuRanksRunOnCoresOfTheirOwnWhileTheSessionLasts) {
+  const std::vector<int> all = thread_cpus();
+  if (all.size() < 2) GTEST_SKIP() << "one CPU";
+  at::set_num_threads(1);  // 2 ranks of 1 intra-op thread fit any host of 2 CPUs or more
+  const std::shared_ptr<const wm::Model> model =
+      wm::models::make_wan21_vae(tiny_config(), wm::Device{});
+  const Planar z = to_planar(golden_t9().input);
+  const Planar whole =
+      model->open_session(wm::Device{})->run(frames(z, 0, 9), slice_context(0, true, true));
+  auto cpus_of = [](int lane) {
+    return wm::parallel::device_worker(wm::Device{}, lane).call([] { return thread_cpus(); });
+  };
+  {
+    auto session = parallel_session(*model, 2, {}, model);
+    EXPECT_EQ(cpus_of(0), all) << "pinned before its first slice";
+    EXPECT_LE(max_abs_diff(run_in_slices(*session, z, {4, 5}, true), whole), 1e-5);
+    EXPECT_EQ(cpus_of(0), std::vector<int>{all[0]});
+    EXPECT_EQ(cpus_of(1), std::vector<int>{all[1]});
+  }
+  // The workers outlive the session: every CPU again.
+  EXPECT_EQ(cpus_of(0), all);
+  EXPECT_EQ(cpus_of(1), all);
+  // Not asked for: never pinned.
+  std::vector<std::unique_ptr<wm::ModelSession>> sessions;
+  std::vector<wm::parallel::DeviceWorker*> workers;
+  for (int r = 0; r < 2; ++r) {
+    sessions.push_back(model->open_session(wm::Device{}));
+    workers.push_back(&wm::parallel::device_worker(wm::Device{}, r));
+  }
+  wm::parallel::SequenceParallelOptions options;
+  options.pin_cpu = false;
+  wm::parallel::fit_to_model(options, model);
+  wm::parallel::SequenceParallelSession unpinned(std::move(sessions), std::move(workers), options);
+  EXPECT_LE(max_abs_diff(run_in_slices(unpinned, z, {4, 5}, true), whole), 1e-5);
+  EXPECT_EQ(cpus_of(1), all);
 }
 
 TEST(SequenceParallel, FailingRankFailsTheSliceWithoutHanging) {
