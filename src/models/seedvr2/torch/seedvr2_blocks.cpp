@@ -407,7 +407,6 @@ at::Tensor Network::conv(const Conv& c, at::Tensor x, StreamState& s, bool first
     if (first || c.slot < 0) {
       head = x.narrow(2, 0, 1).expand({-1, -1, c.kt - 1, -1, -1});
     } else {
-      await_arrival(c.slot, s);
       head = s.memory[size_t(c.slot)];
       if (head.device() != x.device()) {
         wait_written(c.slot, s);
@@ -649,10 +648,6 @@ void Network::write_back(int index, const at::Tensor& frames, StreamState& s) co
     at::cuda::CUDAEvent computed;
     computed.record(streams.compute);
     computed.block(streams.down);
-    if (slot < s.arriving.size() && s.arriving[slot]) {
-      s.arriving[slot]->done.block(streams.down);  // prefetched and not read since
-      s.arriving[slot].reset();
-    }
     auto copy = std::make_shared<HostCopy>();
     at::Tensor host;
     {
@@ -681,67 +676,12 @@ void Network::park(StreamState& s, const std::vector<char>& which) const {
   }
 }
 
-void Network::prefetch(StreamState& s, const std::vector<char>& which) const {
-#ifdef WMBATCH_WITH_CUDA
-  if (s.halo) return;  // a rank's memory comes from the ring, never parked
-  std::vector<size_t> slots;
-  for (size_t k = 0; k < s.memory.size() && k < which.size(); ++k) {
-    const bool host_resident = k < s.on_host.size() && s.on_host[k] != 0;  // stays there
-    if (which[k] && !host_resident && s.memory[k].defined() && s.memory[k].is_pinned()) {
-      slots.push_back(k);
-    }
-  }
-  if (slots.empty()) return;
-  const CopyStreams streams(s.context);
-  std::vector<at::Tensor> made;
-  for (size_t k : slots) {
-    // The host copy's own layout: the copy up is one DMA transfer.
-    const at::Tensor& host = s.memory[k];
-    made.push_back(
-        at::empty_strided(host.sizes(), host.strides(),
-                          at::TensorOptions()
-                              .dtype(host.scalar_type())
-                              .device(at::Device(at::kCUDA, streams.compute.device_index()))));
-  }
-  // The blocks may have had earlier users on the compute stream.
-  at::cuda::CUDAEvent allocated;
-  allocated.record(streams.compute);
-  allocated.block(streams.up);
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const size_t k = slots[i];
-    if (s.written[k]) s.written[k]->done.block(streams.up);  // its copy down has landed
-    auto copy = std::make_shared<HostCopy>();
-    {
-      const c10::cuda::CUDAStreamGuard guard(streams.up);
-      made[i].copy_(s.memory[k], /*non_blocking=*/true);
-      copy->done.record(streams.up);
-    }
-    made[i].record_stream(streams.up);
-    s.memory[k] = made[i];
-    s.written[k].reset();
-    s.arriving[k] = std::move(copy);
-  }
-#else
-  (void)s;
-  (void)which;
-#endif
-}
-
-void Network::await_arrival(int slot, StreamState& s) const {
-  if (slot < 0 || size_t(slot) >= s.arriving.size() || !s.arriving[size_t(slot)]) return;
-#ifdef WMBATCH_WITH_CUDA
-  s.arriving[size_t(slot)]->done.block(c10::cuda::getCurrentCUDAStream());
-#endif
-  s.arriving[size_t(slot)].reset();
-}
-
 // `buffer`: [1, C, kt − 1 + T, H, W] with the slice's T input frames after kt − 1 free ones,
 // which get the time padding here (spec §2, §5); then the conv (stride 1 in time).
 at::Tensor Network::conv_buffered(const Conv& c, at::Tensor buffer, StreamState& s,
                                   bool first) const {
   const int64_t head = head_frames(c);
   receive_memory(c, buffer, s);
-  await_arrival(c.slot, s);  // read below, or written in place
   if (head > 0) {
     at::Tensor pad = buffer.narrow(2, 0, head);
     if (c.slot >= 0 && size_t(c.slot) < s.uploading.size() && s.uploading[size_t(c.slot)]) {
@@ -1058,9 +998,7 @@ void Network::forward_phased(const at::Tensor& input, StreamState& s, bool first
   }
   // Every other phase's device-resident memory to host memory. It must have left before its
   // device memory serves this phase (the allocator reuses a block when the copy's event has
-  // passed): the host waits for those copies (once per phase; ~0.15 s for 7 GB). This phase's
-  // parked memory then comes back all at once on side stream 0 (prefetch), beside its first
-  // convolutions, where each conv used to copy its own up on the compute stream.
+  // passed): the host waits for those copies (once per phase; ~0.15 s for 7 GB).
   auto park_all_but = [&](const std::vector<char>& mine) {
     std::vector<char> others(mine.size());
     for (size_t k = 0; k < mine.size(); ++k) others[k] = !mine[k];
@@ -1127,15 +1065,13 @@ void Network::forward_phased(const at::Tensor& input, StreamState& s, bool first
   std::vector<Spooled> spool;
   for (size_t p = 0; p < phases; ++p) {
     const size_t begin = starts[p], end = p + 1 < phases ? starts[p + 1] : stages_.size();
-    const std::vector<char> mine = stage_slots(begin, end);
-    park_all_but(mine);
+    park_all_but(stage_slots(begin, end));
     std::vector<Spooled> out;
     std::function<void(const at::Tensor&)> to_spool = [&](const at::Tensor& y) {
       spool_one(out, y);
     };
     const auto& sink = p + 1 < phases ? to_spool : emit;
     if (p == 0) {
-      prefetch(s, mine);
       run_from(0, end, input.contiguous(format_), s, first, budget(p), sink);
       spool = std::move(out);
       continue;
@@ -1148,7 +1084,6 @@ void Network::forward_phased(const at::Tensor& input, StreamState& s, bool first
     }
     Frame next;
     if (!frames.empty()) next = bring(spool[frames[0].first], frames[0].second);
-    prefetch(s, mine);  // after the first frame's upload, which the phase needs first
     for (size_t i = 0; i < frames.size(); ++i) {
       at::Tensor x = std::move(next.first);
 #ifdef WMBATCH_WITH_CUDA
@@ -1173,7 +1108,6 @@ void Network::forward_phased(const at::Tensor& input, StreamState& s, bool first
 void Network::size_state(StreamState& state) const {
   state.memory.resize(size_t(slots_));
   state.written.resize(size_t(slots_));
-  state.arriving.resize(size_t(slots_));
   state.uploading.assign(size_t(slots_), nullptr);
   state.received.resize(size_t(slots_), 0);  // cleared per call by the session
   state.waiting.assign(stages_.size(), {});

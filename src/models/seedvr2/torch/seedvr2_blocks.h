@@ -50,10 +50,6 @@ struct StreamState {
   // waits for it), and the upload into a conv buffer in progress (made by conv_buffer, consumed
   // by conv_buffered).
   std::vector<std::shared_ptr<HostCopy>> written, uploading;
-  // Per slot: parked memory coming back to the device (forward_phased's prefetch at a phase's
-  // start, on side stream 0); memory[slot] is already the device tensor, and whoever reads it
-  // waits for the copy first (Network::await_arrival).
-  std::vector<std::shared_ptr<HostCopy>> arriving;
   // For the call in progress: the device worker, whose side streams carry the host copies (none:
   // streams from LibTorch's pool).
   exec::DeviceContext* context = nullptr;
@@ -173,11 +169,6 @@ class Network {
   // The device-resident memory of the slots in `which` to host memory (CUDA: pinned, on side
   // stream 1; the next use brings it back). No-op on the CPU.
   void park(StreamState& state, const std::vector<char>& which) const;
-  // The parked (pinned host) memory of the slots in `which` back on the device, in slot order on
-  // side stream 0, so the copies run beside the phase's first convolutions (StreamState::arriving).
-  void prefetch(StreamState& state, const std::vector<char>& which) const;
-  // Before the current stream reads memory[slot] on the device: its prefetch has landed.
-  void await_arrival(int slot, StreamState& state) const;
 
   // Bytes of slot `slot`'s memory for an input of h × w pixels (decode: latent pixels) in
   // `element_size`-byte values: kt − st frames of the conv's input at its resolution.
