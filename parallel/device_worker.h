@@ -61,6 +61,12 @@ class DeviceWorker {
       return f();
     });
   }
+  // call(), not counted in stats(): the worker's own housekeeping (pinning a CPU rank's threads),
+  // not a model's work.
+  template <typename F>
+  auto call_uncounted(F&& f) -> std::invoke_result_t<F&> {
+    return thread_.call([&f]() -> std::invoke_result_t<F&> { return f(); });
+  }
   // Queues `f` on the worker's thread and returns at once; the future gives its result.
   template <typename F>
   auto submit(F f) -> std::future<std::invoke_result_t<F&>> {

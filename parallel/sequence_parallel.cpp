@@ -196,8 +196,8 @@ void SequenceParallelSession::pin_cpu_ranks(bool pin) {
   const int n = ranks();
   std::string where;
   for (int r = 0; r < n; ++r) {
-    const int t =
-        workers_[size_t(r)]->call([&] { return torch_devices().pin_cpu_rank(pin ? r : -1, n); });
+    const int t = workers_[size_t(r)]->call_uncounted(
+        [&] { return torch_devices().pin_cpu_rank(pin ? r : -1, n); });
     if (pin && t == 0) break;  // more threads than CPUs: nothing pinned
     if (pin) where += (r ? ", " : "") + std::to_string(t) + " CPUs";
   }
