@@ -206,6 +206,34 @@ void SequenceParallelSession::pin_cpu_ranks(bool pin) {
     log::info("parallel", std::to_string(n) + " CPU ranks on cores of their own: " + where);
 }
 
+void SequenceParallelSession::decide_solo(int height, int width) {
+  const std::pair<int, int> shape(height, width);
+  if (solo_decided_ && shape == solo_shape_) return;
+  drain();  // the ranks' sessions are asked with nothing of theirs in flight
+  solo_decided_ = true;
+  solo_shape_ = shape;
+  solo_ = false;
+  std::string why;
+  for (int r = 0; r < ranks() && !solo_; ++r) {
+    const Device device = workers_[size_t(r)]->device();
+    int sharing = 0;
+    for (const DeviceWorker* w : workers_) sharing += w->device().str() == device.str() ? 1 : 0;
+    if (!ranks_[size_t(r)]->rank_holds_state(height, width, sharing,
+                                             workers_[size_t(r)]->context())) {
+      solo_ = true;
+      why = "rank " + std::to_string(options_.first_rank + r) + " on " + device.str() +
+            (sharing > 1 ? " (one of " + std::to_string(sharing) + " ranks there)" : "");
+    }
+  }
+  if (solo_) {
+    log::info("parallel", "time split of " + std::to_string(height) + "x" + std::to_string(width) +
+                              " slices: " + why +
+                              " cannot hold its causal state on the device; the sequence runs "
+                              "on rank " +
+                              std::to_string(options_.first_rank) + " alone, as one device");
+  }
+}
+
 std::vector<double> SequenceParallelSession::rank_seconds() const {
   std::lock_guard<std::mutex> lock(clocks_->mutex);
   return clocks_->seconds;
@@ -393,8 +421,15 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
     begun_ = true;
   }
 
+  // A time split whose ranks cannot hold their causal state (their share of a device too
+  // small): the sequence runs on rank 0 alone, as one device (decided at its first slice).
+  if (!rows && !options_.inside && ctx.first_slice && ctx.tile_index == 0) {
+    decide_solo(input.height, input.width);
+  }
+  const bool solo = !rows && !options_.inside && solo_;
   last_split_ = by;
   (rows ? row_slices_ : time_slices_) += 1;
+  solo_slices_ += solo ? 1 : 0;
 
   // The runs: latent rows per band, or input frames per rank (whole groups of frame_group).
   std::vector<int> runs;
@@ -413,7 +448,7 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
                        (head ? std::to_string(head) + " + " : std::string()) + "a multiple of " +
                        std::to_string(g));
     }
-    if (units == 0 || options_.whole_slices) {
+    if (units == 0 || options_.whole_slices || solo) {
       runs = {input.frames};
     } else {
       std::vector<int64_t>& done = done_[ctx.tile_index];
@@ -455,9 +490,10 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
                            std::to_string(ctx.tile_index) + " follows its sequence's last slice",
                        kExitSoftware);
     }
-    base = options_.whole_slices ? ring.next : 0;
+    const bool turns = options_.whole_slices && !solo;
+    base = turns ? ring.next : 0;
     const int last = (base + active - 1) % P;
-    next = options_.whole_slices ? (last + 1) % P : 0;
+    next = turns ? (last + 1) % P : 0;
     from0 = ring.last;
     ring.last = follows && last != next ? last : -1;
     ring.next = next;
@@ -480,7 +516,7 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
   run->group = group_;
   run->timeout = options_.timeout;
   run->deadline = Clock::now() + options_.timeout;
-  const bool exchange = ranks() > 1 && (!rows || active > 1);
+  const bool exchange = ranks() > 1 && !solo && (!rows || active > 1);
   // Where each part's output starts, in output frames (time) or rows.
   run->offsets.assign(size_t(active), 0);
   std::vector<int> part_frames(size_t(active), -1);  // output frames per part, when known
@@ -544,7 +580,7 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
     rc.into = nullptr;
     // Ranks busy on this device at once: the slice's, or with whole slices every rank.
     rc.device_ranks = 0;
-    const int busy = options_.whole_slices && !rows ? P : active;
+    const int busy = options_.whole_slices && !rows && !solo ? P : active;
     for (int q = 0; q < busy; ++q) {
       rc.device_ranks += workers_[size_t(worker_of(q))]->device().str() == device.str() ? 1 : 0;
     }
@@ -594,9 +630,10 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
                     }
                     auto result = std::make_shared<RankPart>();
                     RunContext call = rc;
-                    // A rank that writes into the slice's output may return before its last
-                    // copies land (its worker goes on to the next slice); not when measuring.
-                    call.deferred = rc.into && !serial ? &result->deferred : nullptr;
+                    // A rank that writes into the slice's output, or that runs the slice
+                    // alone, may return before its last copies land (its worker goes on to the
+                    // next slice); not when measuring.
+                    call.deferred = (rc.into || !rc.halo) && !serial ? &result->deferred : nullptr;
                     result->part = session->run(std::move(*part), call);
                     if (rc.tile_index == 0) {
                       worker->add_frames(counted >= 0 ? counted : result->part.frames);

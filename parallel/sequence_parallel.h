@@ -157,6 +157,9 @@ class SequenceParallelSession final : public PlacedSession {
   SplitBy last_split() const { return last_split_; }
   int64_t row_slices() const { return row_slices_; }
   int64_t time_slices() const { return time_slices_; }
+  // Time split: slices run on one rank alone, as one device, because a rank could not hold its
+  // causal state on its device (ModelSession::rank_holds_state; logged once per decision).
+  int64_t solo_slices() const { return solo_slices_; }
   ExchangeStats exchange_stats() const { return group_->stats(); }
   const char* exchange_kind() const { return group_->kind(); }
   // Auto: the prediction its last choice was made from (null before one).
@@ -203,6 +206,12 @@ class SequenceParallelSession final : public PlacedSession {
   SplitPrediction prediction_;
   bool predicted_ = false;
   bool pinned_ = false;  // options.pin_cpu done (pin_cpu_ranks)
+  // Time split: whether the sequence runs on one rank alone (decide_solo, at a sequence's first
+  // slice, asked again when the slices' size changes), and for which size it was decided.
+  bool solo_ = false, solo_decided_ = false;
+  std::pair<int, int> solo_shape_{0, 0};
+  int64_t solo_slices_ = 0;
+  void decide_solo(int height, int width);
   // Pins the CPU ranks (pin = true, once) or undoes it (false, when pinned).
   void pin_cpu_ranks(bool pin);
 };

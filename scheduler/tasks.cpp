@@ -222,6 +222,8 @@ std::map<std::string, double> DeviceMeter::metrics(
       out["exchange_nccl"] = std::string(sp->exchange_kind()) == "nccl" ? 1 : 0;
       out["parallel_sequence_slices"] += double(sp->time_slices());
       out["parallel_spatial_slices"] += double(sp->row_slices());
+      // Of the time split's, those run on one rank alone (a rank could not hold the state).
+      out["parallel_solo_slices"] += double(sp->solo_slices());
       // Auto's choice and the predicted speed-ups it was made from (the log has the sentence).
       if (const parallel::SplitPrediction* p = sp->last_prediction()) {
         out["parallel_auto_rows"] = p->rows ? 1 : 0;

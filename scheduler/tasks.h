@@ -198,7 +198,8 @@ class ModelShelf {
 // and "device_<dev>_peak_mib" (CUDA: the allocator's peak since the process started), <dev> like
 // "cuda0" or "cuda0.1" (lane 1); a sequence-parallel session adds "exchange_bytes",
 // "exchange_wait_seconds" and how many slices it split in time and by rows
-// ("parallel_sequence_slices", "parallel_spatial_slices"). Made before the input's pipeline runs.
+// ("parallel_sequence_slices", "parallel_spatial_slices"; "parallel_solo_slices": those of the
+// time split run on one rank alone). Made before the input's pipeline runs.
 class DeviceMeter {
  public:
   explicit DeviceMeter(const ModelSet& models);

@@ -241,6 +241,17 @@ class ModelSession {
     (void)in;
     return false;
   }
+  // A time split (parallel/sequence_parallel.h): whether this session, as a rank that shares
+  // its device with device_ranks − 1 other ranks, holds its causal state for slices of
+  // height × width input on the device (`device`: its worker's context). A rank's histories pass
+  // to the next rank as device tensors, so it cannot park them in host memory as one device
+  // does. False: the split runs the sequence on one rank alone, as one device. Call between
+  // slices, with none in flight on this session.
+  virtual bool rank_holds_state(int height, int width, int device_ranks,
+                                exec::DeviceContext* device) const {
+    (void)height, (void)width, (void)device_ranks, (void)device;
+    return true;
+  }
 };
 
 class Model {

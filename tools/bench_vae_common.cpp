@@ -117,7 +117,7 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
   // Whole slices: one queued per rank (each rank runs a slice of its own).
   const int depth = b.whole_slices ? std::max(1, ranks - 1) : 1;
   double total = 0, warm = 0;
-  int64_t shapes_before = 0;
+  int64_t shapes_before = 0, solo_before = 0;
   std::vector<parallel::WorkerStats> before;
   parallel::ExchangeStats exchange_before;
   for (int it = 0; it < b.warmup + b.iters; ++it) {
@@ -125,6 +125,7 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
     if (it == b.warmup) {
       for (auto* w : workers) before.push_back(w->stats());
       exchange_before = session->exchange_stats();
+      solo_before = session->solo_slices();
       for (const Device& d : b.devices) models::reset_peak_device_memory(d);
       shapes_before = exec::search_gate_alone_passes();
     }
@@ -139,6 +140,7 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
     (it >= b.warmup ? total : warm) += seconds;
   }
   const int64_t timed_new_shapes = exec::search_gate_alone_passes() - shapes_before;
+  const int64_t solo_slices = session->solo_slices() - solo_before;
   const double iters = double(std::max(1, b.iters));
   const double seconds = total / iters;
   const parallel::ExchangeStats exchange = session->exchange_stats();
@@ -184,6 +186,9 @@ nlohmann::ordered_json run_parallel(const ParallelBench& b) {
   out["timed_new_shapes"] = timed_new_shapes;
   out["fps"] = double(b.frames_out) / seconds;
   out["speedup"] = b.one_seconds / seconds;
+  // Slices run on rank 0 alone: a rank's share of its device could not hold the causal state
+  // (SequenceParallelSession::solo_slices; the log says which rank).
+  out["solo_slices"] = double(solo_slices) / iters;
   out["exchange_bytes"] = double(exchange.bytes - exchange_before.bytes) / iters;
   out["exchange_messages"] = double(exchange.messages - exchange_before.messages) / iters;
   out["exchange_wait_seconds"] = (exchange.wait_seconds - exchange_before.wait_seconds) / iters;

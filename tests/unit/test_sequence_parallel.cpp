@@ -12,6 +12,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -379,6 +380,95 @@ TEST(SequenceParallel, WholeSlicesInTurnEqualOneDeviceBitForBit) {
       EXPECT_EQ(session->exchange_stats().messages > 0, c.slices.size() > 1);
     }
   }
+}
+
+// A model whose sessions, as ranks, hold their causal state only while at most `fits` ranks
+// share their device (SeedVR2 at 1080p in 16 GiB: one rank's share of the device is too small
+// for its state); what they were asked is counted.
+class CrampedModel final : public wm::Model {
+ public:
+  struct Asked {
+    std::atomic<int> calls{0};
+    std::atomic<int> device_ranks{0}, height{0}, width{0};
+    std::atomic<bool> with_device{false};
+  };
+  CrampedModel(std::shared_ptr<const wm::Model> inner, int fits)
+      : inner_(std::move(inner)), fits_(fits) {}
+  const wm::ModelTraits& traits() const override { return inner_->traits(); }
+  int64_t output_frames(int64_t frames) const override { return inner_->output_frames(frames); }
+  std::unique_ptr<wm::ModelSession> open_session(const wm::Device& device) const override {
+    return std::make_unique<Session>(inner_->open_session(device), fits_, asked_);
+  }
+  const Asked& asked() const { return *asked_; }
+
+ private:
+  class Session final : public wm::ModelSession {
+   public:
+    Session(std::unique_ptr<wm::ModelSession> inner, int fits, std::shared_ptr<Asked> asked)
+        : inner_(std::move(inner)), fits_(fits), asked_(std::move(asked)) {}
+    Planar run(Planar&& input, const RunContext& ctx) override {
+      return inner_->run(std::move(input), ctx);
+    }
+    bool rank_holds_state(int height, int width, int device_ranks,
+                          wm::exec::DeviceContext* device) const override {
+      asked_->calls += 1;
+      asked_->height = height, asked_->width = width, asked_->device_ranks = device_ranks;
+      asked_->with_device = device != nullptr;
+      return device_ranks <= fits_;
+    }
+
+   private:
+    std::unique_ptr<wm::ModelSession> inner_;
+    int fits_;
+    std::shared_ptr<Asked> asked_;
+  };
+  std::shared_ptr<const wm::Model> inner_;
+  int fits_;
+  std::shared_ptr<Asked> asked_ = std::make_shared<Asked>();
+};
+
+TEST(SequenceParallel, RanksThatCannotHoldTheStateRunTheSequenceAsOneDevice) {
+  // Ranks whose share of the device cannot hold the causal state: every slice of the sequence
+  // runs on rank 0 alone, as one device (bit for bit one device's output in the same slices),
+  // with nothing exchanged; the question is asked once per slice size, at a sequence's first
+  // slice. Where the state fits, the same session splits as before.
+  const std::shared_ptr<const wm::Model> wan =
+      wm::models::make_wan21_vae(tiny_config(), wm::Device{});
+  const at::Tensor t9 = golden_t9().input;
+  const Planar z = to_planar(at::cat({t9, t9}, 2));  // 18 latent frames of 6 × 10
+  const std::vector<int> slices = {4, 4, 4, 4, 2};
+  const Planar one = run_in_slices(*wan->open_session(wm::Device{}), z, slices, true);
+  for (int ranks : {2, 3}) {
+    for (bool into : {false, true}) {
+      auto cramped = std::make_shared<const CrampedModel>(wan, 1);
+      auto session = parallel_session(*cramped, ranks, {}, into ? cramped : nullptr);
+      for (int sequence = 0; sequence < 2; ++sequence) {
+        const double err = max_abs_diff(run_in_slices(*session, z, slices, into), one);
+        std::cout << "[ ranks    ] " << ranks << " cramped ranks" << (into ? ", in place" : "")
+                  << ", sequence " << sequence << ": max diff " << err << "\n";
+        EXPECT_EQ(err, 0.0) << ranks << " ranks";
+      }
+      EXPECT_EQ(session->solo_slices(), int64_t(2 * slices.size()));
+      EXPECT_EQ(session->exchange_stats().messages, 0);
+      const std::vector<double> seconds = session->rank_seconds();
+      for (size_t r = 0; r < seconds.size(); ++r) {
+        EXPECT_EQ(seconds[r] > 0, r == 0) << "rank " << r << " of " << ranks;
+      }
+      const CrampedModel::Asked& asked = cramped->asked();
+      EXPECT_EQ(asked.calls.load(), 1) << "asked again for the same size";
+      EXPECT_EQ(asked.device_ranks.load(), ranks);
+      EXPECT_EQ(asked.height.load(), 6);
+      EXPECT_EQ(asked.width.load(), 10);
+      EXPECT_TRUE(asked.with_device.load());
+    }
+  }
+  // Room for two ranks on the device: the split runs as before.
+  auto roomy = std::make_shared<const CrampedModel>(wan, 2);
+  auto session = parallel_session(*roomy, 2, {}, roomy);
+  EXPECT_LE(max_abs_diff(run_in_slices(*session, z, slices, true), one), 1e-5);
+  EXPECT_EQ(session->solo_slices(), 0);
+  EXPECT_GT(session->exchange_stats().messages, 0);
+  EXPECT_EQ(roomy->asked().calls.load(), 2) << "each rank asked";
 }
 
 // The CPUs a thread may run on.

@@ -242,6 +242,32 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
     }
   }
 
+  // A rank keeps its whole causal state on its device (plan(): its memory passes to the next
+  // rank, never through host memory): it holds it when the state fits the budget plan() gives
+  // it there, its share of the device less what is allocated besides this session's state and
+  // the reserve. 1080p in 16 GiB: 17.9 GB of state against ~5 GiB for each of two ranks.
+  bool rank_holds_state(int height, int width, int device_ranks,
+                        exec::DeviceContext* device) const override {
+#ifdef WMBATCH_WITH_CUDA
+    if (!device_.is_cuda()) return true;
+    const int64_t elt = int64_t(c10::elementSize(dtype_));
+    int64_t total = 0, resident = 0;
+    for (int k = 0; k < net_->state_slots(); ++k) total += net_->slot_bytes(k, height, width, elt);
+    for (const auto& [tile, state] : tiles_) {
+      for (const at::Tensor& m : state.memory) {
+        if (m.defined() && m.is_cuda()) resident += int64_t(m.nbytes());
+      }
+    }
+    const seedvr2::Tuning& tuning = net_->tuning();
+    if (tuning.device_state_mib > 0) return total <= tuning.device_state_mib << 20;
+    const Room room = device_room(height, width, resident, std::max(1, device_ranks), device);
+    return total <= room.avail - room.reserve;
+#else
+    (void)height, (void)width, (void)device_ranks, (void)device;
+    return true;
+#endif
+  }
+
   at::Tensor run_sequence(const at::Tensor& x, const RunContext& outer) override {
     const ModelTraits& t = traits_;
     if (x.dim() != 5 || x.size(0) != 1 || x.size(1) != t.in_channels) {
@@ -556,6 +582,26 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
     int64_t share = 1;
   };
 
+  // The device memory plan() divides, for input of h × w on a rank that shares the device with
+  // share − 1 others: the cap (its share of the device's budget), what is allocated besides
+  // `resident` bytes of this session's state (its share of it), what is left of the cap after
+  // that, a tenth of the cap and 768 MiB (avail), and the reserve for one chunk's activations
+  // (5 frames of the widest conv input).
+  struct Room {
+    int64_t allocated = 0, cap = 0, used = 0, avail = 0, reserve = 0;
+  };
+  Room device_room(int64_t h, int64_t w, int64_t resident, int64_t share,
+                   exec::DeviceContext* context) const {
+    Room r;
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index());
+    r.allocated = stats.allocated_bytes[0].current;
+    r.cap = exec::context_for(context, device_).device_memory_cap() / share;
+    r.used = (r.allocated - resident) / share;
+    r.avail = r.cap - r.used - r.cap / 10 - (int64_t(768) << 20);
+    r.reserve = 5 * net_->largest_frame_bytes(h, w, int64_t(c10::elementSize(dtype_)));
+    return r;
+  }
+
   // The plan for input `x` from the memory budget (or what the device has), after what is
   // allocated now less the device-resident state already counted in it:
   // - the causal state stays on the device when it fits beside a reserve for one chunk's
@@ -583,15 +629,11 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
       if (m.defined() && m.is_cuda()) resident += int64_t(m.nbytes());
     }
     constexpr int64_t kMostWork = int64_t(4) << 30, kLeastWork = int64_t(256) << 20;
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index());
-    const int64_t allocated = stats.allocated_bytes[0].current;
-    const int64_t cap = exec::context_for(ctx.device, device_).device_memory_cap() / share;
-    const int64_t used = (allocated - resident) / share;
-    const int64_t avail = cap - used - cap / 10 - (int64_t(768) << 20);
     const int64_t copies = snapshot && !ctx.first_slice ? 2 : 1;
-    const int64_t reserve = 5 * net_->largest_frame_bytes(h, w, elt);
-    int64_t device_budget =
-        tuning.device_state_mib > 0 ? tuning.device_state_mib << 20 : (avail - reserve) / copies;
+    const Room room = device_room(h, w, resident, share, ctx.device);
+    const int64_t allocated = room.allocated, cap = room.cap, used = room.used, avail = room.avail;
+    int64_t device_budget = tuning.device_state_mib > 0 ? tuning.device_state_mib << 20
+                                                        : (avail - room.reserve) / copies;
     device_budget = std::max<int64_t>(device_budget, 0) >> attempt;
     const int host_state = rank ? 0 : tuning.host_state;
     if (tuning.phased > 0 ||
