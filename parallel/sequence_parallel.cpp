@@ -423,8 +423,12 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
 
   // A time split whose ranks cannot hold their causal state (their share of a device too
   // small): the sequence runs on rank 0 alone, as one device (decided at its first slice).
-  if (!rows && !options_.inside && ctx.first_slice && ctx.tile_index == 0) {
-    decide_solo(input.height, input.width);
+  if (ctx.first_slice && ctx.tile_index == 0) {
+    if (!rows && !options_.inside) {
+      decide_solo(input.height, input.width);
+    } else {
+      solo_ = solo_decided_ = false;  // a sequence split by rows: ask again at the next in time
+    }
   }
   const bool solo = !rows && !options_.inside && solo_;
   last_split_ = by;
