@@ -635,9 +635,11 @@ Planar SequenceParallelSession::run(Planar&& input, const RunContext& ctx) {
                     auto result = std::make_shared<RankPart>();
                     RunContext call = rc;
                     // A rank that writes into the slice's output, or that runs the slice
-                    // alone, may return before its last copies land (its worker goes on to the
-                    // next slice); not when measuring.
-                    call.deferred = (rc.into || !rc.halo) && !serial ? &result->deferred : nullptr;
+                    // alone and whose output frames are known beforehand (the meter's count),
+                    // may return before its last copies land (its worker goes on to the next
+                    // slice); not when measuring.
+                    const bool later = rc.into || (!rc.halo && counted >= 0);
+                    call.deferred = later && !serial ? &result->deferred : nullptr;
                     result->part = session->run(std::move(*part), call);
                     if (rc.tile_index == 0) {
                       worker->add_frames(counted >= 0 ? counted : result->part.frames);
