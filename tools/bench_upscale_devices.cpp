@@ -49,6 +49,8 @@ const char* kAbout =
     "  the jobs' parallel.inputs (inputs at once; 0 = auto: one per device, more on a GPU once\n"
     "  the first input's peak memory shows room); input_lanes in the JSON is what each run used.\n"
     "  --encode-threads N: the jobs' encode.threads (0: the host thread budget's).\n"
+    "  --decode software|nvdec|auto: the jobs' decode (NVDEC frees the cores an encode-bound\n"
+    "  batch decodes its inputs with; the ceiling's frames are decoded before it is timed).\n"
     "  encode_ceiling: the run's frames (the job on all devices once more, untimed, writing\n"
     "  FFV1), decoded into memory first, encoded in as many lanes with the same encoder\n"
     "  settings, with the lanes' thread budget\n"
@@ -162,6 +164,7 @@ nlohmann::json describe(const Run& run) {
 int bench_upscale_devices(int argc, char** argv) {
   std::string devices, input, kind = "lanczos", model, precision;
   std::string codec = "libx264", preset = "veryfast", workdir = "/tmp/wmbench-devices";
+  std::string decode = "software";
   wm::bench::ClipShape make{1920, 1080, 48};
   int ranks = 0, inputs = 8, scale = 0, crf = 18, slice_frames = 0, warmup = 1, lanes = 0,
       encode_threads = 0;
@@ -182,6 +185,7 @@ int bench_upscale_devices(int argc, char** argv) {
       .integer("--slice-frames", &slice_frames, 0)
       .integer("--lanes", &lanes, 0)
       .integer("--encode-threads", &encode_threads, 0, "N")
+      .text("--decode", &decode, "software|nvdec|auto")
       .integer("--warmup", &warmup, 0)
       .text("--workdir", &workdir, "DIR");
   if (const int status = args.parse(argc, argv); status >= 0) return status;
@@ -247,6 +251,7 @@ int bench_upscale_devices(int argc, char** argv) {
     yaml += "parallel: {mode: data, ranks: " + std::to_string(job_ranks) +
             (lanes > 0 ? ", inputs: " + std::to_string(lanes) : std::string()) + "}\n";
     if (!precision.empty()) yaml += "precision: " + precision + "\n";
+    yaml += "decode: " + decode + "\n";
     if (slice_frames > 0) yaml += "slice_frames: " + std::to_string(slice_frames) + "\n";
     if (lossless) {
       yaml += "encode: {codec: ffv1}\n";
@@ -327,6 +332,7 @@ int bench_upscale_devices(int argc, char** argv) {
                            {"model", model.empty() ? kind : model},
                            {"scale", model_scale},
                            {"encode", codec + " " + preset + " crf " + std::to_string(crf)},
+                           {"decode", decode},
                            {"encode_threads", encode_threads},  // 0: the thread budget's
                            {"cores", int(std::thread::hardware_concurrency())},
                            {"one_device", describe(single)},

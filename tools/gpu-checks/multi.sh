@@ -31,12 +31,14 @@ if [ "${MULTI_SEEDVR2:-1}" = 1 ]; then
 fi
 [ "${MULTI_BATCH:-1}" = 1 ] || exit 0
 # MULTI_FRAMES: frames per input (24; 96 shows the batch past its lanes' start), MULTI_THREADS:
-# the jobs' encode.threads to try ("0" = the thread budget's; e.g. "0 12 24" to choose the rule).
+# the jobs' encode.threads to try ("0" = the thread budget's; e.g. "0 12 24" to choose the rule),
+# MULTI_DECODE: the jobs' decode (software, the default; nvdec or auto: the inputs on NVDEC).
 frames=${MULTI_FRAMES:-24}
 for threads in ${MULTI_THREADS:-0}; do
   timeout 300 build-gpu/wmbench upscale --devices "$devs" --model realesr-animevideov3 \
     --precision fp16 --inputs 8 --make 1920x1080:$frames --scale 2 --warmup 1 \
-    --encode-threads "$threads" --workdir "/tmp/wmbench-multi-$frames" \
+    --encode-threads "$threads" --decode "${MULTI_DECODE:-software}" \
+    --workdir "/tmp/wmbench-multi-$frames" \
     | tr -d '\n' >> "$OUT/multi.jsonl"
   echo >> "$OUT/multi.jsonl"
 done
