@@ -250,14 +250,9 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
                         exec::DeviceContext* device) const override {
 #ifdef WMBATCH_WITH_CUDA
     if (!device_.is_cuda()) return true;
-    const int64_t elt = int64_t(c10::elementSize(dtype_));
-    int64_t total = 0, resident = 0;
-    for (int k = 0; k < net_->state_slots(); ++k) total += net_->slot_bytes(k, height, width, elt);
-    for (const auto& [tile, state] : tiles_) {
-      for (const at::Tensor& m : state.memory) {
-        if (m.defined() && m.is_cuda()) resident += int64_t(m.nbytes());
-      }
-    }
+    const int64_t total = state_bytes(height, width, int64_t(c10::elementSize(dtype_)));
+    int64_t resident = 0;
+    for (const auto& [tile, state] : tiles_) resident += device_bytes(state);
     const seedvr2::Tuning& tuning = net_->tuning();
     if (tuning.device_state_mib > 0) return total <= tuning.device_state_mib << 20;
     const Room room = device_room(height, width, resident, std::max(1, device_ranks), device);
@@ -484,6 +479,22 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
     return parts.size() == 1 ? parts[0] : at::cat(parts, 2);
   }
 
+  // The whole causal state (every slot) for input of h × w, elements of `elt` bytes.
+  int64_t state_bytes(int64_t h, int64_t w, int64_t elt) const {
+    int64_t total = 0;
+    for (int k = 0; k < net_->state_slots(); ++k) total += net_->slot_bytes(k, h, w, elt);
+    return total;
+  }
+
+  // What of `state` lives in device memory now.
+  static int64_t device_bytes(const StreamState& state) {
+    int64_t bytes = 0;
+    for (const at::Tensor& m : state.memory) {
+      if (m.defined() && m.is_cuda()) bytes += int64_t(m.nbytes());
+    }
+    return bytes;
+  }
+
   // Host memory the phases may hold: Tuning::host_mib, else the process's host budget less what
   // other sessions hold of it (exec::DeviceContext::host_memory_available; the device layer
   // measures the budget once: what the host had available less an eighth, at least 8 GiB. Half
@@ -502,8 +513,8 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
   // ModelError (exit 1, like running out of device memory) when not even one latent frame fits.
   int64_t phase_range(int64_t frames, int64_t h, int64_t w, int64_t elt,
                       const std::vector<size_t>& starts, const RunContext& ctx) {
-    int64_t state = 0, per = 0;
-    for (int k = 0; k < net_->state_slots(); ++k) state += net_->slot_bytes(k, h, w, elt);
+    const int64_t state = state_bytes(h, w, elt);
+    int64_t per = 0;
     std::vector<int64_t> spool;
     for (size_t q = 1; q < starts.size(); ++q) {
       spool.push_back(net_->stage_input_bytes(starts[q], h, w, elt));
@@ -623,11 +634,7 @@ class SeedVR2Session final : public ModelSession, public Seedvr2SequenceSession 
     const int64_t share = std::max(1, ctx.device_ranks);
     const int64_t slots = net_->state_slots();
     const int64_t elt = int64_t(c10::elementSize(dtype_));
-    int64_t total = 0, resident = 0;
-    for (int k = 0; k < slots; ++k) total += net_->slot_bytes(k, h, w, elt);
-    for (const at::Tensor& m : state.memory) {
-      if (m.defined() && m.is_cuda()) resident += int64_t(m.nbytes());
-    }
+    const int64_t total = state_bytes(h, w, elt), resident = device_bytes(state);
     constexpr int64_t kMostWork = int64_t(4) << 30, kLeastWork = int64_t(256) << 20;
     const int64_t copies = snapshot && !ctx.first_slice ? 2 : 1;
     const Room room = device_room(h, w, resident, share, ctx.device);
