@@ -3,11 +3,14 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+
+#include "src/base/thread_name.h"
 
 namespace wm::bench {
 
@@ -17,7 +20,15 @@ struct ThreadCpuSampler::Tasks {
     long first = -1;  // ticks at the first sample (threads already there at the start)
     long last = 0;
   };
-  std::map<long, Seen> seen;  // by thread id
+  std::map<std::pair<long, unsigned long long>, Seen> seen;  // by thread id and start time
+  // Per sample: seconds since the start, and the ticks so far of the encoders' threads and of
+  // the others.
+  struct Point {
+    double at = 0;
+    long encode = 0, other = 0;
+  };
+  std::vector<Point> points;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 
   void sample(bool first) {
     DIR* dir = opendir("/proc/self/task");
@@ -33,17 +44,25 @@ struct ThreadCpuSampler::Tasks {
       std::istringstream rest(line.substr(close + 2));
       std::string field;
       long utime = 0, stime = 0;
-      for (int i = 3; i <= 15 && rest >> field; ++i) {
+      unsigned long long born = 0;
+      for (int i = 3; i <= 22 && rest >> field; ++i) {
         if (i == 14) utime = std::atol(field.c_str());
         if (i == 15) stime = std::atol(field.c_str());
+        if (i == 22) born = std::strtoull(field.c_str(), nullptr, 10);
       }
-      Seen& s = seen[std::atol(e->d_name)];
+      // A thread id the kernel gave again to a newer thread is another thread.
+      Seen& s = seen[{std::atol(e->d_name), born}];
       s.name = line.substr(open + 1, close - open - 1);
       if (first && s.first < 0) s.first = utime + stime;
       if (s.first < 0) s.first = 0;  // born after the start
       s.last = utime + stime;
     }
     closedir(dir);
+    Point p;
+    p.at = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    for (const auto& [tid, s] : seen)
+      (s.name == kEncodeThreads ? p.encode : p.other) += s.last - s.first;
+    points.push_back(p);
   }
 };
 
@@ -69,6 +88,31 @@ std::map<std::string, double> ThreadCpuSampler::stop() {
   std::map<std::string, double> by_name;
   for (const auto& [tid, s] : tasks_->seen) by_name[s.name] += double(s.last - s.first) * tick;
   return by_name;
+}
+
+ThreadCpuSampler::Busy ThreadCpuSampler::timeline(double bucket) const {
+  Busy busy;
+  const std::vector<Tasks::Point>& points = tasks_->points;
+  if (points.size() < 2 || bucket <= 0) return busy;
+  const double tick = 1.0 / double(sysconf(_SC_CLK_TCK));
+  // The ticks so far at time t, linear between the samples around it.
+  auto at = [&](double t, long Tasks::Point::*field) {
+    size_t i = 1;
+    while (i + 1 < points.size() && points[i].at < t) ++i;
+    const Tasks::Point &a = points[i - 1], &b = points[i];
+    const double span = std::max(b.at - a.at, 1e-9);
+    const double f = std::clamp((t - a.at) / span, 0.0, 1.0);
+    return double(a.*field) + f * double(b.*field - a.*field);
+  };
+  const double end = points.back().at;
+  for (double t = 0; t < end; t += bucket) {
+    const double to = std::min(t + bucket, end), width = std::max(to - t, 1e-9);
+    busy.encode.push_back((at(to, &Tasks::Point::encode) - at(t, &Tasks::Point::encode)) * tick /
+                          width);
+    busy.other.push_back((at(to, &Tasks::Point::other) - at(t, &Tasks::Point::other)) * tick /
+                         width);
+  }
+  return busy;
 }
 
 }  // namespace wm::bench

@@ -48,14 +48,22 @@ const char* kAbout =
     "  per input, when it started, its seconds and its output's finish among them. --lanes N:\n"
     "  the jobs' parallel.inputs (inputs at once; 0 = auto: one per device, more on a GPU once\n"
     "  the first input's peak memory shows room); input_lanes in the JSON is what each run used.\n"
-    "  --encode-threads N: the jobs' encode.threads (0: the host thread budget's).\n"
+    "  --encode-threads N: the jobs' encode.threads (0: the host thread budget's; a list: see\n"
+    "  --repeat).\n"
     "  --decode software|nvdec|auto: the jobs' decode (NVDEC frees the cores an encode-bound\n"
     "  batch decodes its inputs with; the ceiling's frames are decoded before it is timed).\n"
     "  encode_ceiling: the run's frames (the job on all devices once more, untimed, writing\n"
     "  FFV1), decoded into memory first, encoded in as many lanes with the same encoder\n"
     "  settings, with the lanes' thread budget\n"
     "  and with the encoder's own threads (splits: both; the faster is the ceiling: the\n"
-    "  encoder alone, the host's ceiling for this output); of_ceiling: the run's fps over it.\n";
+    "  encoder alone, the host's ceiling for this output); of_ceiling: the run's fps over it.\n"
+    "  --encode-threads N,.. with --repeat R: R rounds, each the job once per count and the\n"
+    "  ceiling's split once (the first round: the runs above), interleaved; rounds: each\n"
+    "  job's fps against its round's ceiling; of_ceiling_median per count.\n"
+    "  --ceiling-threads N,..: only these splits (0: the encoder's auto). --skip-one: no run\n"
+    "  on the first device alone (no speed_up; for one device, where both runs are the same).\n"
+    "  cores_busy (the run on all devices and the ceiling): the cores busy per quarter second,\n"
+    "  the encoders' threads and the others.\n";
 
 struct Run {
   double seconds = 0;
@@ -66,7 +74,22 @@ struct Run {
   double cpu_seconds = 0;                // the process's user + system time during the run
   nlohmann::json timeline = nlohmann::json::array();  // per input: started, seconds, finish
   std::map<std::string, double> cpu_by_thread;        // CPU seconds by thread name (role)
+  wm::bench::ThreadCpuSampler::Busy busy_cores;       // cores busy over the run, per bucket
 };
+
+constexpr double kBucketSeconds = 0.25;
+
+// The cores busy in each quarter second, the encoders' threads and the others (one decimal).
+nlohmann::json busy_json(const wm::bench::ThreadCpuSampler::Busy& busy) {
+  auto round = [](const std::vector<double>& v) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const double x : v) a.push_back(std::round(10 * x) / 10);
+    return a;
+  };
+  return {{"bucket_seconds", kBucketSeconds},
+          {"encode", round(busy.encode)},
+          {"other", round(busy.other)}};
+}
 
 // The host's cores busy on average over `seconds` of wall time, as a share of all of them.
 double host_cpu_share(double cpu_seconds, double seconds) {
@@ -81,6 +104,7 @@ Run run_job(const std::string& yaml_path) {
   const std::vector<wm::sched::JobOutcome> outcomes =
       wm::bench::run_job_or_exit(yaml_path, &run.seconds);
   run.cpu_by_thread = sampler.stop();
+  run.busy_cores = sampler.timeline(kBucketSeconds);
   run.cpu_seconds = wm::sched::process_cpu_seconds() - cpu_before;
   for (const auto& o : outcomes) {
     run.frames += o.frames;
@@ -135,6 +159,8 @@ nlohmann::json describe(const Run& run) {
     if (value >= 0.01) by_thread[name] = value;
   }
   j["cpu_seconds_by_thread"] = by_thread;
+  // When the cores were busy: a batch's start and its lanes' ends against the steady middle.
+  j["cores_busy"] = busy_json(run.busy_cores);
   // The pipeline's stages run at once: the one busy for the largest share of the lanes' time
   // bounds the run (encode = the sink stage plus the writer's finish after it).
   const auto stage = [&](const char* key) {
@@ -159,15 +185,42 @@ nlohmann::json describe(const Run& run) {
   return j;
 }
 
+// "N,N,..": counts from 0; false when an item is not one.
+bool parse_counts(const std::string& text, std::vector<int>& out) {
+  out.clear();
+  for (size_t at = 0; at <= text.size();) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    try {
+      size_t used = 0;
+      out.push_back(std::stoi(item, &used));
+      if (used != item.size() || out.back() < 0) return false;
+    } catch (const std::exception&) {
+      return false;
+    }
+    at = comma + 1;
+  }
+  return true;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 }  // namespace
 
 int bench_upscale_devices(int argc, char** argv) {
   std::string devices, input, kind = "lanczos", model, precision;
   std::string codec = "libx264", preset = "veryfast", workdir = "/tmp/wmbench-devices";
-  std::string decode = "software";
+  std::string decode = "software", ceiling_threads;
+  bool skip_one = false;
   wm::bench::ClipShape make{1920, 1080, 48};
+  std::string encode_threads = "0";
   int ranks = 0, inputs = 8, scale = 0, crf = 18, slice_frames = 0, warmup = 1, lanes = 0,
-      encode_threads = 0;
+      repeat = 1;
   wm::bench::Args args("wmbench upscale", kAbout);
   args.text("--devices", &devices, "0,1,..|cpu")
       .integer("--ranks", &ranks, 0, "N")
@@ -184,8 +237,11 @@ int bench_upscale_devices(int argc, char** argv) {
       .integer("--crf", &crf, 0)
       .integer("--slice-frames", &slice_frames, 0)
       .integer("--lanes", &lanes, 0)
-      .integer("--encode-threads", &encode_threads, 0, "N")
+      .text("--encode-threads", &encode_threads, "N,..")
+      .integer("--repeat", &repeat, 1)
       .text("--decode", &decode, "software|nvdec|auto")
+      .text("--ceiling-threads", &ceiling_threads, "N,..")
+      .toggle("--skip-one", &skip_one)
       .integer("--warmup", &warmup, 0)
       .text("--workdir", &workdir, "DIR");
   if (const int status = args.parse(argc, argv); status >= 0) return status;
@@ -197,6 +253,13 @@ int bench_upscale_devices(int argc, char** argv) {
     } catch (const std::exception& e) {
       return args.fail(std::string("--model: ") + e.what());
     }
+  }
+  std::vector<int> wanted_threads, job_threads;
+  if (!ceiling_threads.empty() && !parse_counts(ceiling_threads, wanted_threads)) {
+    return args.fail("--ceiling-threads: counts from 0, separated by commas");
+  }
+  if (!parse_counts(encode_threads, job_threads)) {
+    return args.fail("--encode-threads: counts from 0, separated by commas");
   }
   const bool cpu = devices == "cpu";
   std::vector<std::string> ids;
@@ -242,7 +305,8 @@ int bench_upscale_devices(int argc, char** argv) {
   }
   // `lossless`: the same job writing FFV1 into .nut (its frames as the encoder gets them).
   auto job = [&](const std::string& name, const std::string& devices_yaml, int job_ranks,
-                 bool lossless = false) {
+                 bool lossless = false, int threads = -1) {
+    if (threads < 0) threads = job_threads.front();
     std::string yaml = "task: upscale\ninput:\n";
     for (const std::string& c : copies) yaml += "  - '" + c + "'\n";
     yaml += "output: '" + workdir + "/out_" + name + "/{stem}." + (lossless ? "nut" : "mp4") +
@@ -256,10 +320,8 @@ int bench_upscale_devices(int argc, char** argv) {
     if (lossless) {
       yaml += "encode: {codec: ffv1}\n";
     } else {
-      yaml +=
-          "encode: {codec: " + codec + ", preset: " + preset + ", crf: " + std::to_string(crf) +
-          (encode_threads > 0 ? ", threads: " + std::to_string(encode_threads) : std::string()) +
-          "}\n";
+      yaml += "encode: {codec: " + codec + ", preset: " + preset + ", crf: " + std::to_string(crf) +
+              (threads > 0 ? ", threads: " + std::to_string(threads) : std::string()) + "}\n";
     }
     const std::string path = workdir + "/" + name + ".yaml";
     wm::fs::write_file_atomic(path, yaml);
@@ -272,7 +334,7 @@ int bench_upscale_devices(int argc, char** argv) {
   const std::string all = job("all", cpu ? "cpu" : all_list, cpu ? ranks : int(ids.size()));
 
   for (int i = 0; i < warmup; ++i) run_job(all);
-  const Run single = run_job(one);
+  const Run single = skip_one ? Run{} : run_job(one);
   const Run spread = run_job(all);
   // The encoder alone on the run's own frames, in its lanes: the same job once more (not timed)
   // writing them losslessly, decoded into memory, then encoded. (Until 2026-11-30 it re-encoded
@@ -297,19 +359,23 @@ int bench_upscale_devices(int argc, char** argv) {
       wm::parallel::thread_budget(wm::parallel::host_cores(), spread.lanes);
   settings.convert_threads = budget.convert_threads;
   wm::bench::EncodeCeiling ceiling;
+  wm::bench::ThreadCpuSampler::Busy ceiling_busy;
   nlohmann::json splits = nlohmann::json::array();
   // Four splits: one thread per lane core and 1.5 (the budget's rules before 2026-11-30), the
   // budget's (3 per lane core), and the encoder's own auto in every lane.
   std::vector<int> tries{budget.lane_cores, std::max(1, 3 * budget.lane_cores / 2),
                          budget.encoder_threads, 0};
+  if (!ceiling_threads.empty()) tries = wanted_threads;
   tries.erase(std::unique(tries.begin(), tries.end()), tries.end());
   const wm::bench::DecodedVideos frames =
       wm::bench::decode_videos(outputs, wm::parallel::host_cores());
   for (const int threads : tries) {
     wm::io::EncodeSettings tried = settings;
     tried.threads = threads;
+    wm::bench::ThreadCpuSampler sampler;
     const wm::bench::EncodeCeiling c =
         wm::bench::encode_ceiling(frames, workdir + "/out_ceiling", spread.lanes, tried);
+    sampler.stop();
     if (!c.skipped.empty()) {
       ceiling = c;
       break;
@@ -319,6 +385,7 @@ int bench_upscale_devices(int argc, char** argv) {
                       {"host_cpu_share", host_cpu_share(c.cpu_seconds, c.seconds)}});
     if (ceiling.frames == 0 || c.seconds < ceiling.seconds) {
       ceiling = c;
+      ceiling_busy = sampler.timeline(kBucketSeconds);
       settings.threads = threads;
     }
   }
@@ -333,11 +400,13 @@ int bench_upscale_devices(int argc, char** argv) {
                            {"scale", model_scale},
                            {"encode", codec + " " + preset + " crf " + std::to_string(crf)},
                            {"decode", decode},
-                           {"encode_threads", encode_threads},  // 0: the thread budget's
+                           {"encode_threads", job_threads.front()},  // 0: the thread budget's
                            {"cores", int(std::thread::hardware_concurrency())},
-                           {"one_device", describe(single)},
-                           {"all_devices", describe(spread)},
-                           {"speed_up", single.seconds / spread.seconds}};
+                           {"all_devices", describe(spread)}};
+  if (!skip_one) {
+    result["one_device"] = describe(single);
+    result["speed_up"] = single.seconds / spread.seconds;
+  }
   if (ceiling.skipped.empty()) {
     result["encode_ceiling"] = {{"seconds", ceiling.seconds},
                                 {"frames", ceiling.frames},
@@ -345,9 +414,53 @@ int bench_upscale_devices(int argc, char** argv) {
                                 {"lanes", ceiling.lanes},
                                 {"encoder_threads", settings.threads},  // 0: the encoder's
                                 {"source", "the job's frames, lossless (FFV1)"},
-                                {"splits", splits}};
+                                {"splits", splits},
+                                {"cores_busy", busy_json(ceiling_busy)}};
     // The job on all devices against the encoder alone, same frames and lanes.
     result["of_ceiling"] = ceiling.seconds / spread.seconds;
+    // Rounds: the job (each --encode-threads count) and the ceiling's split again, interleaved,
+    // each job against the ceiling of its own round: on a shared host the same ceiling ran 53.8
+    // to 60.9 fps within minutes (one H200, 2026-12-01), so one pair says little.
+    if (repeat > 1 || job_threads.size() > 1) {
+      nlohmann::json rounds = nlohmann::json::array();
+      std::map<int, std::vector<double>> ratios;
+      for (int r = 0; r < repeat; ++r) {
+        nlohmann::json jobs = nlohmann::json::array();
+        std::vector<std::pair<int, Run>> runs;
+        for (size_t t = 0; t < job_threads.size(); ++t) {
+          if (r == 0 && t == 0) {
+            runs.emplace_back(job_threads[t], spread);
+          } else {
+            runs.emplace_back(job_threads[t],
+                              run_job(job("all", cpu ? "cpu" : all_list,
+                                          cpu ? ranks : int(ids.size()), false, job_threads[t])));
+          }
+        }
+        const wm::bench::EncodeCeiling c =
+            r == 0 ? ceiling
+                   : wm::bench::encode_ceiling(frames, workdir + "/out_ceiling", spread.lanes,
+                                               settings);
+        for (const auto& [threads, run] : runs) {
+          const double of = c.seconds / run.seconds;
+          ratios[threads].push_back(of);
+          jobs.push_back({{"encode_threads", threads},
+                          {"fps", run.frames / run.seconds},
+                          {"cpu_seconds", run.cpu_seconds},
+                          {"host_cpu_share", host_cpu_share(run.cpu_seconds, run.seconds)},
+                          {"of_ceiling", of}});
+        }
+        rounds.push_back({{"ceiling_fps", c.frames / c.seconds},
+                          {"ceiling_cpu_seconds", c.cpu_seconds},
+                          {"ceiling_host_cpu_share", host_cpu_share(c.cpu_seconds, c.seconds)},
+                          {"jobs", jobs}});
+      }
+      nlohmann::json medians = nlohmann::json::array();
+      for (const int threads : job_threads) {
+        medians.push_back({{"encode_threads", threads}, {"of_ceiling", median(ratios[threads])}});
+      }
+      result["rounds"] = rounds;
+      result["of_ceiling_median"] = medians;
+    }
   } else {
     result["encode_ceiling"] = {{"skipped", ceiling.skipped}};
   }

@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -520,6 +519,74 @@ TEST(ParallelJobs, BenchUpscaleDevicesOnCpuRanks) {
       EXPECT_NEAR(a[f], b[f], 1e-6) << name << " frame " << f;
       EXPECT_NEAR(l[f], b[f], 1e-6) << name << " frame " << f;
     }
+  }
+}
+
+// Rounds: each --encode-threads count's job and the ceiling again, interleaved; each job against
+// its own round's ceiling, the first round the runs the JSON already has, and the medians from
+// the rounds. The cores busy over a run: one value per quarter second, encoders and others.
+TEST(ParallelJobs, BenchUpscaleDevicesRoundsAndBusyCores) {
+  TempDir dir("parallel-bench-rounds");
+  const CommandResult r = run_command({std::string(WM_BINARY_DIR) + "/wmbench",
+                                       "upscale",
+                                       "--devices",
+                                       "cpu",
+                                       "--ranks",
+                                       "2",
+                                       "--inputs",
+                                       "2",
+                                       "--make",
+                                       "64x48:4",
+                                       "--warmup",
+                                       "0",
+                                       "--skip-one",
+                                       "--encode-threads",
+                                       "0,1",
+                                       "--repeat",
+                                       "3",
+                                       "--ceiling-threads",
+                                       "1",
+                                       "--workdir",
+                                       dir.file("work")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_FALSE(j.contains("one_device"));
+  EXPECT_FALSE(j.contains("speed_up"));
+  ASSERT_EQ(j.at("encode_ceiling").at("splits").size(), 1u);
+  EXPECT_EQ(j.at("encode_ceiling").at("encoder_threads"), 1);
+  const nlohmann::json& rounds = j.at("rounds");
+  ASSERT_EQ(rounds.size(), 3u) << j.dump();
+  std::vector<std::vector<double>> ratios(2);
+  for (size_t k = 0; k < rounds.size(); ++k) {
+    const nlohmann::json& jobs = rounds[k].at("jobs");
+    ASSERT_EQ(jobs.size(), 2u);
+    const double ceiling = rounds[k].at("ceiling_fps");
+    EXPECT_GT(ceiling, 0.0);
+    for (size_t t = 0; t < 2; ++t) {
+      EXPECT_EQ(jobs[t].at("encode_threads"), int(t));
+      EXPECT_NEAR(jobs[t].at("of_ceiling").get<double>(), jobs[t].at("fps").get<double>() / ceiling,
+                  1e-9);
+      ratios[t].push_back(jobs[t].at("of_ceiling"));
+    }
+  }
+  // The first round is the run above and the first ceiling.
+  EXPECT_DOUBLE_EQ(rounds[0].at("jobs")[0].at("fps").get<double>(),
+                   j.at("all_devices").at("fps").get<double>());
+  EXPECT_DOUBLE_EQ(rounds[0].at("ceiling_fps").get<double>(),
+                   j.at("encode_ceiling").at("fps").get<double>());
+  const nlohmann::json& medians = j.at("of_ceiling_median");
+  ASSERT_EQ(medians.size(), 2u);
+  for (size_t t = 0; t < 2; ++t) {
+    std::sort(ratios[t].begin(), ratios[t].end());
+    EXPECT_EQ(medians[t].at("encode_threads"), int(t));
+    EXPECT_DOUBLE_EQ(medians[t].at("of_ceiling").get<double>(), ratios[t][1]);
+  }
+  for (const nlohmann::json* busy :
+       {&j.at("all_devices").at("cores_busy"), &j.at("encode_ceiling").at("cores_busy")}) {
+    EXPECT_EQ(busy->at("bucket_seconds"), 0.25);
+    const size_t n = busy->at("encode").size();
+    EXPECT_GE(n, 1u) << busy->dump();
+    EXPECT_EQ(busy->at("other").size(), n) << busy->dump();
   }
 }
 
