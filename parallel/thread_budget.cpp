@@ -23,16 +23,13 @@ ThreadBudget thread_budget(int cores, int lanes) {
   // threads, 84.2 at 12.
   b.encoder_threads = std::max(1, std::min(3 * b.lane_cores, 3 * b.cores / 2));
   // The device frame path decodes the model's input (~1/4 of the output's pixels or less): a
-  // quarter of the lane's cores, 1 to 8 threads (scheduler/upscale_device.cpp gives the encoders
-  // the rest); lanes of a batch at least 2 (within their cores). A lane's steady state needs
-  // less, but an input's start does not wait on its encoder: x264 takes its first ~25 frames
-  // (lookahead and frame threads) without blocking, so the encoder idles until the decoder has
-  // delivered them. With one thread per lane of 4 cores (until 2026-12-01) a 1080p input decoded
-  // at ~12 ms a frame, and a batch of 1-second inputs waited 0.28 s per input for it (one H200,
-  // 8 x 24 frames: 0.83 of its encode ceiling, against 0.93 for 96-frame inputs).
+  // quarter of the lane's cores, 1 to 8 threads, is more than the device takes
+  // (scheduler/upscale_device.cpp gives the encoders the rest). Two per lane of 4 cores did not
+  // shorten a batch's start (one H200, 8 x 24 frames, 2026-12-01: 0.854 and 0.858 of the encode
+  // ceiling against 0.845 and 0.869 with one, medians of 3 rounds): decoding took 0.49 s instead
+  // of 2.59 (summed over the inputs), but the lanes waited as long on their slices from the
+  // device (1.97 s against 1.94), which all of them start on at once.
   b.device_decode_threads = std::clamp(b.lane_cores / 4, 1, 8);
-  if (b.lanes > 1)
-    b.device_decode_threads = std::min(b.lane_cores, std::max(2, b.device_decode_threads));
   // FFmpeg 5.1's swscale slice threads broke some conversions (io/video_reader.h): one thread.
   b.convert_threads = 1;
   b.torch_threads = b.cores;

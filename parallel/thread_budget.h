@@ -8,7 +8,7 @@
 // One lane (every job that is not a batch on input lanes) gets exactly what each library chose
 // by itself before the budget existed: libav's decoder and encoder on their "auto" (one thread per
 // core; x264 1.5 per core), swscale one thread, TBB's default arena (one thread per core), and the
-// device frame path's decode threads a quarter of the cores (1 to 8). Lanes > 1 divide the
+// device frame path's decode threads a quarter of the cores (2 to 8). Lanes > 1 divide the
 // cores: each lane gets cores / lanes (at least 1), so the lanes' CPU-heavy stages together stay
 // within the cores (or one thread per lane when there are more lanes than cores) — except the
 // encoder, which gets 3 threads per lane core, at most x264's auto for the whole host (1.5 per
