@@ -33,11 +33,16 @@ fi
 # MULTI_FRAMES: frames per input (24; 96 shows the batch past its lanes' start), MULTI_THREADS:
 # the jobs' encode.threads to try ("0" = the thread budget's; e.g. "0 12 24" to choose the rule),
 # MULTI_DECODE: the jobs' decode (software, the default; nvdec or auto: the inputs on NVDEC).
+# MULTI_REPEAT: rounds of the job on all GPUs and its ceiling, interleaved (wmbench --repeat; the
+# JSON's of_ceiling_median: one pair moved by ±7 % on a shared host), MULTI_CEILING_THREADS: the
+# ceiling's thread splits (default: all four).
 frames=${MULTI_FRAMES:-24}
 for threads in ${MULTI_THREADS:-0}; do
-  timeout 300 build-gpu/wmbench upscale --devices "$devs" --model realesr-animevideov3 \
+  timeout "${MULTI_BATCH_S:-300}" build-gpu/wmbench upscale --devices "$devs" \
+    --model realesr-animevideov3 \
     --precision fp16 --inputs 8 --make 1920x1080:$frames --scale 2 --warmup 1 \
     --encode-threads "$threads" --decode "${MULTI_DECODE:-software}" \
+    --repeat "${MULTI_REPEAT:-1}" ${MULTI_CEILING_THREADS:+--ceiling-threads "$MULTI_CEILING_THREADS"} \
     --workdir "/tmp/wmbench-multi-$frames" \
     | tr -d '\n' >> "$OUT/multi.jsonl"
   echo >> "$OUT/multi.jsonl"
@@ -50,3 +55,4 @@ if [ "${MULTI_RESAMPLE:-1}" = 1 ]; then
   echo >> "$OUT/multi.jsonl"
 fi
 grep -o '"speed_up":[0-9.]*\|"of_ceiling":[0-9.]*\|"fps[a-z_]*":[0-9.]*' "$OUT/multi.jsonl" | head
+grep -o '"of_ceiling_median":[^]]*]' "$OUT/multi.jsonl" | head
