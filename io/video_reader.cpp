@@ -16,6 +16,7 @@
 #include "io/av_handles.h"
 #include "io/av_log.h"
 #include "io/image_output.h"
+#include "io/nvdec_context.h"
 #include "io/pixel_convert.h"
 #include "io/stdin_tee.h"
 #include "src/base/error.h"
@@ -374,21 +375,10 @@ struct VideoReader::Impl {
     const AVCodec* codec = find_nvdec_decoder(id);
     if (!codec) return std::string("NVDEC does not decode ") + avcodec_get_name(id);
     const std::string gpu = std::to_string(options.cuda_device);
-    AVBufferRef* raw_device = nullptr;
-    {
-      // Fails with two libav errors on a host without the CUDA driver; the caller says it once.
-      AvLogCapture capture;
-      // Its own CUDA context, not the device's primary one: FFmpeg 5.1 would set the primary
-      // context's scheduling flags and refuses when LibTorch already made it with others.
-      const int rc =
-          av_hwdevice_ctx_create(&raw_device, AV_HWDEVICE_TYPE_CUDA, gpu.c_str(), nullptr, 0);
-      if (rc < 0) {
-        std::string problem =
-            "cannot open CUDA device " + gpu + " for NVDEC: " + av_error_string(rc);
-        if (!capture.first_problem().empty()) problem += " (" + capture.first_problem() + ")";
-        return problem;
-      }
-    }
+    // The GPU's primary context, LibTorch's (io/nvdec_context.h says why not one of its own).
+    std::string why;
+    AVBufferRef* raw_device = nvdec_primary_device(options.cuda_device, why);
+    if (!raw_device) return "cannot open CUDA device " + gpu + " for NVDEC: " + why;
     const BufferRefPtr device(raw_device);
     CodecContextPtr context(avcodec_alloc_context3(codec));
     if (!context) throw std::bad_alloc();

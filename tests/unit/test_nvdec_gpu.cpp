@@ -13,6 +13,7 @@
 
 #include "io/av_handles.h"
 #include "io/av_log.h"
+#include "io/nvdec_context.h"
 #include "io/video_reader.h"
 #include "tests/support/log_capture.h"
 #include "tests/support/media.h"
@@ -20,6 +21,19 @@
 extern "C" {
 #include <libavutil/hwcontext.h>
 }
+// libavutil/hwcontext_cuda.h needs the two CUDA handle types only (io/nvdec_context.cpp).
+typedef struct CUctx_st* CUcontext;
+typedef struct CUstream_st* CUstream;
+#ifndef CUDA_VERSION
+#define CUDA_VERSION 0
+#define WM_TEST_DEFINED_CUDA_VERSION
+#endif
+extern "C" {
+#include <libavutil/hwcontext_cuda.h>
+}
+#ifdef WM_TEST_DEFINED_CUDA_VERSION
+#undef CUDA_VERSION
+#endif
 
 namespace wm {
 namespace {
@@ -100,6 +114,47 @@ void expect_nvdec_matches_software(const std::string& path, const std::string& d
   for (size_t i = 0; i < std::min(hardware.frames.size(), software.frames.size()); ++i) {
     EXPECT_EQ(hardware.frames[i].image.data, software.frames[i].image.data) << "frame " << i;
   }
+}
+
+// NVDEC's device is the GPU's primary context (the one LibTorch runs in), the same for every
+// reader, with a stream of its own per device; devices come and go without using it up (each
+// holds a retain of the context and releases it when its last reference goes).
+TEST(NvdecGpu, DevicesShareThePrimaryContextWithStreamsOfTheirOwn) {
+  WM_REQUIRE_NVDEC();
+  auto cuda = [](AVBufferRef* ref) {
+    return static_cast<AVCUDADeviceContext*>(
+        reinterpret_cast<AVHWDeviceContext*>(ref->data)->hwctx);
+  };
+  std::string why;
+  AVBufferRef* a = io::nvdec_primary_device(0, why);
+  ASSERT_NE(a, nullptr) << why;
+  AVBufferRef* b = io::nvdec_primary_device(0, why);
+  ASSERT_NE(b, nullptr) << why;
+  EXPECT_NE(cuda(a)->cuda_ctx, nullptr);
+  EXPECT_EQ(cuda(a)->cuda_ctx, cuda(b)->cuda_ctx);
+  EXPECT_NE(cuda(a)->stream, nullptr);
+  EXPECT_NE(cuda(a)->stream, cuda(b)->stream);
+  const CUcontext primary = cuda(a)->cuda_ctx;
+  av_buffer_unref(&a);
+  av_buffer_unref(&b);
+  for (int i = 0; i < 50; ++i) {
+    AVBufferRef* again = io::nvdec_primary_device(0, why);
+    ASSERT_NE(again, nullptr) << why;
+    EXPECT_EQ(cuda(again)->cuda_ctx, primary);
+    av_buffer_unref(&again);
+  }
+  // Frames decoded on it are the software decoder's (and the reader's report says NVDEC).
+  TempDir dir("nvdec-primary");
+  ClipSpec spec;
+  spec.width = 320;
+  spec.height = 180;
+  spec.frames = 8;
+  spec.audio = false;
+  make_clip(dir.file("clip.mp4"), spec);
+  expect_nvdec_matches_software(dir.file("clip.mp4"), "h264", 8);
+  // An ordinal past the last GPU: no device, and why.
+  EXPECT_EQ(io::nvdec_primary_device(4096, why), nullptr);
+  EXPECT_NE(why.find("CUDA error"), std::string::npos) << why;
 }
 
 TEST(NvdecGpu, H264EightBitMatchesSoftware) {
