@@ -15,6 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "parallel/thread_budget.h"
@@ -527,27 +528,14 @@ TEST(ParallelJobs, BenchUpscaleDevicesOnCpuRanks) {
 // the rounds. The cores busy over a run: one value per quarter second, encoders and others.
 TEST(ParallelJobs, BenchUpscaleDevicesRoundsAndBusyCores) {
   TempDir dir("parallel-bench-rounds");
-  const CommandResult r = run_command({std::string(WM_BINARY_DIR) + "/wmbench",
-                                       "upscale",
-                                       "--devices",
-                                       "cpu",
-                                       "--ranks",
-                                       "2",
-                                       "--inputs",
-                                       "2",
-                                       "--make",
-                                       "64x48:4",
-                                       "--warmup",
-                                       "0",
-                                       "--skip-one",
-                                       "--encode-threads",
-                                       "0,1",
-                                       "--repeat",
-                                       "3",
-                                       "--ceiling-threads",
-                                       "1",
-                                       "--workdir",
-                                       dir.file("work")});
+  // The flags of a tiny batch on two CPU ranks, the rounds' flags after them.
+  std::vector<std::string> command = {std::string(WM_BINARY_DIR) + "/wmbench", "upscale"};
+  std::istringstream flags(
+      "--devices cpu --ranks 2 --inputs 2 --make 64x48:4 --warmup 0 --skip-one "
+      "--encode-threads 0,1 --repeat 3 --ceiling-threads 1 --workdir");
+  for (std::string flag; flags >> flag;) command.push_back(flag);
+  command.push_back(dir.file("work"));
+  const CommandResult r = run_command(command);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
   EXPECT_FALSE(j.contains("one_device"));
