@@ -16,11 +16,13 @@ namespace wm::bench {
 
 struct ThreadCpuSampler::Tasks {
   struct Seen {
-    std::string name;
-    long first = -1;  // ticks at the first sample (threads already there at the start)
-    long last = 0;
+    long last = -1;  // ticks at the last sample (-1: not seen yet)
   };
   std::map<std::pair<long, unsigned long long>, Seen> seen;  // by thread id and start time
+  // Ticks since the start by thread name, each sample's new ticks under the name the thread had
+  // then (a thread that takes a role's name for a while, as a writer opening its encoder does,
+  // keeps its earlier ticks under its own).
+  std::map<std::string, long> by_name;
   // Per sample: seconds since the start, and the ticks so far of the encoders' threads and of
   // the others.
   struct Point {
@@ -28,6 +30,7 @@ struct ThreadCpuSampler::Tasks {
     long encode = 0, other = 0;
   };
   std::vector<Point> points;
+  long encode = 0, other = 0;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 
   void sample(bool first) {
@@ -52,16 +55,19 @@ struct ThreadCpuSampler::Tasks {
       }
       // A thread id the kernel gave again to a newer thread is another thread.
       Seen& s = seen[{std::atol(e->d_name), born}];
-      s.name = line.substr(open + 1, close - open - 1);
-      if (first && s.first < 0) s.first = utime + stime;
-      if (s.first < 0) s.first = 0;  // born after the start
-      s.last = utime + stime;
+      const long now = utime + stime;
+      // Threads there at the first sample count from it; threads born later from 0.
+      const long added = s.last < 0 ? (first ? 0 : now) : now - s.last;
+      s.last = now;
+      const std::string name = line.substr(open + 1, close - open - 1);
+      by_name[name] += added;
+      (name == kEncodeThreads ? encode : other) += added;
     }
     closedir(dir);
     Point p;
     p.at = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    for (const auto& [tid, s] : seen)
-      (s.name == kEncodeThreads ? p.encode : p.other) += s.last - s.first;
+    p.encode = encode;
+    p.other = other;
     points.push_back(p);
   }
 };
@@ -86,7 +92,7 @@ std::map<std::string, double> ThreadCpuSampler::stop() {
   tasks_->sample(false);
   const double tick = 1.0 / double(sysconf(_SC_CLK_TCK));
   std::map<std::string, double> by_name;
-  for (const auto& [tid, s] : tasks_->seen) by_name[s.name] += double(s.last - s.first) * tick;
+  for (const auto& [name, ticks] : tasks_->by_name) by_name[name] = double(ticks) * tick;
   return by_name;
 }
 

@@ -1,7 +1,8 @@
 // CPU time by thread name over a stretch of a benchmark (wmbench upscale --devices): a thread
 // samples /proc/self/task every 50 ms, so threads that come and go (an encoder's, per input) are
 // counted up to their last sample. The names are the roles of src/base/thread_name.h; others
-// (LibTorch's, CUDA's, the main thread) under their own names. It also keeps, per sample, the CPU
+// (LibTorch's, CUDA's, the main thread) under their own names; each sample's new ticks count under
+// the name the thread had then. It also keeps, per sample, the CPU
 // time so far of the encoders' threads and of all the others, so that when the cores were busy
 // (a batch's start, its lanes' ends) can be read, not only how much.
 #pragma once
