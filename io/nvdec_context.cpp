@@ -161,4 +161,10 @@ AVBufferRef* nvdec_primary_device(int device, std::string& why) {
   return ref;
 }
 
+std::pair<const void*, const void*> nvdec_handles(const AVBufferRef* device) {
+  const auto* hw = reinterpret_cast<const AVHWDeviceContext*>(device->data);
+  const auto* cuda = static_cast<const AVCUDADeviceContext*>(hw->hwctx);
+  return {cuda->cuda_ctx, cuda->stream};
+}
+
 }  // namespace wm::io

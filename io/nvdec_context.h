@@ -14,6 +14,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 
 extern "C" {
 struct AVBufferRef;
@@ -24,5 +25,8 @@ namespace wm::io {
 // A CUDA AVHWDeviceContext on GPU `device`'s primary context (a new reference), or nullptr with
 // `why` set: "cannot load libcuda.so.1", "cuInit failed (CUDA error 100)", ...
 AVBufferRef* nvdec_primary_device(int device, std::string& why);
+
+// The CUDA context and stream of a CUDA device reference (CUcontext, CUstream), for checks.
+std::pair<const void*, const void*> nvdec_handles(const AVBufferRef* device);
 
 }  // namespace wm::io

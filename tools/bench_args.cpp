@@ -1,6 +1,7 @@
 #include "tools/bench_args.h"
 
 #include <cstdio>
+#include <sstream>
 #include <stdexcept>
 #include <utility>
 
@@ -86,6 +87,17 @@ Args& Args::integer(const std::string& flag, int* target, int min, const std::st
 Args& Args::integer(const std::string& flag, uint64_t* target, const std::string& hint) {
   return add({flag, hint.empty() ? std::to_string(*target) : hint, true,
               [flag, target](const std::string& v) { *target = uint64_t(parse_int(flag, v, 0)); }});
+}
+
+Args& Args::integers(const std::string& flag, std::vector<int>* target, int min,
+                     const std::string& hint) {
+  return add({flag, hint, true, [flag, target, min](const std::string& v) {
+                target->clear();
+                std::stringstream in(v);
+                for (std::string item; std::getline(in, item, ',');) {
+                  target->push_back(parse_int(flag, item, min));
+                }
+              }});
 }
 
 Args& Args::frame_size(const std::string& flag, std::string* target) {

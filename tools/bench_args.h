@@ -29,6 +29,9 @@ class Args {
   // An integer from `min` up (checked: the whole value, in range).
   Args& integer(const std::string& flag, int* target, int min, const std::string& hint = "");
   Args& integer(const std::string& flag, uint64_t* target, const std::string& hint = "");
+  // A comma-separated list of integers, each from `min` up (replaces the default list).
+  Args& integers(const std::string& flag, std::vector<int>* target, int min,
+                 const std::string& hint = "N[,M...]");
   // A frame size "WxH" (checked, kept as text).
   Args& frame_size(const std::string& flag, std::string* target);
   // One of `allowed` (the usage shows them as "a|b|c").

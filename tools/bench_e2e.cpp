@@ -56,12 +56,6 @@ double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 struct JobRun {
   double seconds = 0;
   int64_t frames = 0;
@@ -332,7 +326,7 @@ int bench_e2e(int argc, char** argv) {
       encoder_runs.push_back(
           encoder_alone(planes, info, spec.encode, budget, job.lanes, workdir, s));
     }
-    fps = median(encoder_runs);
+    fps = wm::bench::median(encoder_runs);
     seconds = double(planes.size()) * job.lanes / fps;  // the median run's, as its fps
     result["encoder_alone"] = {{"fps", fps},
                                {"seconds", seconds},
@@ -343,7 +337,7 @@ int bench_e2e(int argc, char** argv) {
     result["encoder_alone"] = {{"error", e.what()}};
   }
 
-  const double job_fps = median(job_runs);
+  const double job_fps = wm::bench::median(job_runs);
   double ceiling = 1e30;
   if (result["model_alone"].contains("fps")) {
     ceiling = std::min(ceiling, result["model_alone"]["fps"].get<double>());
@@ -365,7 +359,7 @@ int bench_e2e(int argc, char** argv) {
             {{"job_fps", job_runs[i]}, {"encoder_fps", encoder_runs[i]}, {"ratio", ratios.back()}});
       }
       result["pairs"] = pairs;
-      result["ratio"] = median(ratios);
+      result["ratio"] = wm::bench::median(ratios);
     }
     const bool model_slower = result["model_alone"].contains("fps") &&
                               result["model_alone"]["fps"].get<double>() <= ceiling;

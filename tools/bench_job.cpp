@@ -1,5 +1,7 @@
 #include "tools/bench_job.h"
 
+#include <algorithm>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +33,12 @@ std::vector<wm::sched::JobOutcome> run_job_or_exit(const std::string& yaml, doub
     std::exit(rc);
   }
   return outcomes;
+}
+
+double median(std::vector<double> runs) {
+  std::sort(runs.begin(), runs.end());
+  const size_t n = runs.size();
+  return n == 0 ? 0.0 : n % 2 ? runs[n / 2] : 0.5 * (runs[n / 2 - 1] + runs[n / 2]);
 }
 
 }  // namespace wm::bench

@@ -13,4 +13,7 @@ namespace wm::bench {
 // The job file's outcomes; `seconds`: the run's wall time. Exits on failure.
 std::vector<wm::sched::JobOutcome> run_job_or_exit(const std::string& yaml, double* seconds);
 
+// The median of a benchmark's runs (0 for none).
+double median(std::vector<double> runs);
+
 }  // namespace wm::bench

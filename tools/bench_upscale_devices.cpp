@@ -185,40 +185,15 @@ nlohmann::json describe(const Run& run) {
   return j;
 }
 
-// "N,N,..": counts from 0; false when an item is not one.
-bool parse_counts(const std::string& text, std::vector<int>& out) {
-  out.clear();
-  for (size_t at = 0; at <= text.size();) {
-    const size_t comma = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, comma - at);
-    try {
-      size_t used = 0;
-      out.push_back(std::stoi(item, &used));
-      if (used != item.size() || out.back() < 0) return false;
-    } catch (const std::exception&) {
-      return false;
-    }
-    at = comma + 1;
-  }
-  return true;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 }  // namespace
 
 int bench_upscale_devices(int argc, char** argv) {
   std::string devices, input, kind = "lanczos", model, precision;
   std::string codec = "libx264", preset = "veryfast", workdir = "/tmp/wmbench-devices";
-  std::string decode = "software", ceiling_threads;
+  std::string decode = "software";
+  std::vector<int> job_threads{0}, wanted_threads;  // --encode-threads, --ceiling-threads
   bool skip_one = false;
   wm::bench::ClipShape make{1920, 1080, 48};
-  std::string encode_threads = "0";
   int ranks = 0, inputs = 8, scale = 0, crf = 18, slice_frames = 0, warmup = 1, lanes = 0,
       repeat = 1;
   wm::bench::Args args("wmbench upscale", kAbout);
@@ -237,10 +212,10 @@ int bench_upscale_devices(int argc, char** argv) {
       .integer("--crf", &crf, 0)
       .integer("--slice-frames", &slice_frames, 0)
       .integer("--lanes", &lanes, 0)
-      .text("--encode-threads", &encode_threads, "N,..")
+      .integers("--encode-threads", &job_threads, 0, "N,..")
       .integer("--repeat", &repeat, 1)
       .text("--decode", &decode, "software|nvdec|auto")
-      .text("--ceiling-threads", &ceiling_threads, "N,..")
+      .integers("--ceiling-threads", &wanted_threads, 0, "N,..")
       .toggle("--skip-one", &skip_one)
       .integer("--warmup", &warmup, 0)
       .text("--workdir", &workdir, "DIR");
@@ -254,13 +229,7 @@ int bench_upscale_devices(int argc, char** argv) {
       return args.fail(std::string("--model: ") + e.what());
     }
   }
-  std::vector<int> wanted_threads, job_threads;
-  if (!ceiling_threads.empty() && !parse_counts(ceiling_threads, wanted_threads)) {
-    return args.fail("--ceiling-threads: counts from 0, separated by commas");
-  }
-  if (!parse_counts(encode_threads, job_threads)) {
-    return args.fail("--encode-threads: counts from 0, separated by commas");
-  }
+  if (job_threads.empty()) return args.fail("--encode-threads: at least one count");
   const bool cpu = devices == "cpu";
   std::vector<std::string> ids;
   if (!cpu) {
@@ -365,7 +334,7 @@ int bench_upscale_devices(int argc, char** argv) {
   // budget's (3 per lane core), and the encoder's own auto in every lane.
   std::vector<int> tries{budget.lane_cores, std::max(1, 3 * budget.lane_cores / 2),
                          budget.encoder_threads, 0};
-  if (!ceiling_threads.empty()) tries = wanted_threads;
+  if (!wanted_threads.empty()) tries = wanted_threads;
   tries.erase(std::unique(tries.begin(), tries.end()), tries.end());
   const wm::bench::DecodedVideos frames =
       wm::bench::decode_videos(outputs, wm::parallel::host_cores());
@@ -456,7 +425,8 @@ int bench_upscale_devices(int argc, char** argv) {
       }
       nlohmann::json medians = nlohmann::json::array();
       for (const int threads : job_threads) {
-        medians.push_back({{"encode_threads", threads}, {"of_ceiling", median(ratios[threads])}});
+        medians.push_back(
+            {{"encode_threads", threads}, {"of_ceiling", wm::bench::median(ratios[threads])}});
       }
       result["rounds"] = rounds;
       result["of_ceiling_median"] = medians;

@@ -48,7 +48,6 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -110,14 +109,7 @@ int parse(int argc, char** argv, Options& o, wm::Device& device) {
       .boolean("--kernels", &o.kernels)
       .boolean("--gpu-activity", &o.gpu_activity)
       .text("--devices", &o.devices, "0,1|cpu")
-      .custom("--ranks", "N[,M...]",
-              [&](const std::string& v) {
-                o.ranks.clear();
-                std::stringstream in(v);
-                for (std::string item; std::getline(in, item, ',');) {
-                  o.ranks.push_back(wm::bench::parse_int("--ranks", item, 1));
-                }
-              })
+      .integers("--ranks", &o.ranks, 1)
       .custom(
           "--parallel", "sequence|spatial|whole[,...]",
           [&](const std::string& v) {

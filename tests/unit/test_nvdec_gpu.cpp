@@ -21,19 +21,6 @@
 extern "C" {
 #include <libavutil/hwcontext.h>
 }
-// libavutil/hwcontext_cuda.h needs the two CUDA handle types only (io/nvdec_context.cpp).
-typedef struct CUctx_st* CUcontext;
-typedef struct CUstream_st* CUstream;
-#ifndef CUDA_VERSION
-#define CUDA_VERSION 0
-#define WM_TEST_DEFINED_CUDA_VERSION
-#endif
-extern "C" {
-#include <libavutil/hwcontext_cuda.h>
-}
-#ifdef WM_TEST_DEFINED_CUDA_VERSION
-#undef CUDA_VERSION
-#endif
 
 namespace wm {
 namespace {
@@ -121,26 +108,24 @@ void expect_nvdec_matches_software(const std::string& path, const std::string& d
 // holds a retain of the context and releases it when its last reference goes).
 TEST(NvdecGpu, DevicesShareThePrimaryContextWithStreamsOfTheirOwn) {
   WM_REQUIRE_NVDEC();
-  auto cuda = [](AVBufferRef* ref) {
-    return static_cast<AVCUDADeviceContext*>(
-        reinterpret_cast<AVHWDeviceContext*>(ref->data)->hwctx);
-  };
   std::string why;
   AVBufferRef* a = io::nvdec_primary_device(0, why);
   ASSERT_NE(a, nullptr) << why;
   AVBufferRef* b = io::nvdec_primary_device(0, why);
   ASSERT_NE(b, nullptr) << why;
-  EXPECT_NE(cuda(a)->cuda_ctx, nullptr);
-  EXPECT_EQ(cuda(a)->cuda_ctx, cuda(b)->cuda_ctx);
-  EXPECT_NE(cuda(a)->stream, nullptr);
-  EXPECT_NE(cuda(a)->stream, cuda(b)->stream);
-  const CUcontext primary = cuda(a)->cuda_ctx;
+  const auto [context_a, stream_a] = io::nvdec_handles(a);
+  const auto [context_b, stream_b] = io::nvdec_handles(b);
+  EXPECT_NE(context_a, nullptr);
+  EXPECT_EQ(context_a, context_b);
+  EXPECT_NE(stream_a, nullptr);
+  EXPECT_NE(stream_a, stream_b);
+  const void* primary = context_a;
   av_buffer_unref(&a);
   av_buffer_unref(&b);
   for (int i = 0; i < 50; ++i) {
     AVBufferRef* again = io::nvdec_primary_device(0, why);
     ASSERT_NE(again, nullptr) << why;
-    EXPECT_EQ(cuda(again)->cuda_ctx, primary);
+    EXPECT_EQ(io::nvdec_handles(again).first, primary);
     av_buffer_unref(&again);
   }
   // Frames decoded on it are the software decoder's (and the reader's report says NVDEC).
